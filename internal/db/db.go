@@ -1,0 +1,160 @@
+// Package db connects to Postgres and brings its schema up or down: the
+// project's own migrations (migrations/) followed by the schema of River,
+// the job queue that shares the database.
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/golang-migrate/migrate/v4"
+	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers pgx5://
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/rocketrides/rocketrides/migrations"
+)
+
+// Open returns a connection pool for url. maxConns of zero keeps pgx's
+// default (the larger of 4 and the number of CPUs).
+func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	// A broken connection (the server restarted) is noticed by the next
+	// health check and replaced, so the pool heals without a restart.
+	cfg.HealthCheckPeriod = 5 * time.Second
+	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database pool: %w", err)
+	}
+	return pool, nil
+}
+
+// MigrateUp applies every pending migration: the project's schema, then
+// River's.
+func MigrateUp(ctx context.Context, url string, logger *slog.Logger) error {
+	m, err := newMigrate(url)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("migrate project schema up: %w", err)
+	}
+	return withRiverMigrator(ctx, url, logger, func(rm *rivermigrate.Migrator[pgxTx]) error {
+		if _, err := rm.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+			return fmt.Errorf("migrate river schema up: %w", err)
+		}
+		return nil
+	})
+}
+
+// MigrateDown removes everything MigrateUp created, River's schema first.
+func MigrateDown(ctx context.Context, url string, logger *slog.Logger) error {
+	err := withRiverMigrator(ctx, url, logger, func(rm *rivermigrate.Migrator[pgxTx]) error {
+		if _, err := rm.Migrate(ctx, rivermigrate.DirectionDown, &rivermigrate.MigrateOpts{TargetVersion: -1}); err != nil {
+			return fmt.Errorf("migrate river schema down: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	m, err := newMigrate(url)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if err := m.Down(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("migrate project schema down: %w", err)
+	}
+	return nil
+}
+
+// Version reports the project's schema version, whether a migration
+// failed half way (dirty), and the River schema versions applied.
+func Version(ctx context.Context, url string, logger *slog.Logger) (version uint, dirty bool, river []int, err error) {
+	m, err := newMigrate(url)
+	if err != nil {
+		return 0, false, nil, err
+	}
+	defer m.Close()
+	version, dirty, err = m.Version()
+	if err != nil && !errors.Is(err, migrate.ErrNilVersion) {
+		return 0, false, nil, fmt.Errorf("read project schema version: %w", err)
+	}
+	err = withRiverMigrator(ctx, url, logger, func(rm *rivermigrate.Migrator[pgxTx]) error {
+		existing, err := rm.ExistingVersions(ctx)
+		if err != nil {
+			return fmt.Errorf("read river schema versions: %w", err)
+		}
+		for _, v := range existing {
+			river = append(river, v.Version)
+		}
+		return nil
+	})
+	return version, dirty, river, err
+}
+
+func newMigrate(url string) (*migrate.Migrate, error) {
+	src, err := iofs.New(migrations.FS, ".")
+	if err != nil {
+		return nil, fmt.Errorf("open embedded migrations: %w", err)
+	}
+	m, err := migrate.NewWithSourceInstance("iofs", src, migrateURL(url))
+	if err != nil {
+		return nil, fmt.Errorf("connect migrate to database: %w", err)
+	}
+	return m, nil
+}
+
+// migrateURL turns a postgres:// URL into the pgx5:// scheme that
+// golang-migrate's pgx/v5 driver registers under.
+func migrateURL(url string) string {
+	for _, prefix := range []string{"postgres://", "postgresql://"} {
+		if rest, ok := strings.CutPrefix(url, prefix); ok {
+			return "pgx5://" + rest
+		}
+	}
+	return url
+}
+
+type pgxTx = pgx.Tx
+
+func withRiverMigrator(ctx context.Context, url string, logger *slog.Logger, fn func(*rivermigrate.Migrator[pgxTx]) error) error {
+	pool, err := Open(ctx, url, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rm, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: logger})
+	if err != nil {
+		return fmt.Errorf("create river migrator: %w", err)
+	}
+	return fn(rm)
+}
+
+// IsRetryable reports whether err is a serialization failure or a
+// deadlock: Postgres aborted the transaction because of a concurrent one,
+// and running it again is expected to succeed.
+func IsRetryable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "40001" || pgErr.Code == "40P01"
+	}
+	return false
+}
