@@ -1,0 +1,363 @@
+// Package localpg runs a project-local PostgreSQL cluster for development
+// and tests. The cluster lives under the git-ignored .data/ folder, listens
+// on its own loopback port and is left running when the process exits, so
+// that the next test run or `make dev` reuses it. A checkout needs nothing
+// but the PostgreSQL server binaries: no system service, no Docker, no
+// credentials.
+package localpg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+const (
+	// DefaultPort is the cluster's TCP port on 127.0.0.1. It is not 5432 so
+	// that the cluster can run next to a system PostgreSQL.
+	DefaultPort = 54329
+
+	// Superuser is the role initdb creates; it connects without a password.
+	Superuser = "postgres"
+
+	// defaultUser runs the server when this process is root, because
+	// initdb and postgres refuse to run as root.
+	defaultUser = "nobody"
+
+	// startTimeout bounds pg_ctl's wait for the server to accept
+	// connections (crash recovery after an unclean stop can take a while).
+	startTimeout = 60 * time.Second
+)
+
+// Options configure a cluster. The zero value is the project's cluster.
+type Options struct {
+	// DataDir is the cluster's data directory. Default: .data/postgres in
+	// the project root, the nearest directory above the working directory
+	// that holds go.mod, so that every package's tests find the same one.
+	DataDir string
+
+	// Port is the TCP port on 127.0.0.1. Default: DefaultPort.
+	Port int
+
+	// BinDir holds initdb, pg_ctl and postgres. Default: the directory of
+	// pg_ctl on PATH, otherwise the highest version under
+	// /usr/lib/postgresql/*/bin.
+	BinDir string
+
+	// User is the account the server runs as when this process is root.
+	// Default: nobody.
+	User string
+}
+
+// Cluster is a local PostgreSQL cluster: where it lives and how to reach
+// it. Its methods are safe to call from several processes at once; they
+// serialise on a lock file next to the data directory.
+type Cluster struct {
+	// DataDir is the data directory. The unix socket is created in it too,
+	// so the cluster does not depend on /var/run/postgresql.
+	DataDir string
+	// Port is the TCP port on 127.0.0.1.
+	Port int
+	// BinDir holds the server binaries in use.
+	BinDir string
+	// LogFile receives the server's log (<DataDir>.log).
+	LogFile string
+
+	lockFile string
+	runAs    *account // nil unless this process is root
+}
+
+// New resolves opts into a Cluster without initialising or starting
+// anything, for commands such as stop and status that must not start a
+// server as a side effect.
+func New(opts Options) (Cluster, error) {
+	dataDir := opts.DataDir
+	if dataDir == "" {
+		root, err := projectRoot()
+		if err != nil {
+			return Cluster{}, err
+		}
+		dataDir = filepath.Join(root, ".data", "postgres")
+	}
+	dataDir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return Cluster{}, fmt.Errorf("resolve data directory %s: %w", dataDir, err)
+	}
+	port := opts.Port
+	if port == 0 {
+		port = DefaultPort
+	}
+	binDir := opts.BinDir
+	if binDir == "" {
+		if binDir, err = findBinDir(dataDir); err != nil {
+			return Cluster{}, err
+		}
+	}
+	c := Cluster{
+		DataDir:  dataDir,
+		Port:     port,
+		BinDir:   binDir,
+		LogFile:  dataDir + ".log",
+		lockFile: dataDir + ".lock",
+	}
+	if os.Geteuid() == 0 {
+		name := opts.User
+		if name == "" {
+			// nobody rather than a dedicated account: creating users would
+			// change the machine's /etc/passwd from a test helper, and the
+			// cluster trusts every local connection anyway, so sharing the
+			// uid with other unprivileged daemons exposes nothing more.
+			name = defaultUser
+		}
+		if c.runAs, err = lookupAccount(name); err != nil {
+			return Cluster{}, err
+		}
+	}
+	return c, nil
+}
+
+// Ensure returns the cluster described by opts, initialising its data
+// directory and starting its server if needed, or reusing the server that
+// is already running.
+func Ensure(ctx context.Context, opts Options) (Cluster, error) {
+	c, err := New(opts)
+	if err != nil {
+		return Cluster{}, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return Cluster{}, err
+	}
+	return c, nil
+}
+
+// DatabaseURL returns $DATABASE_URL when it is set. Otherwise it ensures the
+// project's cluster is running, creates database name in it if missing and
+// returns that database's URL.
+func DatabaseURL(ctx context.Context, name string) (string, error) {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u, nil
+	}
+	c, err := Ensure(ctx, Options{})
+	if err != nil {
+		return "", err
+	}
+	if err := c.CreateDatabase(ctx, name); err != nil {
+		return "", err
+	}
+	return c.DatabaseURL(name), nil
+}
+
+// URL is the address of the cluster's maintenance database, postgres.
+func (c Cluster) URL() string {
+	return c.DatabaseURL("postgres")
+}
+
+// DatabaseURL is the address of database name in the cluster.
+func (c Cluster) DatabaseURL(name string) string {
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.User(Superuser),
+		Host:     fmt.Sprintf("127.0.0.1:%d", c.Port),
+		Path:     "/" + name,
+		RawQuery: "sslmode=disable",
+	}
+	return u.String()
+}
+
+// Start initialises the data directory if it is empty and starts the server
+// unless it is already running. Concurrent callers, in this process or in
+// others (go test runs package binaries in parallel), wait for each other,
+// so exactly one of them initialises and starts the cluster.
+func (c Cluster) Start(ctx context.Context) error {
+	unlock, err := c.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return c.start(ctx)
+}
+
+func (c Cluster) start(ctx context.Context) error {
+	if err := c.prepare(); err != nil {
+		return err
+	}
+	running, err := c.Running(ctx)
+	if err != nil {
+		return err
+	}
+	if running {
+		return c.checkRunningPort()
+	}
+	if reuse, err := c.servedOnPort(ctx); err != nil || reuse {
+		return err
+	}
+	if err := c.initdb(ctx); err != nil {
+		return err
+	}
+	if err := c.writeConfig(); err != nil {
+		return err
+	}
+	if _, err := c.pgCtl(ctx, "start", "-w", "-t", strconv.Itoa(int(startTimeout.Seconds())), "-l", c.LogFile); err != nil {
+		return fmt.Errorf("start postgres in %s: %w%s", c.DataDir, err, c.logTail())
+	}
+	return nil
+}
+
+// Stop shuts the server down (fast mode: open transactions are rolled
+// back). Stopping a cluster that is not running is not an error.
+func (c Cluster) Stop(ctx context.Context) error {
+	unlock, err := c.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	running, err := c.Running(ctx)
+	if err != nil || !running {
+		return err
+	}
+	if _, err := c.pgCtl(ctx, "stop", "-w", "-m", "fast"); err != nil {
+		return fmt.Errorf("stop postgres in %s: %w", c.DataDir, err)
+	}
+	return nil
+}
+
+// Restart stops the server in fast mode, cutting every connection, and
+// starts it again; it starts a stopped cluster. Tests use it to show that
+// what was committed survives a database restart and that clients recover.
+func (c Cluster) Restart(ctx context.Context) error {
+	unlock, err := c.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	running, err := c.Running(ctx)
+	if err != nil {
+		return err
+	}
+	if !running {
+		return c.start(ctx)
+	}
+	if err := c.writeConfig(); err != nil {
+		return err
+	}
+	// -l again: without it the restarted server would write its log to
+	// pg_ctl's stdout, which is ours.
+	if _, err := c.pgCtl(ctx, "restart", "-w", "-m", "fast", "-t", strconv.Itoa(int(startTimeout.Seconds())), "-l", c.LogFile); err != nil {
+		return fmt.Errorf("restart postgres in %s: %w%s", c.DataDir, err, c.logTail())
+	}
+	return nil
+}
+
+// CreateDatabase creates database name unless it exists. Concurrent calls
+// for the same name are safe: the losers see the winner's database.
+func (c Cluster) CreateDatabase(ctx context.Context, name string) error {
+	conn, err := connect(ctx, c.URL())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return fmt.Errorf("look up database %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	var pgErr *pgconn.PgError
+	// 42P04: created meanwhile by another caller. 23505: the same race
+	// lost one step later, on pg_database's unique index.
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505") {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}
+
+// checkRunningPort refuses a running cluster that listens elsewhere than
+// asked: its URL would point at nothing (or at another server).
+func (c Cluster) checkRunningPort() error {
+	pid, err := os.ReadFile(filepath.Join(c.DataDir, "postmaster.pid"))
+	if err != nil {
+		return fmt.Errorf("read postmaster.pid of running cluster: %w", err)
+	}
+	// Line 4 of postmaster.pid is the port.
+	lines := strings.Split(string(pid), "\n")
+	if len(lines) < 4 {
+		return nil // a server still writing its pid file; pg_ctl said it runs
+	}
+	if port, err := strconv.Atoi(strings.TrimSpace(lines[3])); err == nil && port != c.Port {
+		return fmt.Errorf("cluster in %s is running on port %d, not %d: stop it first (go run ./cmd/localpg stop)", c.DataDir, port, c.Port)
+	}
+	return nil
+}
+
+// servedOnPort looks for a server that pg_ctl status did not see (its pid
+// file is unreadable or gone) on the port. If it serves this data
+// directory, it is reused; if it serves another, starting ours would fail
+// on the port, so the error says which one it is.
+func (c Cluster) servedOnPort(ctx context.Context) (reuse bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := connect(ctx, c.URL())
+	if err != nil {
+		return false, nil // nothing usable listens: ours can start
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var dir string
+	if err := conn.QueryRow(ctx, "SHOW data_directory").Scan(&dir); err != nil {
+		return false, fmt.Errorf("port %d is taken by a server that does not tell its data directory: %w", c.Port, err)
+	}
+	if sameFile(dir, c.DataDir) {
+		return true, nil
+	}
+	return false, fmt.Errorf("port %d is taken by another PostgreSQL cluster (data directory %s): stop it or choose another port", c.Port, dir)
+}
+
+func sameFile(a, b string) bool {
+	ia, errA := os.Stat(a)
+	ib, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(ia, ib)
+}
+
+func connect(ctx context.Context, connURL string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(connURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	cfg.ConnectTimeout = 5 * time.Second
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s:%d: %w", cfg.Host, cfg.Port, err)
+	}
+	return conn, nil
+}
+
+// projectRoot walks up from the working directory to the directory holding
+// go.mod, so that `go test` (which runs in each package's directory) and
+// `go run` (which runs where it is called) agree on one .data folder.
+func projectRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("find project root: %w", err)
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		if filepath.Dir(dir) == dir {
+			return "", fmt.Errorf("find project root: no go.mod in %s or above; set Options.DataDir", wd)
+		}
+	}
+}
