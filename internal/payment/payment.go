@@ -1,0 +1,188 @@
+// Package payment charges customers through Stripe. It is the project's one
+// foreign state mutation on the request path: everything here happens
+// outside any database transaction, and every charge carries an idempotency
+// key so that repeating a call after a crash or a timeout cannot charge
+// twice.
+//
+// Errors are sorted into the three outcomes the caller must tell apart:
+// a decline (final, the customer's card said no), a rejection (final, the
+// request itself was wrong) and unavailability (nothing is known; retry
+// with the same idempotency key).
+package payment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/client"
+)
+
+// ErrUnavailable means Stripe could not be reached or answered with a
+// transient error (timeout, 5xx, 429, a request in flight with the same
+// key). The charge may or may not exist; repeating the call with the same
+// idempotency key resolves it.
+var ErrUnavailable = errors.New("payment provider unavailable")
+
+// DeclinedError is a card error: the charge did not happen and will not
+// happen however often it is retried.
+type DeclinedError struct {
+	Message string
+	Code    string
+}
+
+func (e *DeclinedError) Error() string { return "card declined: " + e.Message }
+
+// RejectedError is any other final error from Stripe, such as an invalid
+// request: retrying the same request cannot succeed.
+type RejectedError struct {
+	Message string
+	Status  int
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("payment rejected (status %d): %s", e.Status, e.Message)
+}
+
+// Config configures a Gateway.
+type Config struct {
+	// APIKey is a Stripe secret key (sk_test_... in development).
+	APIKey string
+	// BaseURL points the client elsewhere than api.stripe.com, such as the
+	// local Stripe fake. Without /v1.
+	BaseURL string
+	// Timeout bounds one HTTP attempt. Zero means 30s.
+	Timeout time.Duration
+	// MaxNetworkRetries is how often stripe-go itself repeats a request
+	// that failed on the network or with 409/429/503, reusing the same
+	// idempotency key. Nil keeps stripe-go's default (2).
+	MaxNetworkRetries *int64
+}
+
+// Gateway is a Stripe client.
+type Gateway struct {
+	api *client.API
+}
+
+// New returns a Gateway for cfg.
+func New(cfg Config) *Gateway {
+	timeout := cfg.Timeout
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	backendConfig := &stripe.BackendConfig{
+		HTTPClient: &http.Client{Timeout: timeout},
+		// Failures come back as errors and are logged by the caller
+		// with the request's context; stripe-go's own lines would only
+		// repeat them without it.
+		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
+		MaxNetworkRetries: cfg.MaxNetworkRetries,
+		// Telemetry headers would report timings to Stripe; the fake has
+		// no use for them.
+		EnableTelemetry: stripe.Bool(false),
+	}
+	if cfg.BaseURL != "" {
+		backendConfig.URL = stripe.String(cfg.BaseURL)
+	}
+	api := client.New(cfg.APIKey, &stripe.Backends{
+		API:     stripe.GetBackendWithConfig(stripe.APIBackend, backendConfig),
+		Connect: stripe.GetBackendWithConfig(stripe.ConnectBackend, backendConfig),
+		Uploads: stripe.GetBackendWithConfig(stripe.UploadsBackend, backendConfig),
+	})
+	return &Gateway{api: api}
+}
+
+// ChargeRequest is one charge of a customer's default source.
+type ChargeRequest struct {
+	Customer    string
+	Amount      int64
+	Currency    string
+	Description string
+	Metadata    map[string]string
+	// IdempotencyKey makes the charge safe to repeat: Stripe returns the
+	// first result for the key instead of charging again.
+	IdempotencyKey string
+}
+
+// Charge creates a charge and returns its id.
+func (g *Gateway) Charge(ctx context.Context, req ChargeRequest) (string, error) {
+	params := &stripe.ChargeParams{
+		Amount:      stripe.Int64(req.Amount),
+		Currency:    stripe.String(req.Currency),
+		Customer:    stripe.String(req.Customer),
+		Description: stripe.String(req.Description),
+	}
+	params.Context = ctx
+	params.SetIdempotencyKey(req.IdempotencyKey)
+	for k, v := range req.Metadata {
+		params.AddMetadata(k, v)
+	}
+	charge, err := g.api.Charges.New(params)
+	if err != nil {
+		return "", classify(fmt.Sprintf("create charge (idempotency key %s)", req.IdempotencyKey), err)
+	}
+	return charge.ID, nil
+}
+
+// CreateCustomer creates a customer with a payment source (a card token
+// such as tok_visa). idempotencyKey keeps a repeated call from creating a
+// second customer.
+func (g *Gateway) CreateCustomer(ctx context.Context, email, source, idempotencyKey string) (string, error) {
+	params := &stripe.CustomerParams{
+		Email:  stripe.String(email),
+		Source: stripe.String(source),
+	}
+	params.Context = ctx
+	params.SetIdempotencyKey(idempotencyKey)
+	customer, err := g.api.Customers.New(params)
+	if err != nil {
+		return "", classify("create customer "+email, err)
+	}
+	return customer.ID, nil
+}
+
+// classify wraps err in the outcome the caller has to act on.
+func classify(op string, err error) error {
+	var stripeErr *stripe.Error
+	if !errors.As(err, &stripeErr) {
+		// Connection refused, reset, timeout, cancelled context: the
+		// request may or may not have reached Stripe.
+		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+	}
+	switch {
+	case stripeErr.Type == stripe.ErrorTypeCard:
+		return fmt.Errorf("%s: %w", op, &DeclinedError{Message: stripeErr.Msg, Code: string(stripeErr.Code)})
+	case stripeErr.HTTPStatusCode >= 500,
+		stripeErr.HTTPStatusCode == http.StatusTooManyRequests,
+		stripeErr.HTTPStatusCode == http.StatusConflict,
+		// A bad or revoked API key is our configuration, not the
+		// customer's request: once it is fixed a retry must go through,
+		// so nothing final may be recorded.
+		stripeErr.HTTPStatusCode == http.StatusUnauthorized,
+		stripeErr.HTTPStatusCode == http.StatusForbidden,
+		stripeErr.Type == stripe.ErrorTypeAPI:
+		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+	default:
+		return fmt.Errorf("%s: %w", op, &RejectedError{Message: stripeErr.Msg, Status: stripeErr.HTTPStatusCode})
+	}
+}
+
+// CustomerExists reports whether Stripe knows the customer. A customer
+// that was deleted, or that lived in another Stripe account (or in an
+// earlier run of the in-memory fake), does not exist.
+func (g *Gateway) CustomerExists(ctx context.Context, id string) (bool, error) {
+	params := &stripe.CustomerParams{}
+	params.Context = ctx
+	c, err := g.api.Customers.Get(id, params)
+	var stripeErr *stripe.Error
+	if errors.As(err, &stripeErr) && stripeErr.HTTPStatusCode == http.StatusNotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, classify("get customer "+id, err)
+	}
+	return !c.Deleted, nil
+}

@@ -1,0 +1,70 @@
+// Package problem renders errors as RFC 9457 problem details
+// (application/problem+json), the one error format of the API. Each
+// problem carries a stable machine-readable code next to the prose.
+package problem
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// ContentType is the media type of a problem document.
+const ContentType = "application/problem+json"
+
+// Problem is an RFC 9457 problem details object.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Code is stable across releases; clients branch on it, not on prose.
+	Code string `json:"code"`
+	// InvalidParams names every rejected request parameter.
+	InvalidParams []InvalidParam `json:"invalid_params,omitempty"`
+	// RetryAfter, when positive, is also sent as the Retry-After header.
+	RetryAfter int `json:"-"`
+}
+
+// InvalidParam is one rejected request parameter.
+type InvalidParam struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+// New returns a problem with the status's standard title.
+func New(status int, code, detail string) *Problem {
+	return &Problem{
+		Type:   "https://docs.rocketrides.local/errors#" + code,
+		Title:  http.StatusText(status),
+		Status: status,
+		Detail: detail,
+		Code:   code,
+	}
+}
+
+// WithRetryAfter asks the client to wait seconds before retrying.
+func (p *Problem) WithRetryAfter(seconds int) *Problem {
+	p.RetryAfter = seconds
+	return p
+}
+
+// JSON encodes the problem document.
+func (p *Problem) JSON() []byte {
+	b, err := json.Marshal(p)
+	if err != nil {
+		// Every field is a plain string, int or slice of them.
+		panic("encode problem: " + err.Error())
+	}
+	return b
+}
+
+// Write sends the problem as the response.
+func (p *Problem) Write(w http.ResponseWriter) {
+	if p.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(p.RetryAfter))
+	}
+	w.Header().Set("Content-Type", ContentType)
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(p.JSON())
+}
