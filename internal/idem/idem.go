@@ -1,0 +1,366 @@
+// Package idem is the idempotency-key store. It owns idempotency_keys and
+// implements the mechanics every idempotent endpoint shares:
+//
+//   - Claim: the first atomic phase. It records a new key, or arbitrates an
+//     existing one: refuse a reused key whose request differs, replay a
+//     finished key's stored response, refuse a key another request is
+//     working (409), or take over a key whose lock went stale.
+//   - Phase: one atomic phase. It runs an endpoint's writes and moves the
+//     key to its next recovery point (or finishes it with a response) in a
+//     single transaction.
+//   - Unlock: release the key after a failure, so that a retry can resume
+//     from the last recovery point.
+//
+// The endpoint supplies the phases between Started and Finished and their
+// recovery points; see package rides for the ride DAG.
+//
+// Every claim takes a fresh lock token, and every phase commits only if the
+// key still carries the token it claimed. A request that stalled long
+// enough for its lock to be taken over is thereby fenced off: it can no
+// longer advance the recovery point or store a response.
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rocketrides/rocketrides/internal/db"
+)
+
+// RecoveryPoint names the last atomic phase a request completed. Endpoints
+// declare their own points between Started and Finished.
+type RecoveryPoint string
+
+const (
+	// Started is the recovery point of a freshly claimed key.
+	Started RecoveryPoint = "started"
+	// Finished means the response is stored; retries replay it.
+	Finished RecoveryPoint = "finished"
+)
+
+var (
+	// ErrKeyReused means the key was first used for a different request
+	// (method, path or parameters). Retrying cannot help: it is a client
+	// bug.
+	ErrKeyReused = errors.New("idempotency key reused with a different request")
+
+	// ErrInFlight means another request holds the key's lock.
+	ErrInFlight = errors.New("idempotency key is in use by another request")
+
+	// ErrLockLost means the key's lock was taken over (it went stale) or
+	// the key was deleted while this request worked it. The phase was
+	// rolled back; whoever holds the key now finishes it.
+	ErrLockLost = errors.New("idempotency key lock lost")
+
+	// ErrContention means Postgres kept aborting a phase because of
+	// concurrent transactions.
+	ErrContention = errors.New("database contention")
+)
+
+// DefaultLockTimeout is how long a lock protects a key: past it the
+// request holding it is presumed dead and a retry may take over.
+const DefaultLockTimeout = 90 * time.Second
+
+// Key is a row of idempotency_keys.
+type Key struct {
+	ID             int64         `db:"id"`
+	CreatedAt      time.Time     `db:"created_at"`
+	IdempotencyKey string        `db:"idempotency_key"`
+	LastRunAt      time.Time     `db:"last_run_at"`
+	LockedAt       *time.Time    `db:"locked_at"`
+	LockToken      *uuid.UUID    `db:"lock_token"`
+	RequestMethod  string        `db:"request_method"`
+	RequestParams  []byte        `db:"request_params"`
+	RequestPath    string        `db:"request_path"`
+	OriginIP       netip.Addr    `db:"origin_ip"`
+	ResponseCode   *int          `db:"response_code"`
+	ResponseBody   []byte        `db:"response_body"`
+	RecoveryPoint  RecoveryPoint `db:"recovery_point"`
+	UserID         int64         `db:"user_id"`
+}
+
+// Response is a finished key's stored response.
+type Response struct {
+	Code int
+	Body []byte
+}
+
+// Response returns the stored response of a finished key.
+func (k *Key) Response() Response {
+	if k.ResponseCode == nil {
+		return Response{}
+	}
+	return Response{Code: *k.ResponseCode, Body: k.ResponseBody}
+}
+
+// Request is what a client asked for under an idempotency key.
+type Request struct {
+	UserID int64
+	Key    string
+	Method string
+	Path   string
+	// Params is the request's parameters as canonical JSON. Keys compare
+	// as JSONB, so key order and number spelling do not matter.
+	Params   []byte
+	OriginIP netip.Addr
+}
+
+// Config configures a Store.
+type Config struct {
+	// LockTimeout: see DefaultLockTimeout.
+	LockTimeout time.Duration
+	// PhaseAttempts bounds how often a phase is run again after a
+	// serialization failure or deadlock. Zero means 3.
+	PhaseAttempts int
+}
+
+// Store reads and writes idempotency keys.
+type Store struct {
+	pool          *pgxpool.Pool
+	lockTimeout   time.Duration
+	phaseAttempts int
+}
+
+// NewStore returns a Store on pool.
+func NewStore(pool *pgxpool.Pool, cfg Config) *Store {
+	if cfg.LockTimeout <= 0 {
+		cfg.LockTimeout = DefaultLockTimeout
+	}
+	if cfg.PhaseAttempts <= 0 {
+		cfg.PhaseAttempts = 3
+	}
+	return &Store{pool: pool, lockTimeout: cfg.LockTimeout, phaseAttempts: cfg.PhaseAttempts}
+}
+
+// LockTimeout is the age at which a lock counts as stale.
+func (s *Store) LockTimeout() time.Duration { return s.lockTimeout }
+
+const keyColumns = `id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
+	request_method, request_params, request_path, origin_ip,
+	response_code, response_body, recovery_point, user_id`
+
+// Claim is the first atomic phase of an idempotent request. It returns the
+// key locked for this request, or, if the key is already finished, the
+// key unlocked with its stored response (the caller replays it; replayed
+// is true). The checks run in the order a client needs them: a different
+// request under the same key is refused first (ErrKeyReused), then a
+// finished key replays, then a live lock refuses (ErrInFlight), and only
+// then is a stale or released lock taken over.
+func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool, err error) {
+	// Fast path, one round trip: a key never seen before is inserted
+	// already locked. The unique index arbitrates between concurrent
+	// requests with the same new key: exactly one insert wins.
+	token := uuid.New()
+	rows, err := s.pool.Query(ctx, `
+		INSERT INTO idempotency_keys
+			(user_id, idempotency_key, request_method, request_path, request_params,
+			 origin_ip, recovery_point, locked_at, lock_token)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, now(), $8)
+		ON CONFLICT (user_id, idempotency_key) DO NOTHING
+		RETURNING `+keyColumns,
+		req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, Started, token)
+	if err != nil {
+		return nil, false, fmt.Errorf("insert idempotency key: %w", err)
+	}
+	key, err = collectKey(rows)
+	if err != nil {
+		return nil, false, fmt.Errorf("insert idempotency key: %w", err)
+	}
+	if key != nil {
+		return key, false, nil
+	}
+	return s.claimExisting(ctx, req)
+}
+
+// claimExisting arbitrates a key that already exists.
+func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, error) {
+	var (
+		key      *Key
+		replayed bool
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// FOR UPDATE serialises concurrent claims of the same key: the
+		// decision below is made while no one else can change the row.
+		var (
+			k         Key
+			matches   bool
+			lockFresh bool
+		)
+		row := tx.QueryRow(ctx, `
+			SELECT `+keyColumns+`,
+			       request_method = $3 AND request_path = $4 AND request_params = $5::jsonb,
+			       coalesce(locked_at > now() - $6::interval, false)
+			FROM idempotency_keys
+			WHERE user_id = $1 AND idempotency_key = $2
+			FOR UPDATE`,
+			req.UserID, req.Key, req.Method, req.Path, req.Params, s.lockTimeout)
+		if err := row.Scan(&k.ID, &k.CreatedAt, &k.IdempotencyKey, &k.LastRunAt, &k.LockedAt, &k.LockToken,
+			&k.RequestMethod, &k.RequestParams, &k.RequestPath, &k.OriginIP,
+			&k.ResponseCode, &k.ResponseBody, &k.RecoveryPoint, &k.UserID,
+			&matches, &lockFresh); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				// The reaper deleted the key between our insert and
+				// this select. Vanishingly rare; the client retries.
+				return fmt.Errorf("key vanished while claiming: %w", ErrContention)
+			}
+			return fmt.Errorf("lock idempotency key: %w", err)
+		}
+		switch {
+		case !matches:
+			return fmt.Errorf("key %d: %w", k.ID, ErrKeyReused)
+		case k.RecoveryPoint == Finished:
+			key, replayed = &k, true
+			return nil
+		case lockFresh:
+			return fmt.Errorf("key %d: %w", k.ID, ErrInFlight)
+		}
+		rows, err := tx.Query(ctx, `
+			UPDATE idempotency_keys
+			SET locked_at = now(), last_run_at = now(), lock_token = $2
+			WHERE id = $1
+			RETURNING `+keyColumns,
+			k.ID, uuid.New())
+		if err != nil {
+			return fmt.Errorf("take over idempotency key %d: %w", k.ID, err)
+		}
+		key, err = collectKey(rows)
+		if err != nil {
+			return fmt.Errorf("take over idempotency key %d: %w", k.ID, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return key, replayed, nil
+}
+
+// Outcome is what an atomic phase decides: move to the next recovery
+// point, or finish the request with a response.
+type Outcome struct {
+	next     RecoveryPoint
+	response Response
+}
+
+// Advance moves the key to recovery point next.
+func Advance(next RecoveryPoint) Outcome { return Outcome{next: next} }
+
+// Respond finishes the key, storing the response that every retry of the
+// request will replay. Used for success and for final errors alike (a
+// declined card is declined on every retry).
+func Respond(code int, body []byte) Outcome {
+	return Outcome{next: Finished, response: Response{Code: code, Body: body}}
+}
+
+// PhaseFunc is the body of an atomic phase: the writes it makes through tx
+// and where the request goes next.
+type PhaseFunc func(ctx context.Context, tx pgx.Tx) (Outcome, error)
+
+// Phase runs fn and records its outcome on key in one transaction, so the
+// phase's writes and the new recovery point commit together or not at
+// all. The recovery point moves only if the key still carries this
+// request's lock token and is still at the recovery point the phase
+// started from (compare-and-set); otherwise the transaction rolls back and
+// Phase returns ErrLockLost. Serialization failures and deadlocks run the
+// whole phase again, a bounded number of times.
+func (s *Store) Phase(ctx context.Context, key *Key, fn PhaseFunc) error {
+	var err error
+	for attempt := 1; attempt <= s.phaseAttempts; attempt++ {
+		err = s.phaseOnce(ctx, key, fn)
+		if err == nil || !db.IsRetryable(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("phase at %s for key %d gave up after %d attempts: %w: %w",
+		key.RecoveryPoint, key.ID, s.phaseAttempts, ErrContention, err)
+}
+
+func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
+	var (
+		out    Outcome
+		stored []byte
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = fn(ctx, tx)
+		if err != nil {
+			return err
+		}
+		var code *int
+		var body []byte
+		if out.next == Finished {
+			code, body = &out.response.Code, out.response.Body
+		}
+		// The fenced compare-and-set. Intermediate phases refresh
+		// locked_at as a heartbeat; finishing releases the lock.
+		err = tx.QueryRow(ctx, `
+			UPDATE idempotency_keys
+			SET recovery_point = $4,
+			    response_code  = $5,
+			    response_body  = $6,
+			    locked_at      = CASE WHEN $4 = 'finished' THEN NULL ELSE now() END,
+			    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END
+			WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
+			RETURNING response_body`,
+			key.ID, key.LockToken, key.RecoveryPoint, out.next, code, body,
+		).Scan(&stored)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("advance key %d from %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
+		}
+		if err != nil {
+			return fmt.Errorf("advance key %d from %s to %s: %w", key.ID, key.RecoveryPoint, out.next, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// Committed: only now may the in-memory key follow.
+	key.RecoveryPoint = out.next
+	if out.next == Finished {
+		code := out.response.Code
+		// The stored body is what Postgres gives back (JSONB's own
+		// rendering), so this first response and every replay are the
+		// same bytes.
+		key.ResponseCode, key.ResponseBody = &code, stored
+		key.LockedAt, key.LockToken = nil, nil
+	}
+	return nil
+}
+
+// Unlock releases key after a failure so that a retry need not wait for
+// the lock to go stale. It keeps the recovery point: the retry resumes
+// where this request stopped. The lock is released only if this request
+// still holds it. Unlock runs even if ctx was cancelled (the client hung
+// up), since that is exactly when a retry is coming.
+func (s *Store) Unlock(ctx context.Context, key *Key) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, `
+		UPDATE idempotency_keys
+		SET locked_at = NULL, lock_token = NULL
+		WHERE id = $1 AND lock_token = $2`,
+		key.ID, key.LockToken,
+	); err != nil {
+		return fmt.Errorf("unlock idempotency key %d: %w", key.ID, err)
+	}
+	return nil
+}
+
+func collectKey(rows pgx.Rows) (*Key, error) {
+	keys, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Key])
+	if err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	return keys[0], nil
+}

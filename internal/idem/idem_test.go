@@ -1,0 +1,243 @@
+package idem_test
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/dbtest"
+	"github.com/rocketrides/rocketrides/internal/idem"
+)
+
+const halfway idem.RecoveryPoint = "ride_created"
+
+func TestStore(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		pool  *pgxpool.Pool
+		store *idem.Store
+		req   idem.Request
+	}
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		pool := dbtest.New(t)
+		var userID int64
+		require.NoError(t, pool.QueryRow(context.Background(), `
+			INSERT INTO users (email, stripe_customer_id, api_token_hash)
+			VALUES ('idem@example.com', 'cus_idem', sha256('t'))
+			RETURNING id`).Scan(&userID))
+		return &testBundle{
+			pool:  pool,
+			store: idem.NewStore(pool, idem.Config{LockTimeout: time.Minute}),
+			req: idem.Request{
+				UserID:   userID,
+				Key:      uuid.NewString(),
+				Method:   "POST",
+				Path:     "/rides",
+				Params:   []byte(`{"a": 1, "b": 2}`),
+				OriginIP: netip.MustParseAddr("192.0.2.1"),
+			},
+		}
+	}
+	advance := func(next idem.RecoveryPoint) idem.PhaseFunc {
+		return func(context.Context, pgx.Tx) (idem.Outcome, error) { return idem.Advance(next), nil }
+	}
+	staleLock := func(t *testing.T, b *testBundle, id int64) {
+		t.Helper()
+		_, err := b.pool.Exec(context.Background(),
+			`UPDATE idempotency_keys SET locked_at = now() - interval '2 minutes' WHERE id = $1`, id)
+		require.NoError(t, err)
+	}
+
+	t.Run("ClaimsNewKeyLocked", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		key, replayed, err := b.store.Claim(context.Background(), b.req)
+		require.NoError(t, err)
+		require.False(t, replayed)
+		require.Equal(t, idem.Started, key.RecoveryPoint)
+		require.NotNil(t, key.LockedAt)
+		require.NotNil(t, key.LockToken)
+	})
+
+	t.Run("ParamsCompareAsJSON", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		key, _, err := b.store.Claim(context.Background(), b.req)
+		require.NoError(t, err)
+		require.NoError(t, b.store.Unlock(context.Background(), key))
+
+		same := b.req
+		same.Params = []byte(`{"b":2.0,"a":1}`)
+		again, _, err := b.store.Claim(context.Background(), same)
+		require.NoError(t, err)
+		require.Equal(t, key.ID, again.ID)
+	})
+
+	t.Run("RefusesDifferentRequest", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, _, err := b.store.Claim(context.Background(), b.req)
+		require.NoError(t, err)
+		for _, change := range []func(*idem.Request){
+			func(r *idem.Request) { r.Params = []byte(`{"a": 1, "b": 3}`) },
+			func(r *idem.Request) { r.Path = "/elsewhere" },
+			func(r *idem.Request) { r.Method = "PUT" },
+		} {
+			req := b.req
+			change(&req)
+			_, _, err := b.store.Claim(context.Background(), req)
+			require.ErrorIs(t, err, idem.ErrKeyReused)
+		}
+	})
+
+	t.Run("RefusesLiveLock", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, _, err := b.store.Claim(context.Background(), b.req)
+		require.NoError(t, err)
+		_, _, err = b.store.Claim(context.Background(), b.req)
+		require.ErrorIs(t, err, idem.ErrInFlight)
+	})
+
+	t.Run("TakesOverStaleLockWithNewToken", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		first, _, err := b.store.Claim(context.Background(), b.req)
+		require.NoError(t, err)
+		staleLock(t, b, first.ID)
+
+		second, replayed, err := b.store.Claim(context.Background(), b.req)
+		require.NoError(t, err)
+		require.False(t, replayed)
+		require.Equal(t, first.ID, second.ID)
+		require.NotEqual(t, *first.LockToken, *second.LockToken)
+	})
+
+	// Fencing: the request whose lock was taken over can no longer move
+	// the key, even though it still believes it holds it.
+	t.Run("FencesOffRequestWhoseLockWasTakenOver", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+		stalled, _, err := b.store.Claim(ctx, b.req)
+		require.NoError(t, err)
+		staleLock(t, b, stalled.ID)
+		takeover, _, err := b.store.Claim(ctx, b.req)
+		require.NoError(t, err)
+
+		wrote := false
+		err = b.store.Phase(ctx, stalled, func(ctx context.Context, tx pgx.Tx) (idem.Outcome, error) {
+			_, err := tx.Exec(ctx, `INSERT INTO staged_jobs (job_name, job_args) VALUES ('fenced', '{}')`)
+			wrote = err == nil
+			return idem.Respond(201, []byte(`{"stalled": true}`)), err
+		})
+		require.ErrorIs(t, err, idem.ErrLockLost)
+		require.True(t, wrote)
+		require.Equal(t, idem.Started, stalled.RecoveryPoint, "in-memory key unchanged")
+
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM staged_jobs`).Scan(&n))
+		require.Zero(t, n, "the fenced phase's writes rolled back")
+
+		// The stalled request's unlock must not release the new owner.
+		require.NoError(t, b.store.Unlock(ctx, stalled))
+		_, _, err = b.store.Claim(ctx, b.req)
+		require.ErrorIs(t, err, idem.ErrInFlight)
+
+		// The new owner proceeds.
+		require.NoError(t, b.store.Phase(ctx, takeover, advance(halfway)))
+		require.Equal(t, halfway, takeover.RecoveryPoint)
+	})
+
+	t.Run("PhaseCommitsWritesAndRecoveryPointTogether", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+		key, _, err := b.store.Claim(ctx, b.req)
+		require.NoError(t, err)
+
+		require.NoError(t, b.store.Phase(ctx, key, advance(halfway)))
+		err = b.store.Phase(ctx, key, func(ctx context.Context, tx pgx.Tx) (idem.Outcome, error) {
+			return idem.Respond(201, []byte(`{"z": 1, "a": [1, 2]}`)), nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, idem.Finished, key.RecoveryPoint)
+		require.Equal(t, 201, key.Response().Code)
+
+		replay, replayed, err := b.store.Claim(ctx, b.req)
+		require.NoError(t, err)
+		require.True(t, replayed)
+		require.Equal(t, string(key.Response().Body), string(replay.Response().Body), "first response and replay are the same bytes")
+		require.Nil(t, replay.LockedAt)
+	})
+
+	t.Run("ReplayWinsOverStaleLockCheck", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+		key, _, err := b.store.Claim(ctx, b.req)
+		require.NoError(t, err)
+		require.NoError(t, b.store.Phase(ctx, key, func(context.Context, pgx.Tx) (idem.Outcome, error) {
+			return idem.Respond(402, []byte(`{"code": "card_declined"}`)), nil
+		}))
+		for range 3 {
+			replay, replayed, err := b.store.Claim(ctx, b.req)
+			require.NoError(t, err)
+			require.True(t, replayed)
+			require.Equal(t, 402, replay.Response().Code)
+		}
+	})
+
+	t.Run("UnlockKeepsRecoveryPoint", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+		key, _, err := b.store.Claim(ctx, b.req)
+		require.NoError(t, err)
+		require.NoError(t, b.store.Phase(ctx, key, advance(halfway)))
+		require.NoError(t, b.store.Unlock(ctx, key))
+
+		resumed, replayed, err := b.store.Claim(ctx, b.req)
+		require.NoError(t, err)
+		require.False(t, replayed)
+		require.Equal(t, halfway, resumed.RecoveryPoint)
+	})
+
+	t.Run("ConcurrentClaimsOneWinner", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		const n = 30
+		var (
+			wg       sync.WaitGroup
+			mu       sync.Mutex
+			winners  int
+			inFlight int
+		)
+		for range n {
+			wg.Go(func() {
+				_, _, err := b.store.Claim(context.Background(), b.req)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					winners++
+				default:
+					require.ErrorIs(t, err, idem.ErrInFlight)
+					inFlight++
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, 1, winners)
+		require.Equal(t, n-1, inFlight)
+	})
+}
