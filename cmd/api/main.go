@@ -1,0 +1,96 @@
+// Command api serves the Rocket Rides HTTP API.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rocketrides/rocketrides/internal/api"
+	"github.com/rocketrides/rocketrides/internal/config"
+	"github.com/rocketrides/rocketrides/internal/db"
+	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/payment"
+	"github.com/rocketrides/rocketrides/internal/rides"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "api:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	logger, err := config.Logger("api")
+	if err != nil {
+		return err
+	}
+	databaseURL, err := config.Required("DATABASE_URL")
+	if err != nil {
+		return err
+	}
+	stripeKey, err := config.Required("STRIPE_API_KEY")
+	if err != nil {
+		return err
+	}
+	lockTimeout, err := config.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout)
+	if err != nil {
+		return err
+	}
+	stripeTimeout, err := config.Duration("STRIPE_TIMEOUT", 20*time.Second)
+	if err != nil {
+		return err
+	}
+	simulatedErrors, err := config.Bool("SIMULATED_ERRORS", false)
+	if err != nil {
+		return err
+	}
+	maxConns, err := config.Int("DATABASE_MAX_CONNS", 0)
+	if err != nil {
+		return err
+	}
+	addr := ":" + config.String("PORT", "5000")
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	pool, err := db.Open(ctx, databaseURL, int32(maxConns))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	keys := idem.NewStore(pool, idem.Config{LockTimeout: lockTimeout})
+	svc := rides.NewService(rides.Config{
+		Pool:     pool,
+		Keys:     keys,
+		Payments: payment.New(payment.Config{APIKey: stripeKey, BaseURL: os.Getenv("STRIPE_API_BASE"), Timeout: stripeTimeout}),
+		Logger:   logger,
+	})
+	handler := api.NewHandler(api.Config{
+		Pool:   pool,
+		Logger: logger,
+		Rides: rides.NewHandler(rides.HandlerConfig{
+			Service:         svc,
+			Pool:            pool,
+			Logger:          logger,
+			SimulatedErrors: simulatedErrors,
+		}),
+	})
+
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	logger.Info("listening", "addr", ln.Addr().String(), "stripe_api_base", os.Getenv("STRIPE_API_BASE"),
+		"simulated_errors", simulatedErrors, "lock_timeout", lockTimeout)
+	err = api.Serve(ctx, api.NewServer(addr, handler, logger), ln, 95*time.Second)
+	logger.Info("stopped", slog.Any("error", err))
+	return err
+}

@@ -1,0 +1,222 @@
+// Package api assembles the HTTP server: routing, authentication, and the
+// hygiene every endpoint shares (request ids, structured request logs,
+// panic recovery, a body size limit, timeouts, graceful shutdown).
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rocketrides/rocketrides/internal/problem"
+	"github.com/rocketrides/rocketrides/internal/rides"
+	"github.com/rocketrides/rocketrides/internal/user"
+)
+
+// MaxBodyBytes bounds every request body.
+const MaxBodyBytes = 64 << 10
+
+// Config configures the server's handler.
+type Config struct {
+	Pool   *pgxpool.Pool
+	Rides  *rides.Handler
+	Logger *slog.Logger
+}
+
+// NewHandler returns the API's root handler.
+func NewHandler(cfg Config) http.Handler {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID)
+	r.Use(requestLog(logger))
+	r.Use(recoverPanic(logger))
+	r.Use(limitBody(MaxBodyBytes))
+
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		problem.New(http.StatusNotFound, "not_found", "No such endpoint: "+r.URL.Path).Write(w)
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		problem.New(http.StatusMethodNotAllowed, "method_not_allowed",
+			r.Method+" is not supported on "+r.URL.Path).Write(w)
+	})
+
+	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	r.Get("/readyz", readyz(cfg.Pool))
+
+	r.Group(func(r chi.Router) {
+		r.Use(authenticate(cfg.Pool, logger))
+		cfg.Rides.Mount(r)
+	})
+	return r
+}
+
+// NewServer returns an http.Server with timeouts suited to the API.
+// WriteTimeout leaves room for the Stripe call and its retries.
+func NewServer(addr string, h http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      90 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// Serve runs srv on ln until ctx is done, then shuts down gracefully:
+// the listener closes at once and in-flight requests get up to
+// drainTimeout to finish. A request cut off anyway is safe: its key stays
+// resumable.
+func Serve(ctx context.Context, srv *http.Server, ln net.Listener, drainTimeout time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shut down: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// authenticate resolves "Authorization: Bearer <token>" to a user.
+func authenticate(pool *pgxpool.Pool, logger *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+			token = strings.TrimSpace(token)
+			if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+				unauthorized(w, "Send your API token as Authorization: Bearer <token>.")
+				return
+			}
+			u, err := user.ByToken(r.Context(), pool, token)
+			if errors.Is(err, user.ErrNotFound) {
+				unauthorized(w, "The API token is not valid.")
+				return
+			}
+			if err != nil {
+				logger.ErrorContext(r.Context(), "authenticate", "error", err, "request_id", middleware.GetReqID(r.Context()))
+				problem.New(http.StatusServiceUnavailable, "unavailable",
+					"Could not check the API token; retry shortly.").WithRetryAfter(1).Write(w)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(user.NewContext(r.Context(), u)))
+		})
+	}
+}
+
+func unauthorized(w http.ResponseWriter, detail string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="rocketrides"`)
+	problem.New(http.StatusUnauthorized, "unauthorized", detail).Write(w)
+}
+
+// readyz reports whether the database answers; a load balancer stops
+// sending traffic while it does not.
+func readyz(pool *pgxpool.Pool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := pool.Ping(ctx); err != nil {
+			problem.New(http.StatusServiceUnavailable, "database_unavailable", "The database does not answer.").Write(w)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ready\n"))
+	}
+}
+
+// limitBody caps request bodies; reading past the cap fails with
+// *http.MaxBytesError, which handlers turn into 413.
+func limitBody(n int64) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ContentLength > n {
+				problem.New(http.StatusRequestEntityTooLarge, "body_too_large",
+					fmt.Sprintf("The request body is larger than %d bytes.", n)).Write(w)
+				return
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, n)
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// recoverPanic turns a panic into a logged 500 problem instead of a
+// dropped connection. chi's Recoverer answers in plain text; the API's
+// errors are problem documents.
+func recoverPanic(logger *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer func() {
+				rec := recover()
+				if rec == nil || rec == http.ErrAbortHandler {
+					if rec != nil {
+						panic(rec)
+					}
+					return
+				}
+				logger.ErrorContext(r.Context(), "panic serving request",
+					"panic", rec, "stack", string(debug.Stack()),
+					"request_id", middleware.GetReqID(r.Context()))
+				problem.New(http.StatusInternalServerError, "internal_error", "Something went wrong on our side.").Write(w)
+			}()
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// requestLog writes one structured line per request and echoes the
+// request id to the client, so a support question can quote it.
+func requestLog(logger *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			reqID := middleware.GetReqID(r.Context())
+			w.Header().Set("Request-Id", reqID)
+			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+			next.ServeHTTP(ww, r)
+			status := ww.Status()
+			if status == 0 {
+				status = http.StatusOK
+			}
+			level := slog.LevelInfo
+			if status >= 500 {
+				level = slog.LevelWarn
+			}
+			logger.Log(r.Context(), level, "request",
+				"request_id", reqID,
+				"method", r.Method,
+				"path", r.URL.Path,
+				"status", status,
+				"bytes", ww.BytesWritten(),
+				"duration_ms", float64(time.Since(start).Microseconds())/1000,
+				"remote", r.RemoteAddr,
+				"replayed", ww.Header().Get("Idempotent-Replayed") == "true",
+			)
+		})
+	}
+}

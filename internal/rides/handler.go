@@ -1,0 +1,338 @@
+package rides
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rocketrides/rocketrides/internal/failpoint"
+	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/payment"
+	"github.com/rocketrides/rocketrides/internal/problem"
+	"github.com/rocketrides/rocketrides/internal/user"
+)
+
+// Idempotency-Key limits. Short keys are too easy to collide by accident;
+// a UUID is 36 characters.
+const (
+	MinKeyLength = 20
+	MaxKeyLength = 255
+)
+
+// Handler serves the ride endpoints. It is the HTTP edge: the only place
+// where errors become status codes and problem documents.
+type Handler struct {
+	svc             *Service
+	pool            *pgxpool.Pool
+	logger          *slog.Logger
+	simulatedErrors bool
+	fail            failpoint.Func
+}
+
+// HandlerConfig configures a Handler.
+type HandlerConfig struct {
+	Service *Service
+	Pool    *pgxpool.Pool
+	Logger  *slog.Logger
+	// SimulatedErrors accepts raise_error=true, which fails a request on
+	// purpose after its ride is created.
+	SimulatedErrors bool
+	Failpoint       failpoint.Func
+}
+
+// NewHandler returns a Handler.
+func NewHandler(cfg HandlerConfig) *Handler {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Handler{svc: cfg.Service, pool: cfg.Pool, logger: logger, simulatedErrors: cfg.SimulatedErrors, fail: cfg.Failpoint}
+}
+
+// Mount adds the ride routes to r. They expect an authenticated user in
+// the request context (user.NewContext).
+func (h *Handler) Mount(r chi.Router) {
+	r.Post("/rides", h.create)
+	r.Get("/rides", h.list)
+	r.Get("/rides/{id}", h.get)
+}
+
+// create serves POST /rides. Everything about the request is checked
+// before the idempotency key is touched, so a rejected request leaves no
+// row behind.
+func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	u := user.FromContext(ctx)
+
+	key, prob := idempotencyKey(r.Header.Values("Idempotency-Key"))
+	if prob != nil {
+		prob.Write(w)
+		return
+	}
+	raw, err := decodeBody(r.Header.Get("Content-Type"), r.Body)
+	if err != nil {
+		bodyProblem(err).Write(w)
+		return
+	}
+	params, raiseError, err := parseParams(raw, h.simulatedErrors)
+	if err != nil {
+		bodyProblem(err).Write(w)
+		return
+	}
+
+	res, err := h.svc.Create(ctx, CreateRequest{
+		User:           u,
+		IdempotencyKey: key,
+		Params:         params,
+		OriginIP:       clientIP(r),
+		RaiseError:     raiseError,
+	})
+	if err == nil {
+		err = h.fail.At(ctx, FailBeforeResponse)
+	}
+	if err != nil {
+		h.errorProblem(ctx, err).Write(w)
+		return
+	}
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeStored(w, res.Response)
+}
+
+// get serves GET /rides/{id}: a ride of the caller's. Another user's ride
+// is as not found as a ride that does not exist.
+func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
+	if err != nil || id <= 0 {
+		problem.New(http.StatusNotFound, "ride_not_found", "No ride with that id.").Write(w)
+		return
+	}
+	ride, err := rideByID(ctx, h.pool, user.FromContext(ctx).ID, id)
+	if errors.Is(err, ErrNotFound) {
+		problem.New(http.StatusNotFound, "ride_not_found", fmt.Sprintf("No ride with id %d.", id)).Write(w)
+		return
+	}
+	if err != nil {
+		h.errorProblem(ctx, err).Write(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, ride)
+}
+
+// List limits.
+const (
+	defaultListLimit = 10
+	maxListLimit     = 100
+)
+
+// list serves GET /rides: the caller's rides, newest first, a page at a
+// time (limit, starting_after), in the shape of Stripe's list objects.
+func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	q := r.URL.Query()
+	limit := defaultListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListLimit {
+			invalidQuery("limit", fmt.Sprintf("must be an integer between 1 and %d", maxListLimit)).Write(w)
+			return
+		}
+		limit = n
+	}
+	var after int64
+	if v := q.Get("starting_after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			invalidQuery("starting_after", "must be a ride id").Write(w)
+			return
+		}
+		after = n
+	}
+	// One extra row tells whether there is another page.
+	rides, err := listRides(ctx, h.pool, user.FromContext(ctx).ID, after, limit+1)
+	if err != nil {
+		h.errorProblem(ctx, err).Write(w)
+		return
+	}
+	hasMore := len(rides) > limit
+	if hasMore {
+		rides = rides[:limit]
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"object":   "list",
+		"url":      "/rides",
+		"data":     rides,
+		"has_more": hasMore,
+	})
+}
+
+// idempotencyKey validates the Idempotency-Key header. A value sent as an
+// RFC 8941 structured-field string ("...") is unquoted first, as the IETF
+// Idempotency-Key draft specifies.
+func idempotencyKey(values []string) (string, *problem.Problem) {
+	if len(values) > 1 {
+		return "", problem.New(http.StatusBadRequest, "idempotency_key_invalid",
+			"Send the Idempotency-Key header once.")
+	}
+	key := ""
+	if len(values) == 1 {
+		key = strings.TrimSpace(values[0])
+	}
+	if key == "" {
+		return "", problem.New(http.StatusBadRequest, "idempotency_key_missing",
+			"The Idempotency-Key header is required; send a random value such as a UUID, the same on every retry.")
+	}
+	if strings.HasPrefix(key, `"`) {
+		unquoted, ok := unquoteStructuredString(key)
+		if !ok {
+			return "", problem.New(http.StatusBadRequest, "idempotency_key_invalid",
+				"The Idempotency-Key header is not a valid quoted string.")
+		}
+		key = unquoted
+	}
+	if len(key) < MinKeyLength || len(key) > MaxKeyLength {
+		return "", problem.New(http.StatusBadRequest, "idempotency_key_invalid",
+			fmt.Sprintf("The Idempotency-Key header must be %d to %d characters long; it is %d.", MinKeyLength, MaxKeyLength, len(key)))
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return "", problem.New(http.StatusBadRequest, "idempotency_key_invalid",
+				"The Idempotency-Key header must be printable ASCII.")
+		}
+	}
+	return key, nil
+}
+
+// unquoteStructuredString decodes an RFC 8941 sf-string: "..." where only
+// \" and \\ are escapes.
+func unquoteStructuredString(s string) (string, bool) {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return "", false
+	}
+	var b strings.Builder
+	for i := 1; i < len(s)-1; i++ {
+		c := s[i]
+		switch {
+		case c == '\\':
+			i++
+			if i >= len(s)-1 || (s[i] != '"' && s[i] != '\\') {
+				return "", false
+			}
+			b.WriteByte(s[i])
+		case c == '"':
+			return "", false
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), true
+}
+
+// bodyProblem turns a body or parameter error into its 4xx.
+func bodyProblem(err error) *problem.Problem {
+	var (
+		maxBytes  *http.MaxBytesError
+		malformed *MalformedError
+		params    *ParamError
+	)
+	switch {
+	case errors.As(err, &maxBytes):
+		return problem.New(http.StatusRequestEntityTooLarge, "body_too_large",
+			fmt.Sprintf("The request body is larger than %d bytes.", maxBytes.Limit))
+	case errors.Is(err, ErrUnsupportedMediaType):
+		return problem.New(http.StatusUnsupportedMediaType, "unsupported_media_type", err.Error())
+	case errors.As(err, &malformed):
+		return problem.New(http.StatusBadRequest, "malformed_body", malformed.Error())
+	case errors.As(err, &params):
+		p := problem.New(http.StatusUnprocessableEntity, "invalid_params", params.Error())
+		for _, ip := range params.Params {
+			p.InvalidParams = append(p.InvalidParams, problem.InvalidParam{Name: ip.Name, Reason: ip.Reason})
+		}
+		return p
+	default:
+		return problem.New(http.StatusBadRequest, "malformed_body", "The request body could not be read.")
+	}
+}
+
+func invalidQuery(name, reason string) *problem.Problem {
+	p := problem.New(http.StatusBadRequest, "invalid_query", name+" "+reason)
+	p.InvalidParams = []problem.InvalidParam{{Name: name, Reason: reason}}
+	return p
+}
+
+// errorProblem turns a failure of the ride request into its response.
+// None of these is stored on the key: the key is unlocked at its last
+// recovery point, and a retry continues from there.
+func (h *Handler) errorProblem(ctx context.Context, err error) *problem.Problem {
+	switch {
+	case errors.Is(err, idem.ErrKeyReused):
+		return problem.New(http.StatusUnprocessableEntity, "idempotency_key_reused",
+			"This Idempotency-Key was used for a different request (method, path or parameters). Use a new key for a new request.")
+	case errors.Is(err, idem.ErrInFlight):
+		return problem.New(http.StatusConflict, "request_in_progress",
+			"Another request with this Idempotency-Key is in progress. Retry shortly with the same key.").WithRetryAfter(1)
+	case errors.Is(err, idem.ErrLockLost):
+		return problem.New(http.StatusConflict, "request_taken_over",
+			"This request stalled and a retry took it over. Retry with the same key to get its result.").WithRetryAfter(1)
+	case errors.Is(err, payment.ErrUnavailable):
+		h.logger.WarnContext(ctx, "payment provider unavailable; key left resumable", "error", err)
+		return problem.New(http.StatusServiceUnavailable, "payment_unavailable",
+			"The payment provider could not be reached. Retry with the same Idempotency-Key; you will be charged at most once.").WithRetryAfter(2)
+	case errors.Is(err, idem.ErrContention):
+		return problem.New(http.StatusServiceUnavailable, "database_contention",
+			"The request conflicted with concurrent work. Retry with the same Idempotency-Key.").WithRetryAfter(1)
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		h.logger.WarnContext(ctx, "ride request abandoned by its client; key left resumable", "error", err)
+		return problem.New(http.StatusServiceUnavailable, "request_cancelled",
+			"The request was cancelled. Retry with the same Idempotency-Key.").WithRetryAfter(1)
+	default:
+		h.logger.ErrorContext(ctx, "ride request failed; key left resumable", "error", err)
+		return problem.New(http.StatusInternalServerError, "internal_error",
+			"Something went wrong on our side. Retry with the same Idempotency-Key; the request resumes where it stopped.")
+	}
+}
+
+// writeStored sends a key's stored response.
+func writeStored(w http.ResponseWriter, resp idem.Response) {
+	if resp.Code >= 400 {
+		w.Header().Set("Content-Type", problem.ContentType)
+	} else {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(resp.Code)
+	_, _ = w.Write(resp.Body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		problem.New(http.StatusInternalServerError, "internal_error", "Could not encode the response.").Write(w)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// clientIP is the address the request came from. Forwarding headers are
+// not trusted: anyone can send them.
+func clientIP(r *http.Request) netip.Addr {
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		return ap.Addr().Unmap()
+	}
+	if a, err := netip.ParseAddr(r.RemoteAddr); err == nil {
+		return a.Unmap()
+	}
+	return netip.IPv4Unspecified()
+}

@@ -1,0 +1,229 @@
+package rides
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Params are the parameters of POST /rides.
+type Params struct {
+	OriginLat float64 `json:"origin_lat"`
+	OriginLon float64 `json:"origin_lon"`
+	TargetLat float64 `json:"target_lat"`
+	TargetLon float64 `json:"target_lon"`
+}
+
+// Canonical is the request's fingerprint as stored on the idempotency key:
+// fixed key order and Go's shortest number spelling, so that a form
+// request and a JSON request with the same values are the same request.
+// Keys also compare as JSONB, which ignores order and spelling; the
+// canonical form keeps the stored params readable and stable.
+func (p Params) Canonical() []byte {
+	b, err := json.Marshal(p)
+	if err != nil {
+		// Params hold only finite floats (parseParams guarantees it).
+		panic("encode ride params: " + err.Error())
+	}
+	return b
+}
+
+// ErrUnsupportedMediaType means the body is neither JSON nor a form.
+var ErrUnsupportedMediaType = errors.New("unsupported media type")
+
+// MalformedError means the body could not be decoded at all.
+type MalformedError struct{ Err error }
+
+func (e *MalformedError) Error() string { return "malformed request body: " + e.Err.Error() }
+func (e *MalformedError) Unwrap() error { return e.Err }
+
+// ParamError lists every parameter that is missing, unknown or invalid.
+type ParamError struct {
+	Params []InvalidParam
+}
+
+// InvalidParam is one rejected parameter and why.
+type InvalidParam struct {
+	Name   string
+	Reason string
+}
+
+func (e *ParamError) Error() string {
+	parts := make([]string, len(e.Params))
+	for i, p := range e.Params {
+		parts[i] = p.Name + " " + p.Reason
+	}
+	return strings.Join(parts, "; ")
+}
+
+// SimulateErrorParam asks the API to fail on purpose after the ride is
+// created, so that the simulator exercises recovery. It is honoured only
+// when simulated errors are enabled, and it is not part of the request's
+// fingerprint: the retry without it is the same request.
+const SimulateErrorParam = "raise_error"
+
+// rawParams are the parameters as decoded, before validation: each value
+// is the literal text of a form value or of a JSON number.
+type rawParams map[string]rawValue
+
+type rawValue struct {
+	text     string
+	isNumber bool // false for a JSON value that is not a number
+	repeated bool
+}
+
+// decodeBody decodes a POST /rides body into raw parameters according to
+// its Content-Type.
+func decodeBody(contentType string, body io.Reader) (rawParams, error) {
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return nil, err // *http.MaxBytesError is handled by the caller
+	}
+	mediaType := ""
+	if contentType != "" {
+		mediaType, _, err = mime.ParseMediaType(contentType)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %q", ErrUnsupportedMediaType, contentType)
+		}
+	}
+	switch {
+	case mediaType == "application/json":
+		return decodeJSON(data)
+	case mediaType == "application/x-www-form-urlencoded":
+		return decodeForm(data)
+	case mediaType == "" && len(bytes.TrimSpace(data)) == 0:
+		// No body at all: every parameter is missing, which the
+		// validation step reports by name.
+		return rawParams{}, nil
+	default:
+		return nil, fmt.Errorf("%w: %q (send application/json or application/x-www-form-urlencoded)", ErrUnsupportedMediaType, contentType)
+	}
+}
+
+func decodeForm(data []byte) (rawParams, error) {
+	values, err := url.ParseQuery(string(data))
+	if err != nil {
+		return nil, &MalformedError{Err: fmt.Errorf("form: %w", err)}
+	}
+	raw := rawParams{}
+	for name, vs := range values {
+		raw[name] = rawValue{text: vs[0], isNumber: true, repeated: len(vs) > 1}
+	}
+	return raw, nil
+}
+
+// decodeJSON walks the object token by token rather than unmarshalling
+// into a struct: that is how duplicate and unknown keys, and numbers
+// sent as strings, are noticed instead of silently accepted.
+func decodeJSON(data []byte) (rawParams, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, &MalformedError{Err: fmt.Errorf("json: %w", err)}
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, &MalformedError{Err: errors.New("json: body must be an object")}
+	}
+	raw := rawParams{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, &MalformedError{Err: fmt.Errorf("json: %w", err)}
+		}
+		name := tok.(string) // object keys are always strings
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return nil, &MalformedError{Err: fmt.Errorf("json: value of %q: %w", name, err)}
+		}
+		v := rawValue{text: string(value), repeated: raw[name].text != ""}
+		var number json.Number
+		if len(value) > 0 && value[0] != '"' && json.Unmarshal(value, &number) == nil {
+			v.isNumber = true
+		}
+		raw[name] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, &MalformedError{Err: fmt.Errorf("json: %w", err)}
+	}
+	if dec.More() {
+		return nil, &MalformedError{Err: errors.New("json: unexpected data after the object")}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, &MalformedError{Err: errors.New("json: unexpected data after the object")}
+	}
+	return raw, nil
+}
+
+// parseParams validates raw parameters. It reports every problem at once,
+// each naming its parameter. raiseError reports whether the client asked
+// for a simulated failure; allowSimulated says whether that parameter is
+// accepted at all.
+func parseParams(raw rawParams, allowSimulated bool) (p Params, raiseError bool, err error) {
+	var invalid []InvalidParam
+	field := func(name string, min, max float64) float64 {
+		v, ok := raw[name]
+		switch {
+		case !ok:
+			invalid = append(invalid, InvalidParam{name, "is required"})
+			return 0
+		case v.repeated:
+			invalid = append(invalid, InvalidParam{name, "is given more than once"})
+			return 0
+		case !v.isNumber:
+			invalid = append(invalid, InvalidParam{name, "must be a number"})
+			return 0
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v.text), 64)
+		switch {
+		case err != nil || math.IsNaN(f) || math.IsInf(f, 0):
+			invalid = append(invalid, InvalidParam{name, "must be a finite number"})
+		case f < min || f > max:
+			invalid = append(invalid, InvalidParam{name, fmt.Sprintf("must be between %g and %g", min, max)})
+		}
+		// -0 and 0 are the same coordinate and the same request.
+		return f + 0
+	}
+	p.OriginLat = field("origin_lat", -90, 90)
+	p.OriginLon = field("origin_lon", -180, 180)
+	p.TargetLat = field("target_lat", -90, 90)
+	p.TargetLon = field("target_lon", -180, 180)
+
+	if v, ok := raw[SimulateErrorParam]; ok && allowSimulated {
+		switch strings.Trim(v.text, `"`) {
+		case "true", "1":
+			raiseError = true
+		case "false", "0":
+		default:
+			invalid = append(invalid, InvalidParam{SimulateErrorParam, "must be true or false"})
+		}
+	}
+	var unknown []string
+	for name := range raw {
+		switch name {
+		case "origin_lat", "origin_lon", "target_lat", "target_lon":
+		case SimulateErrorParam:
+			if !allowSimulated {
+				unknown = append(unknown, name)
+			}
+		default:
+			unknown = append(unknown, name)
+		}
+	}
+	slices.Sort(unknown)
+	for _, name := range unknown {
+		invalid = append(invalid, InvalidParam{name, "is not a known parameter"})
+	}
+	if len(invalid) > 0 {
+		return Params{}, false, &ParamError{Params: invalid}
+	}
+	return p, raiseError, nil
+}

@@ -1,0 +1,319 @@
+// Package rides is the ride request, POST /rides: its parameters, its
+// atomic phases and its HTTP handlers. It owns the rides table.
+//
+// A ride request is a small state machine whose states are recovery
+// points. Each arrow is an atomic phase, one Postgres transaction that
+// makes its writes and moves the recovery point together:
+//
+//	started ──(ride + audit record)──> ride_created
+//	ride_created ──(Stripe charge, then record it)──> charge_created
+//	charge_created ──(staged receipt job + stored 201)──> finished
+//
+// The Stripe charge is the one foreign state mutation. It happens between
+// transactions, never inside one, and carries the idempotency key
+// rocket-rides-<idempotency key id>, so that a request resumed after any
+// crash asks Stripe for the same charge again and is charged at most once.
+package rides
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rocketrides/rocketrides/internal/audit"
+	"github.com/rocketrides/rocketrides/internal/failpoint"
+	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/jobs"
+	"github.com/rocketrides/rocketrides/internal/payment"
+	"github.com/rocketrides/rocketrides/internal/problem"
+	"github.com/rocketrides/rocketrides/internal/user"
+)
+
+// The ride's recovery points between idem.Started and idem.Finished.
+const (
+	RideCreated   idem.RecoveryPoint = "ride_created"
+	ChargeCreated idem.RecoveryPoint = "charge_created"
+)
+
+// Every ride costs the same while Rocket Rides is young.
+const (
+	Price    = 2000 // cents
+	Currency = "usd"
+)
+
+// The seams of a ride request where tests inject failures.
+const (
+	FailAfterClaim         = "after_claim"
+	FailAfterRideCreated   = "after_ride_created"
+	FailBeforeCharge       = "before_charge"
+	FailAfterCharge        = "after_charge" // Stripe answered; the charge is not recorded yet
+	FailInRecordCharge     = "in_record_charge"
+	FailAfterChargeCreated = "after_charge_created"
+	FailAfterFinished      = "after_finished"
+	FailBeforeResponse     = "before_response"
+)
+
+// ErrSimulated is the failure a client asks for with raise_error=true.
+var ErrSimulated = errors.New("simulated failure requested with raise_error")
+
+// Path is where rides are created; it is part of every ride key's
+// fingerprint.
+const Path = "/rides"
+
+// StripeKey is the idempotency key sent to Stripe for the charge of the
+// request with idempotency key id keyID. It is derived from our key row,
+// not from the client's key, so that it is unique across all users and the
+// same on every retry of the request.
+func StripeKey(keyID int64) string { return "rocket-rides-" + strconv.FormatInt(keyID, 10) }
+
+// Config configures a Service.
+type Config struct {
+	Pool      *pgxpool.Pool
+	Keys      *idem.Store
+	Payments  *payment.Gateway
+	Logger    *slog.Logger
+	Failpoint failpoint.Func
+}
+
+// Service runs ride requests, for the API and for the completer alike.
+type Service struct {
+	pool     *pgxpool.Pool
+	keys     *idem.Store
+	payments *payment.Gateway
+	logger   *slog.Logger
+	fail     failpoint.Func
+}
+
+// NewService returns a Service.
+func NewService(cfg Config) *Service {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Service{pool: cfg.Pool, keys: cfg.Keys, payments: cfg.Payments, logger: logger, fail: cfg.Failpoint}
+}
+
+// CreateRequest is one POST /rides.
+type CreateRequest struct {
+	User           user.User
+	IdempotencyKey string
+	Params         Params
+	OriginIP       netip.Addr
+	// RaiseError fails the request after the ride is created, before the
+	// charge (only when the API runs with simulated errors).
+	RaiseError bool
+}
+
+// Result is the response to a ride request.
+type Result struct {
+	idem.Response
+	// Replayed is true when the key had finished before this request:
+	// the response is the stored one and nothing ran.
+	Replayed bool
+}
+
+// Create claims the request's idempotency key and drives the request to a
+// response, resuming from the key's recovery point if an earlier attempt
+// got part way.
+func (s *Service) Create(ctx context.Context, req CreateRequest) (Result, error) {
+	key, replayed, err := s.keys.Claim(ctx, idem.Request{
+		UserID:   req.User.ID,
+		Key:      req.IdempotencyKey,
+		Method:   http.MethodPost,
+		Path:     Path,
+		Params:   req.Params.Canonical(),
+		OriginIP: req.OriginIP,
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	if replayed {
+		return Result{Response: key.Response(), Replayed: true}, nil
+	}
+	resp, err := s.run(ctx, req.User, key, req.Params, req.RaiseError)
+	return Result{Response: resp}, err
+}
+
+// Resume drives a key that the caller has already claimed (the completer)
+// to a response, with the request's stored parameters, as its user.
+func (s *Service) Resume(ctx context.Context, key *idem.Key) (idem.Response, error) {
+	var params Params
+	if err := json.Unmarshal(key.RequestParams, &params); err != nil {
+		s.unlock(ctx, key)
+		return idem.Response{}, fmt.Errorf("decode stored params of key %d: %w", key.ID, err)
+	}
+	u, err := user.ByID(ctx, s.pool, key.UserID)
+	if err != nil {
+		s.unlock(ctx, key)
+		return idem.Response{}, fmt.Errorf("load user of key %d: %w", key.ID, err)
+	}
+	return s.run(ctx, u, key, params, false)
+}
+
+// run is the DAG: one arm per recovery point, each an atomic phase, until
+// the key is finished. Any error leaves the key at its last committed
+// recovery point and unlocks it, so that a retry resumes from there.
+func (s *Service) run(ctx context.Context, u user.User, key *idem.Key, params Params, raiseError bool) (idem.Response, error) {
+	if err := s.fail.At(ctx, FailAfterClaim); err != nil {
+		s.unlock(ctx, key)
+		return idem.Response{}, err
+	}
+	for {
+		var err error
+		switch key.RecoveryPoint {
+		case idem.Started:
+			err = s.keys.Phase(ctx, key, s.createRide(u, key, params))
+		case RideCreated:
+			err = s.chargeRide(ctx, u, key, raiseError)
+		case ChargeCreated:
+			err = s.keys.Phase(ctx, key, s.stageReceipt(u, key))
+		case idem.Finished:
+			return key.Response(), nil
+		default:
+			err = fmt.Errorf("bug: key %d is at unknown recovery point %q", key.ID, key.RecoveryPoint)
+		}
+		if err == nil {
+			err = s.fail.At(ctx, "after_"+string(key.RecoveryPoint))
+		}
+		if err != nil {
+			s.unlock(ctx, key)
+			return idem.Response{}, err
+		}
+	}
+}
+
+// createRide is the phase from started to ride_created: the ride and its
+// audit record.
+func (s *Service) createRide(u user.User, key *idem.Key, params Params) idem.PhaseFunc {
+	return func(ctx context.Context, tx pgx.Tx) (idem.Outcome, error) {
+		rideID, err := insertRide(ctx, tx, key.ID, u.ID, params)
+		if err != nil {
+			return idem.Outcome{}, err
+		}
+		if err := audit.Insert(ctx, tx, audit.Record{
+			Action:       audit.ActionRideCreated,
+			Data:         params,
+			OriginIP:     key.OriginIP,
+			ResourceID:   rideID,
+			ResourceType: "ride",
+			UserID:       u.ID,
+		}); err != nil {
+			return idem.Outcome{}, err
+		}
+		return idem.Advance(RideCreated), nil
+	}
+}
+
+// chargeRide moves the request from ride_created to charge_created (or to
+// finished, for a final payment error). The Stripe call is made outside
+// any transaction: holding one open across a network call would pin a
+// connection and row locks for as long as Stripe takes, and would still
+// not make the call atomic with our writes. Stripe's idempotency key is
+// what makes it safe to repeat instead.
+func (s *Service) chargeRide(ctx context.Context, u user.User, key *idem.Key, raiseError bool) error {
+	ride, err := rideByKey(ctx, s.pool, key.ID)
+	if err != nil {
+		return fmt.Errorf("bug: key %d is at %s without a ride: %w", key.ID, RideCreated, err)
+	}
+	if err := s.fail.At(ctx, FailBeforeCharge); err != nil {
+		return err
+	}
+	if raiseError {
+		return ErrSimulated
+	}
+
+	chargeID, err := s.payments.Charge(ctx, payment.ChargeRequest{
+		Customer:    u.StripeCustomerID,
+		Amount:      ride.Amount,
+		Currency:    ride.Currency,
+		Description: fmt.Sprintf("Rocket Rides ride %d", ride.ID),
+		Metadata: map[string]string{
+			"ride_id":            strconv.FormatInt(ride.ID, 10),
+			"idempotency_key_id": strconv.FormatInt(key.ID, 10),
+		},
+		IdempotencyKey: StripeKey(key.ID),
+	})
+	var (
+		declined *payment.DeclinedError
+		rejected *payment.RejectedError
+	)
+	switch {
+	case errors.As(err, &declined):
+		// Final: the card will be declined on every retry, so the answer
+		// is stored and replayed.
+		body := problem.New(http.StatusPaymentRequired, "card_declined", declined.Message).JSON()
+		return s.keys.Phase(ctx, key, respond(http.StatusPaymentRequired, body))
+	case errors.As(err, &rejected):
+		body := problem.New(http.StatusBadGateway, "payment_rejected",
+			"The payment provider rejected the charge: "+rejected.Message).JSON()
+		return s.keys.Phase(ctx, key, respond(http.StatusBadGateway, body))
+	case err != nil:
+		// Unavailable or unknown: the charge may exist. Nothing is
+		// recorded, and the retry asks Stripe again with the same key.
+		return fmt.Errorf("charge ride %d: %w", ride.ID, err)
+	}
+	if err := s.fail.At(ctx, FailAfterCharge); err != nil {
+		return err
+	}
+
+	return s.keys.Phase(ctx, key, func(ctx context.Context, tx pgx.Tx) (idem.Outcome, error) {
+		if err := recordCharge(ctx, tx, ride.ID, chargeID); err != nil {
+			return idem.Outcome{}, err
+		}
+		if err := s.fail.At(ctx, FailInRecordCharge); err != nil {
+			return idem.Outcome{}, err
+		}
+		return idem.Advance(ChargeCreated), nil
+	})
+}
+
+// stageReceipt is the phase from charge_created to finished: a staged job
+// sends the receipt once this transaction commits, and the 201 is stored.
+func (s *Service) stageReceipt(u user.User, key *idem.Key) idem.PhaseFunc {
+	return func(ctx context.Context, tx pgx.Tx) (idem.Outcome, error) {
+		ride, err := rideByKey(ctx, tx, key.ID)
+		if err != nil {
+			return idem.Outcome{}, err
+		}
+		if ride.StripeChargeID == nil {
+			return idem.Outcome{}, fmt.Errorf("bug: key %d is at %s but ride %d has no charge", key.ID, ChargeCreated, ride.ID)
+		}
+		if err := jobs.Stage(ctx, tx, jobs.ReceiptArgs{
+			RideID:         ride.ID,
+			UserID:         u.ID,
+			Amount:         ride.Amount,
+			Currency:       ride.Currency,
+			StripeChargeID: *ride.StripeChargeID,
+		}); err != nil {
+			return idem.Outcome{}, err
+		}
+		body, err := json.Marshal(ride)
+		if err != nil {
+			return idem.Outcome{}, fmt.Errorf("encode ride %d: %w", ride.ID, err)
+		}
+		return idem.Respond(http.StatusCreated, body), nil
+	}
+}
+
+func respond(code int, body []byte) idem.PhaseFunc {
+	return func(context.Context, pgx.Tx) (idem.Outcome, error) {
+		return idem.Respond(code, body), nil
+	}
+}
+
+// unlock releases key after a failure. An unlock that fails is logged and
+// otherwise harmless: the lock goes stale after the lock timeout.
+func (s *Service) unlock(ctx context.Context, key *idem.Key) {
+	if err := s.keys.Unlock(ctx, key); err != nil {
+		s.logger.ErrorContext(ctx, "unlock idempotency key failed; it frees itself after the lock timeout",
+			"idempotency_key_id", key.ID, "recovery_point", key.RecoveryPoint, "error", err)
+	}
+}

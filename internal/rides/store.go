@@ -1,0 +1,115 @@
+package rides
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrNotFound means no ride matched.
+var ErrNotFound = errors.New("ride not found")
+
+// Ride is a row of rides, and the JSON a client sees.
+type Ride struct {
+	ID               int64     `db:"id" json:"id"`
+	CreatedAt        time.Time `db:"created_at" json:"created_at"`
+	OriginLat        float64   `db:"origin_lat" json:"origin_lat"`
+	OriginLon        float64   `db:"origin_lon" json:"origin_lon"`
+	TargetLat        float64   `db:"target_lat" json:"target_lat"`
+	TargetLon        float64   `db:"target_lon" json:"target_lon"`
+	Amount           int64     `db:"amount" json:"amount"`
+	Currency         string    `db:"currency" json:"currency"`
+	StripeChargeID   *string   `db:"stripe_charge_id" json:"stripe_charge_id"`
+	UserID           int64     `db:"user_id" json:"-"`
+	IdempotencyKeyID *int64    `db:"idempotency_key_id" json:"-"`
+}
+
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+const rideColumns = `id, created_at, origin_lat::float8, origin_lon::float8, target_lat::float8,
+	target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id`
+
+func insertRide(ctx context.Context, tx pgx.Tx, keyID, userID int64, p Params) (int64, error) {
+	var id int64
+	err := tx.QueryRow(ctx, `
+		INSERT INTO rides (idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
+		                   amount, currency, user_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		RETURNING id`,
+		keyID, p.OriginLat, p.OriginLon, p.TargetLat, p.TargetLon, Price, Currency, userID,
+	).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("insert ride for key %d: %w", keyID, err)
+	}
+	return id, nil
+}
+
+// rideByKey finds the ride an idempotency key created.
+func rideByKey(ctx context.Context, q querier, keyID int64) (*Ride, error) {
+	return oneRide(ctx, q, fmt.Sprintf("for key %d", keyID),
+		`SELECT `+rideColumns+` FROM rides WHERE idempotency_key_id = $1`, keyID)
+}
+
+// rideByID finds a ride of a user; another user's ride is not found.
+func rideByID(ctx context.Context, q querier, userID, id int64) (*Ride, error) {
+	return oneRide(ctx, q, fmt.Sprintf("%d", id),
+		`SELECT `+rideColumns+` FROM rides WHERE id = $1 AND user_id = $2`, id, userID)
+}
+
+// listRides returns up to limit rides of a user, newest first, older than
+// the ride startingAfter when it is non-zero.
+func listRides(ctx context.Context, q querier, userID, startingAfter int64, limit int) ([]*Ride, error) {
+	rows, err := q.Query(ctx, `
+		SELECT `+rideColumns+` FROM rides
+		WHERE user_id = $1 AND ($2 = 0 OR id < $2)
+		ORDER BY id DESC
+		LIMIT $3`,
+		userID, startingAfter, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list rides of user %d: %w", userID, err)
+	}
+	rides, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Ride])
+	if err != nil {
+		return nil, fmt.Errorf("list rides of user %d: %w", userID, err)
+	}
+	return rides, nil
+}
+
+// recordCharge stores the Stripe charge on the ride. Writing the same
+// charge again is harmless; a different charge for a ride that already has
+// one would mean a double charge, and the statement refuses it.
+func recordCharge(ctx context.Context, tx pgx.Tx, rideID int64, chargeID string) error {
+	tag, err := tx.Exec(ctx, `
+		UPDATE rides SET stripe_charge_id = $2
+		WHERE id = $1 AND (stripe_charge_id IS NULL OR stripe_charge_id = $2)`,
+		rideID, chargeID)
+	if err != nil {
+		return fmt.Errorf("record charge %s on ride %d: %w", chargeID, rideID, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("record charge %s on ride %d: ride already has another charge", chargeID, rideID)
+	}
+	return nil
+}
+
+func oneRide(ctx context.Context, q querier, what, sql string, args ...any) (*Ride, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query ride %s: %w", what, err)
+	}
+	ride, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Ride])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("ride %s: %w", what, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read ride %s: %w", what, err)
+	}
+	return ride, nil
+}
