@@ -1,0 +1,58 @@
+# Rocket Rides. `make dev` runs the whole app locally; `make test` runs the
+# suite. Neither needs Docker: without DATABASE_URL both start a
+# project-local PostgreSQL cluster under .data/ (server binaries on PATH or
+# under /usr/lib/postgresql/*/bin).
+
+SHELL := /bin/bash
+GO    ?= go
+BIN   := bin
+CMDS  := $(notdir $(wildcard cmd/*))
+
+# Development defaults (see .env.example). Anything already in the
+# environment wins.
+export STRIPE_API_KEY  ?= sk_test_rocketrides_dev
+export FAKESTRIPE_PORT ?= 12111
+export API_PORT        ?= 5000
+export STRIPE_API_BASE ?= http://127.0.0.1:$(FAKESTRIPE_PORT)
+export SIMULATED_ERRORS ?= true
+
+.PHONY: dev test build db migrate seed vet fmt clean procfile-runner
+
+## dev: local Postgres, migrations, then every Procfile process (Ctrl-C stops them all)
+dev: build
+	@set -euo pipefail; \
+	export DATABASE_URL="$${DATABASE_URL:-$$($(BIN)/localpg url rocketrides)}"; \
+	$(BIN)/migrate up; \
+	runner=$$(scripts/procfile-runner); \
+	echo "database: $$DATABASE_URL"; \
+	echo "stripe:   $$STRIPE_API_BASE"; \
+	echo "api:      http://127.0.0.1:$$API_PORT"; \
+	exec $$runner
+
+## test: the whole suite against real Postgres, River and the Stripe fake
+test:
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 9m ./...
+
+## build: every command into bin/
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+## db: start the project-local Postgres cluster and print its URL
+db: build
+	@$(BIN)/localpg url rocketrides
+
+migrate: build
+	DATABASE_URL="$${DATABASE_URL:-$$($(BIN)/localpg url rocketrides)}" $(BIN)/migrate up
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -l -w .
+
+## clean: stop the local cluster and remove binaries and local data
+clean:
+	-@[ -x $(BIN)/localpg ] && $(BIN)/localpg stop
+	rm -rf $(BIN) .data
