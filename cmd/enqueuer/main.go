@@ -1,0 +1,81 @@
+// Command enqueuer moves staged jobs into River once the transactions that
+// staged them have committed: the transactionally-staged job drain.
+//
+// With -once it moves one batch, prints "enqueued=N" and exits. Otherwise
+// it runs until SIGINT or SIGTERM, finishing the batch in hand first.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/rocketrides/rocketrides/internal/config"
+	"github.com/rocketrides/rocketrides/internal/db"
+	"github.com/rocketrides/rocketrides/internal/jobs"
+)
+
+func main() {
+	once := flag.Bool("once", false, "move one batch, print enqueued=N and exit")
+	flag.Parse()
+	if err := run(*once); err != nil {
+		fmt.Fprintln(os.Stderr, "enqueuer:", err)
+		os.Exit(1)
+	}
+}
+
+func run(once bool) error {
+	logger, err := config.Logger("enqueuer")
+	if err != nil {
+		return err
+	}
+	databaseURL, err := config.Required("DATABASE_URL")
+	if err != nil {
+		return err
+	}
+	pollInterval, err := config.Duration("ENQUEUER_POLL_INTERVAL", jobs.DefaultPollInterval)
+	if err != nil {
+		return err
+	}
+	batchSize, err := config.Int("ENQUEUER_BATCH_SIZE", jobs.DefaultBatchSize)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	pool, err := db.Open(ctx, databaseURL, 0)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	enqueuer, err := jobs.NewEnqueuer(pool, &jobs.EnqueuerConfig{
+		BatchSize:    batchSize,
+		PollInterval: pollInterval,
+		Logger:       logger,
+	})
+	if err != nil {
+		return err
+	}
+
+	if once {
+		moved, err := enqueuer.RunOnce(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("enqueued=%d\n", moved)
+		return nil
+	}
+
+	logger.Info("Enqueuer started", "batch_size", batchSize, "poll_interval", pollInterval)
+	if err := enqueuer.Run(ctx); err != nil {
+		return err
+	}
+	logger.Info("Enqueuer stopped")
+	return nil
+}

@@ -1,0 +1,190 @@
+package jobs_test
+
+import (
+	"bufio"
+	"encoding/base64"
+	"net"
+	"net/mail"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rocketrides/rocketrides/internal/jobs"
+)
+
+func TestSMTPMailer(t *testing.T) {
+	t.Parallel()
+
+	send := func(t *testing.T, smtpURL string) *jobs.Message {
+		t.Helper()
+		mailer, err := jobs.NewSMTPMailer(smtpURL, jobs.DefaultFrom)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := &jobs.Message{
+			ID:      jobs.ReceiptMessageID(9),
+			To:      "rider@example.com",
+			Subject: jobs.ReceiptSubject,
+			Date:    time.Now(),
+			Body:    "Amount:  $20.00 USD\n",
+		}
+		if err := mailer.Send(t.Context(), msg); err != nil {
+			t.Fatalf("Send: %v", err)
+		}
+		return msg
+	}
+
+	t.Run("DeliversWithoutTLS", func(t *testing.T) {
+		t.Parallel()
+		srv := startSMTPServer(t)
+
+		msg := send(t, "smtp://"+srv.addr)
+
+		got := srv.received(t)
+		if got.from != "receipts@rocketrides.local" || len(got.rcpt) != 1 || got.rcpt[0] != msg.To {
+			t.Errorf("envelope from=%q rcpt=%q, want receipts@rocketrides.local -> %s", got.from, got.rcpt, msg.To)
+		}
+		parsed, err := mail.ReadMessage(strings.NewReader(got.data))
+		if err != nil {
+			t.Fatalf("parse delivered message: %v", err)
+		}
+		if id := parsed.Header.Get("Message-ID"); id != "<"+msg.ID+">" {
+			t.Errorf("Message-ID = %q, want <%s>", id, msg.ID)
+		}
+		if got.auth != "" {
+			t.Errorf("authenticated as %q without credentials in the URL", got.auth)
+		}
+	})
+
+	t.Run("AuthenticatesWithURLCredentials", func(t *testing.T) {
+		t.Parallel()
+		srv := startSMTPServer(t)
+
+		send(t, "smtp://rider:s3cret@"+srv.addr)
+
+		if got := srv.received(t); got.auth != "\x00rider\x00s3cret" {
+			t.Errorf("AUTH PLAIN credentials = %q, want rider/s3cret", got.auth)
+		}
+	})
+
+	t.Run("RejectsOtherSchemes", func(t *testing.T) {
+		t.Parallel()
+		if _, err := jobs.NewSMTPMailer("http://localhost:25", jobs.DefaultFrom); err == nil {
+			t.Fatal("NewSMTPMailer accepted an http URL")
+		}
+	})
+}
+
+// smtpServer is just enough of an SMTP server on loopback to accept one
+// message: no TLS, AUTH PLAIN accepted with any credentials.
+type smtpServer struct {
+	addr string
+	done chan delivery
+}
+
+type delivery struct {
+	from, auth, data string
+	rcpt             []string
+}
+
+func startSMTPServer(t *testing.T) *smtpServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &smtpServer{addr: ln.Addr().String(), done: make(chan delivery, 1)}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		srv.serve(conn)
+	})
+	return srv
+}
+
+func (s *smtpServer) serve(conn net.Conn) {
+	r := bufio.NewReader(conn)
+	reply := func(lines ...string) { conn.Write([]byte(strings.Join(lines, "\r\n") + "\r\n")) }
+	var d delivery
+	reply("220 localhost ESMTP test")
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		line = strings.TrimRight(line, "\r\n")
+		verb, arg, _ := strings.Cut(line, " ")
+		switch strings.ToUpper(verb) {
+		case "EHLO":
+			reply("250-localhost", "250-AUTH PLAIN", "250 8BITMIME")
+		case "AUTH":
+			mech, initial, _ := strings.Cut(arg, " ")
+			if mech != "PLAIN" {
+				reply("504 unsupported")
+				continue
+			}
+			if initial == "" {
+				reply("334 ")
+				initial, _ = r.ReadString('\n')
+			}
+			creds, _ := base64.StdEncoding.DecodeString(strings.TrimSpace(initial))
+			d.auth = string(creds)
+			reply("235 ok")
+		case "MAIL":
+			d.from = bracketed(arg)
+			reply("250 ok")
+		case "RCPT":
+			d.rcpt = append(d.rcpt, bracketed(arg))
+			reply("250 ok")
+		case "DATA":
+			reply("354 go ahead")
+			var data strings.Builder
+			for {
+				l, err := r.ReadString('\n')
+				if err != nil {
+					return
+				}
+				if l == ".\r\n" {
+					break
+				}
+				data.WriteString(strings.TrimPrefix(l, "."))
+			}
+			d.data = data.String()
+			reply("250 queued")
+		case "QUIT":
+			reply("221 bye")
+			s.done <- d
+			return
+		default: // NOOP, RSET
+			reply("250 ok")
+		}
+	}
+}
+
+// bracketed returns the address in "FROM:<addr> BODY=8BITMIME".
+func bracketed(arg string) string {
+	_, rest, _ := strings.Cut(arg, "<")
+	addr, _, _ := strings.Cut(rest, ">")
+	return addr
+}
+
+func (s *smtpServer) received(t *testing.T) delivery {
+	t.Helper()
+	select {
+	case d := <-s.done:
+		return d
+	case <-time.After(10 * time.Second):
+		t.Fatal("the SMTP server received no complete session")
+		return delivery{}
+	}
+}

@@ -1,0 +1,173 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+)
+
+// ReceiptSubject is the subject line of every ride receipt.
+const ReceiptSubject = "Your Rocket Rides receipt"
+
+// recordTimeout bounds recording a sent receipt. The record is written
+// even when the job's own context has just ended: a send that is not
+// recorded is sent again on retry.
+const recordTimeout = 10 * time.Second
+
+// ReceiptMessageID is the Message-ID of ride rideID's receipt. It is
+// derived from the ride rather than random so that every attempt at the
+// same receipt carries the same ID, and a duplicate that does get out can
+// be recognised (and dropped) by whatever receives it.
+func ReceiptMessageID(rideID int64) string {
+	return "ride-" + strconv.FormatInt(rideID, 10) + ".receipt@rocketrides.local"
+}
+
+// ReceiptWorker mails the receipt of a charged ride.
+//
+// Mailing is a foreign state mutation: once an SMTP server has accepted a
+// message it cannot be taken back, and River retries a job whose attempt
+// failed, so the worker makes the send idempotent itself. ride_receipts
+// holds one row per ride whose receipt went out. An attempt that finds
+// the row does nothing; otherwise it sends, then records the send.
+//
+// One window remains. If the process dies, or the database is lost, after
+// the mail server accepted the message and before the row is committed,
+// the retry sends the receipt a second time. It cannot be closed here:
+// the send and the row cannot share a transaction, and recording before
+// sending would turn the same crash into a receipt that is never sent.
+// The duplicate has the same Message-ID as the original (see
+// ReceiptMessageID), so mail servers and clients that deduplicate on it
+// show one receipt.
+//
+// Two workers cannot race on one ride: ReceiptArgs are unique in River
+// (see ReceiptArgs.InsertOpts), so there is only ever one job per ride to
+// work.
+type ReceiptWorker struct {
+	river.WorkerDefaults[ReceiptArgs]
+
+	pool   *pgxpool.Pool
+	mailer Mailer
+	logger *slog.Logger
+}
+
+// NewReceiptWorker returns a worker mailing receipts through mailer.
+func NewReceiptWorker(pool *pgxpool.Pool, mailer Mailer, logger *slog.Logger) *ReceiptWorker {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &ReceiptWorker{pool: pool, mailer: mailer, logger: logger}
+}
+
+// Work sends the receipt for job's ride unless it was sent before.
+func (w *ReceiptWorker) Work(ctx context.Context, job *river.Job[ReceiptArgs]) error {
+	args := job.Args
+	messageID := ReceiptMessageID(args.RideID)
+
+	var sent bool
+	if err := w.pool.QueryRow(ctx,
+		`SELECT EXISTS (SELECT 1 FROM ride_receipts WHERE ride_id = $1)`,
+		args.RideID,
+	).Scan(&sent); err != nil {
+		return fmt.Errorf("look up receipt of ride %d: %w", args.RideID, err)
+	}
+	if sent {
+		w.logger.InfoContext(ctx, "Receipt already sent; not sending again",
+			slog.Int64("ride_id", args.RideID), slog.String("message_id", messageID))
+		return nil
+	}
+
+	// Read-only look at tables owned elsewhere: where to send, and the
+	// date the receipt is for. Matching on both ids also refuses a job
+	// whose user is not the ride's.
+	var (
+		email    string
+		riddenAt time.Time
+	)
+	err := w.pool.QueryRow(ctx, `
+		SELECT users.email, rides.created_at
+		FROM rides
+		JOIN users ON users.id = rides.user_id
+		WHERE rides.id = $1 AND rides.user_id = $2`,
+		args.RideID, args.UserID,
+	).Scan(&email, &riddenAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Retrying cannot make the ride appear.
+		return river.JobCancel(fmt.Errorf("ride %d of user %d not found", args.RideID, args.UserID))
+	}
+	if err != nil {
+		return fmt.Errorf("look up recipient of ride %d: %w", args.RideID, err)
+	}
+
+	msg := &Message{
+		ID:      messageID,
+		To:      email,
+		Subject: ReceiptSubject,
+		Date:    time.Now(),
+		Body:    receiptBody(args, riddenAt),
+	}
+	if err := w.mailer.Send(ctx, msg); err != nil {
+		return fmt.Errorf("send receipt of ride %d: %w", args.RideID, err)
+	}
+
+	// The receipt is out. Record it even if ctx ends now: a cancelled
+	// record is the duplicate-send window described on ReceiptWorker.
+	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	if _, err := w.pool.Exec(recordCtx, `
+		INSERT INTO ride_receipts (ride_id, message_id, recipient)
+		VALUES ($1, $2, $3)
+		ON CONFLICT (ride_id) DO NOTHING`,
+		args.RideID, messageID, email,
+	); err != nil {
+		return fmt.Errorf("record receipt %s of ride %d as sent: %w", messageID, args.RideID, err)
+	}
+	w.logger.InfoContext(ctx, "Sent receipt",
+		slog.Int64("ride_id", args.RideID), slog.String("message_id", messageID))
+	return nil
+}
+
+func receiptBody(args ReceiptArgs, riddenAt time.Time) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Thanks for riding with Rocket Rides!\n\n")
+	fmt.Fprintf(&b, "Ride:    #%d\n", args.RideID)
+	fmt.Fprintf(&b, "Date:    %s\n", riddenAt.UTC().Format("2 January 2006, 15:04 MST"))
+	fmt.Fprintf(&b, "Amount:  %s\n", FormatAmount(args.Amount, args.Currency))
+	fmt.Fprintf(&b, "Charge:  %s\n", args.StripeChargeID)
+	fmt.Fprintf(&b, "\nThis receipt was sent to you because you requested a ride.\n")
+	return b.String()
+}
+
+// zeroDecimal are the currencies whose smallest unit is the unit itself,
+// as Stripe lists them: 500 JPY is ¥500, not ¥5.00.
+var zeroDecimal = map[string]bool{
+	"bif": true, "clp": true, "djf": true, "gnf": true, "jpy": true, "kmf": true,
+	"krw": true, "mga": true, "pyg": true, "rwf": true, "ugx": true, "vnd": true,
+	"vuv": true, "xaf": true, "xof": true, "xpf": true,
+}
+
+var currencySymbols = map[string]string{
+	"usd": "$", "cad": "$", "aud": "$", "eur": "€", "gbp": "£", "jpy": "¥",
+}
+
+// FormatAmount renders an amount in a currency's smallest unit for people:
+// FormatAmount(2000, "usd") is "$20.00 USD".
+func FormatAmount(amount int64, currency string) string {
+	currency = strings.ToLower(currency)
+	sign := ""
+	if amount < 0 {
+		sign, amount = "-", -amount
+	}
+	number := strconv.FormatInt(amount, 10)
+	if !zeroDecimal[currency] {
+		number = fmt.Sprintf("%d.%02d", amount/100, amount%100)
+	}
+	return sign + currencySymbols[currency] + number + " " + strings.ToUpper(currency)
+}
