@@ -45,7 +45,8 @@ type Options struct {
 	// that holds go.mod, so that every package's tests find the same one.
 	DataDir string
 
-	// Port is the TCP port on 127.0.0.1. Default: DefaultPort.
+	// Port is the TCP port on 127.0.0.1. Default: $LOCALPG_PORT, else
+	// DefaultPort.
 	Port int
 
 	// BinDir holds initdb, pg_ctl and postgres. Default: the directory of
@@ -95,6 +96,12 @@ func New(opts Options) (Cluster, error) {
 	port := opts.Port
 	if port == 0 {
 		port = DefaultPort
+		// Two checkouts on one machine each need a port of their own.
+		if v := os.Getenv("LOCALPG_PORT"); v != "" {
+			if port, err = strconv.Atoi(v); err != nil || port < 1 || port > 65535 {
+				return Cluster{}, fmt.Errorf("LOCALPG_PORT=%q is not a port number", v)
+			}
+		}
 	}
 	binDir := opts.BinDir
 	if binDir == "" {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -36,8 +38,13 @@ func TestEnsure(t *testing.T) {
 		root, err := projectRoot()
 		require.NoError(t, err)
 		require.Equal(t, filepath.Join(root, ".data", "postgres"), c.DataDir)
-		require.Equal(t, DefaultPort, c.Port)
-		require.Equal(t, "postgres://postgres@127.0.0.1:54329/postgres?sslmode=disable", c.URL())
+		wantPort := DefaultPort
+		if v := os.Getenv("LOCALPG_PORT"); v != "" {
+			wantPort, err = strconv.Atoi(v)
+			require.NoError(t, err)
+		}
+		require.Equal(t, wantPort, c.Port)
+		require.Equal(t, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", wantPort), c.URL())
 	})
 
 	t.Run("RefusesUntraversableParent", func(t *testing.T) {
