@@ -14,6 +14,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/api"
 	"github.com/rocketrides/rocketrides/internal/config"
 	"github.com/rocketrides/rocketrides/internal/db"
+	"github.com/rocketrides/rocketrides/internal/failpoint"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/rides"
@@ -47,6 +48,14 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	stripeRetention, err := config.Duration("STRIPE_KEY_RETENTION", rides.DefaultStripeKeyRetention)
+	if err != nil {
+		return err
+	}
+	maxChargeAttempts, err := config.Int("MAX_CHARGE_ATTEMPTS", rides.DefaultMaxChargeAttempts)
+	if err != nil {
+		return err
+	}
 	simulatedErrors, err := config.Bool("SIMULATED_ERRORS", false)
 	if err != nil {
 		return err
@@ -68,10 +77,14 @@ func run() error {
 
 	keys := idem.NewStore(pool, idem.Config{LockTimeout: lockTimeout})
 	svc := rides.NewService(rides.Config{
-		Pool:     pool,
-		Keys:     keys,
-		Payments: payment.New(payment.Config{APIKey: stripeKey, BaseURL: os.Getenv("STRIPE_API_BASE"), Timeout: stripeTimeout}),
-		Logger:   logger,
+		Pool:      pool,
+		Keys:      keys,
+		Payments:  payment.New(payment.Config{APIKey: stripeKey, BaseURL: os.Getenv("STRIPE_API_BASE"), Timeout: stripeTimeout}),
+		Logger:    logger,
+		Failpoint: failpoint.FromEnv(),
+
+		StripeKeyRetention: stripeRetention,
+		MaxChargeAttempts:  maxChargeAttempts,
 	})
 	handler := api.NewHandler(api.Config{
 		Pool:   pool,
@@ -81,6 +94,7 @@ func run() error {
 			Pool:            pool,
 			Logger:          logger,
 			SimulatedErrors: simulatedErrors,
+			Failpoint:       failpoint.FromEnv(),
 		}),
 	})
 

@@ -50,6 +50,11 @@ type Options struct {
 	// created (stripe-mock hands every customer the same id) and Stripe
 	// is nil.
 	StripeURL string
+	// StripeKeyRetention is both how long the fake remembers its
+	// idempotency keys and how long the service trusts it to.
+	StripeKeyRetention time.Duration
+	// MaxChargeAttempts; zero keeps the service's default.
+	MaxChargeAttempts int
 }
 
 // Stack is a running API with its dependencies.
@@ -78,7 +83,7 @@ func New(t testing.TB, opts Options) *Stack {
 	if opts.StripeURL != "" {
 		s.StripeURL = opts.StripeURL
 	} else {
-		s.Stripe, s.StripeURL = fakestripetest.Start(t, fakestripe.Options{})
+		s.Stripe, s.StripeURL = fakestripetest.Start(t, fakestripe.Options{KeyRetention: opts.StripeKeyRetention})
 	}
 	s.Gateway = payment.New(payment.Config{
 		APIKey: StripeKey, BaseURL: s.StripeURL, Timeout: 5 * time.Second, MaxNetworkRetries: opts.StripeRetries,
@@ -95,6 +100,7 @@ func New(t testing.TB, opts Options) *Stack {
 	s.Keys = idem.NewStore(s.Pool, idem.Config{LockTimeout: opts.LockTimeout})
 	s.Service = rides.NewService(rides.Config{
 		Pool: s.Pool, Keys: s.Keys, Payments: s.Gateway, Failpoint: s.failpoint, Logger: logger,
+		StripeKeyRetention: opts.StripeKeyRetention, MaxChargeAttempts: opts.MaxChargeAttempts,
 	})
 	handler := api.NewHandler(api.Config{
 		Pool:   s.Pool,

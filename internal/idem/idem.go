@@ -59,6 +59,10 @@ var (
 	// rolled back; whoever holds the key now finishes it.
 	ErrLockLost = errors.New("idempotency key lock lost")
 
+	// ErrNeedsAttention means the key was set aside for a human: its
+	// outcome could not be settled automatically.
+	ErrNeedsAttention = errors.New("idempotency key needs human attention")
+
 	// ErrContention means Postgres kept aborting a phase because of
 	// concurrent transactions.
 	ErrContention = errors.New("database contention")
@@ -84,6 +88,15 @@ type Key struct {
 	ResponseBody   []byte        `db:"response_body"`
 	RecoveryPoint  RecoveryPoint `db:"recovery_point"`
 	UserID         int64         `db:"user_id"`
+
+	// ForeignAttempts counts the times the request's foreign state
+	// mutation was about to be tried, and FirstForeignAttemptAt is the
+	// first of them (see RecordForeignAttempt).
+	ForeignAttempts       int        `db:"foreign_attempts"`
+	FirstForeignAttemptAt *time.Time `db:"first_foreign_attempt_at"`
+	// AttentionReason is set when the key was set aside for a human
+	// (see FlagForAttention); no request or completer works it again.
+	AttentionReason *string `db:"attention_reason"`
 }
 
 // Response is a finished key's stored response.
@@ -144,7 +157,8 @@ func (s *Store) LockTimeout() time.Duration { return s.lockTimeout }
 
 const keyColumns = `id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
 	request_method, request_params, request_path, origin_ip,
-	response_code, response_body, recovery_point, user_id`
+	response_code, response_body, recovery_point, user_id,
+	foreign_attempts, first_foreign_attempt_at, attention_reason`
 
 // Claim is the first atomic phase of an idempotent request. It returns the
 // key locked for this request, or, if the key is already finished, the
@@ -204,6 +218,7 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 		if err := row.Scan(&k.ID, &k.CreatedAt, &k.IdempotencyKey, &k.LastRunAt, &k.LockedAt, &k.LockToken,
 			&k.RequestMethod, &k.RequestParams, &k.RequestPath, &k.OriginIP,
 			&k.ResponseCode, &k.ResponseBody, &k.RecoveryPoint, &k.UserID,
+			&k.ForeignAttempts, &k.FirstForeignAttemptAt, &k.AttentionReason,
 			&matches, &lockFresh); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				// The reaper deleted the key between our insert and
@@ -332,6 +347,52 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 		key.ResponseCode, key.ResponseBody = &code, stored
 		key.LockedAt, key.LockToken = nil, nil
 	}
+	return nil
+}
+
+// RecordForeignAttempt notes that the request is about to try its foreign
+// state mutation (again), before it does, and updates key with the count
+// and the time of the first attempt. It is fenced like a phase: a request
+// that lost its lock gets ErrLockLost and must not make the call.
+func (s *Store) RecordForeignAttempt(ctx context.Context, key *Key) error {
+	err := s.pool.QueryRow(ctx, `
+		UPDATE idempotency_keys
+		SET foreign_attempts         = foreign_attempts + 1,
+		    first_foreign_attempt_at = coalesce(first_foreign_attempt_at, now()),
+		    locked_at                = now()
+		WHERE id = $1 AND lock_token = $2
+		RETURNING foreign_attempts, first_foreign_attempt_at`,
+		key.ID, key.LockToken,
+	).Scan(&key.ForeignAttempts, &key.FirstForeignAttemptAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("record foreign attempt on key %d: %w", key.ID, ErrLockLost)
+	}
+	if err != nil {
+		return fmt.Errorf("record foreign attempt on key %d: %w", key.ID, err)
+	}
+	return nil
+}
+
+// FlagForAttention sets key aside for a human with reason and releases
+// it. The key keeps its recovery point, so once a person has settled the
+// outcome (say, found the charge at Stripe and recorded it) clearing the
+// reason lets a retry or the completer finish it.
+func (s *Store) FlagForAttention(ctx context.Context, key *Key, reason string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE idempotency_keys
+		SET attention_reason = $3, locked_at = NULL, lock_token = NULL
+		WHERE id = $1 AND lock_token = $2`,
+		key.ID, key.LockToken, reason)
+	if err != nil {
+		return fmt.Errorf("flag key %d for attention: %w", key.ID, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("flag key %d for attention: %w", key.ID, ErrLockLost)
+	}
+	key.AttentionReason = &reason
+	key.LockedAt, key.LockToken = nil, nil
 	return nil
 }
 

@@ -186,3 +186,28 @@ func (g *Gateway) CustomerExists(ctx context.Context, id string) (bool, error) {
 	}
 	return !c.Deleted, nil
 }
+
+// FindCharge looks for a successful charge of customer, created at or
+// after since, whose metadata[metadataKey] is value. It is how a request
+// asks Stripe whether an earlier attempt charged, once Stripe may have
+// forgotten the attempt's idempotency key: the metadata names our request,
+// so it identifies the charge whatever key it was made with.
+func (g *Gateway) FindCharge(ctx context.Context, customer, metadataKey, value string, since time.Time) (string, bool, error) {
+	params := &stripe.ChargeListParams{
+		Customer:     stripe.String(customer),
+		CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()},
+	}
+	params.Context = ctx
+	params.Limit = stripe.Int64(100)
+	iter := g.api.Charges.List(params)
+	for iter.Next() {
+		c := iter.Charge()
+		if c.Status == stripe.ChargeStatusSucceeded && c.Metadata[metadataKey] == value {
+			return c.ID, true, nil
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return "", false, classify(fmt.Sprintf("list charges of %s", customer), err)
+	}
+	return "", false, nil
+}

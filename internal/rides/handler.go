@@ -289,6 +289,9 @@ func (h *Handler) errorProblem(ctx context.Context, err error) *problem.Problem 
 		h.logger.WarnContext(ctx, "payment provider unavailable; key left resumable", "error", err)
 		return problem.New(http.StatusServiceUnavailable, "payment_unavailable",
 			"The payment provider could not be reached. Retry with the same Idempotency-Key; you will be charged at most once.").WithRetryAfter(2)
+	case errors.Is(err, idem.ErrNeedsAttention):
+		return problem.New(http.StatusBadGateway, "payment_needs_review",
+			"We could not confirm the outcome of your payment. It has been set aside for review; you will not be charged twice. Contact support with this Idempotency-Key.")
 	case errors.Is(err, idem.ErrContention):
 		return problem.New(http.StatusServiceUnavailable, "database_contention",
 			"The request conflicted with concurrent work. Retry with the same Idempotency-Key.").WithRetryAfter(1)

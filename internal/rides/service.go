@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -74,6 +75,16 @@ const Path = "/rides"
 // same on every retry of the request.
 func StripeKey(keyID int64) string { return "rocket-rides-" + strconv.FormatInt(keyID, 10) }
 
+// Defaults for Config.
+const (
+	// DefaultStripeKeyRetention is how long Stripe remembers an
+	// idempotency key.
+	DefaultStripeKeyRetention = 24 * time.Hour
+	// DefaultMaxChargeAttempts bounds how often one request tries its
+	// charge before a human has to look at it.
+	DefaultMaxChargeAttempts = 10
+)
+
 // Config configures a Service.
 type Config struct {
 	Pool      *pgxpool.Pool
@@ -81,15 +92,24 @@ type Config struct {
 	Payments  *payment.Gateway
 	Logger    *slog.Logger
 	Failpoint failpoint.Func
+
+	// StripeKeyRetention: past it, a retried charge is first looked up
+	// at Stripe (Stripe no longer dedupes it). Zero means
+	// DefaultStripeKeyRetention.
+	StripeKeyRetention time.Duration
+	// MaxChargeAttempts: zero means DefaultMaxChargeAttempts.
+	MaxChargeAttempts int
 }
 
 // Service runs ride requests, for the API and for the completer alike.
 type Service struct {
-	pool     *pgxpool.Pool
-	keys     *idem.Store
-	payments *payment.Gateway
-	logger   *slog.Logger
-	fail     failpoint.Func
+	pool              *pgxpool.Pool
+	keys              *idem.Store
+	payments          *payment.Gateway
+	logger            *slog.Logger
+	fail              failpoint.Func
+	stripeRetention   time.Duration
+	maxChargeAttempts int
 }
 
 // NewService returns a Service.
@@ -98,7 +118,16 @@ func NewService(cfg Config) *Service {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Service{pool: cfg.Pool, keys: cfg.Keys, payments: cfg.Payments, logger: logger, fail: cfg.Failpoint}
+	if cfg.StripeKeyRetention <= 0 {
+		cfg.StripeKeyRetention = DefaultStripeKeyRetention
+	}
+	if cfg.MaxChargeAttempts <= 0 {
+		cfg.MaxChargeAttempts = DefaultMaxChargeAttempts
+	}
+	return &Service{
+		pool: cfg.Pool, keys: cfg.Keys, payments: cfg.Payments, logger: logger, fail: cfg.Failpoint,
+		stripeRetention: cfg.StripeKeyRetention, maxChargeAttempts: cfg.MaxChargeAttempts,
+	}
 }
 
 // CreateRequest is one POST /rides.
@@ -162,6 +191,10 @@ func (s *Service) Resume(ctx context.Context, key *idem.Key) (idem.Response, err
 // the key is finished. Any error leaves the key at its last committed
 // recovery point and unlocks it, so that a retry resumes from there.
 func (s *Service) run(ctx context.Context, u user.User, key *idem.Key, params Params, raiseError bool) (idem.Response, error) {
+	if key.AttentionReason != nil && key.RecoveryPoint != idem.Finished {
+		s.unlock(ctx, key)
+		return idem.Response{}, fmt.Errorf("key %d: %s: %w", key.ID, *key.AttentionReason, idem.ErrNeedsAttention)
+	}
 	if err := s.fail.At(ctx, FailAfterClaim); err != nil {
 		s.unlock(ctx, key)
 		return idem.Response{}, err
@@ -230,6 +263,34 @@ func (s *Service) chargeRide(ctx context.Context, u user.User, key *idem.Key, ra
 		return ErrSimulated
 	}
 
+	// Remember the attempt before making it, so the next attempt knows
+	// how many came before and since when.
+	if err := s.keys.RecordForeignAttempt(ctx, key); err != nil {
+		return err
+	}
+	if key.ForeignAttempts > s.maxChargeAttempts {
+		reason := fmt.Sprintf("charge outcome still unknown after %d attempts; check Stripe for metadata idempotency_key_id=%d",
+			s.maxChargeAttempts, key.ID)
+		s.logger.ErrorContext(ctx, "setting idempotency key aside for human attention",
+			"idempotency_key_id", key.ID, "user_id", u.ID, "ride_id", ride.ID, "reason", reason)
+		if err := s.keys.FlagForAttention(ctx, key, reason); err != nil {
+			return err
+		}
+		return fmt.Errorf("key %d: %w", key.ID, idem.ErrNeedsAttention)
+	}
+	if s.stripeMayHaveForgotten(key) {
+		chargeID, found, err := s.payments.FindCharge(ctx, u.StripeCustomerID,
+			"idempotency_key_id", strconv.FormatInt(key.ID, 10), key.FirstForeignAttemptAt.Add(-time.Hour))
+		if err != nil {
+			return fmt.Errorf("look up earlier charge of ride %d: %w", ride.ID, err)
+		}
+		if found {
+			s.logger.InfoContext(ctx, "adopting charge found at Stripe from an earlier attempt",
+				"idempotency_key_id", key.ID, "ride_id", ride.ID, "charge_id", chargeID)
+			return s.keys.Phase(ctx, key, s.recordCharge(ride.ID, chargeID))
+		}
+	}
+
 	chargeID, err := s.payments.Charge(ctx, payment.ChargeRequest{
 		Customer:    u.StripeCustomerID,
 		Amount:      ride.Amount,
@@ -264,15 +325,34 @@ func (s *Service) chargeRide(ctx context.Context, u user.User, key *idem.Key, ra
 		return err
 	}
 
-	return s.keys.Phase(ctx, key, func(ctx context.Context, tx pgx.Tx) (idem.Outcome, error) {
-		if err := recordCharge(ctx, tx, ride.ID, chargeID); err != nil {
+	return s.keys.Phase(ctx, key, s.recordCharge(ride.ID, chargeID))
+}
+
+// recordCharge is the phase that ends the charge step: the ride gets its
+// charge and the key moves to charge_created.
+func (s *Service) recordCharge(rideID int64, chargeID string) idem.PhaseFunc {
+	return func(ctx context.Context, tx pgx.Tx) (idem.Outcome, error) {
+		if err := recordCharge(ctx, tx, rideID, chargeID); err != nil {
 			return idem.Outcome{}, err
 		}
 		if err := s.fail.At(ctx, FailInRecordCharge); err != nil {
 			return idem.Outcome{}, err
 		}
 		return idem.Advance(ChargeCreated), nil
-	})
+	}
+}
+
+// stripeMayHaveForgotten reports whether this is a retry of a charge whose
+// first attempt is so old that Stripe may no longer hold its idempotency
+// key. Repeating the charge then could charge twice, so the charge is
+// looked up first. The hour of margin covers clock skew and a slow first
+// attempt.
+func (s *Service) stripeMayHaveForgotten(key *idem.Key) bool {
+	if key.ForeignAttempts < 2 || key.FirstForeignAttemptAt == nil {
+		return false
+	}
+	margin := min(time.Hour, s.stripeRetention/24)
+	return time.Since(*key.FirstForeignAttemptAt) >= s.stripeRetention-margin
 }
 
 // stageReceipt is the phase from charge_created to finished: a staged job
