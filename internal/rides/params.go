@@ -9,6 +9,7 @@ import (
 	"math"
 	"mime"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -115,10 +116,15 @@ func decodeForm(data []byte) (rawParams, error) {
 	}
 	raw := rawParams{}
 	for name, vs := range values {
-		raw[name] = rawValue{text: vs[0], isNumber: true, repeated: len(vs) > 1}
+		raw[name] = rawValue{text: vs[0], isNumber: decimalNumber.MatchString(vs[0]), repeated: len(vs) > 1}
 	}
 	return raw, nil
 }
+
+// decimalNumber is the number syntax a form value may use: plain decimal
+// with an optional exponent. strconv.ParseFloat alone would also take Go's
+// hex floats and digit separators, which no client means.
+var decimalNumber = regexp.MustCompile(`^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$`)
 
 // decodeJSON walks the object token by token rather than unmarshalling
 // into a struct: that is how duplicate and unknown keys, and numbers
@@ -144,9 +150,11 @@ func decodeJSON(data []byte) (rawParams, error) {
 		if err := dec.Decode(&value); err != nil {
 			return nil, &MalformedError{Err: fmt.Errorf("json: value of %q: %w", name, err)}
 		}
-		v := rawValue{text: string(value), repeated: raw[name].text != ""}
-		var number json.Number
-		if len(value) > 0 && value[0] != '"' && json.Unmarshal(value, &number) == nil {
+		_, seen := raw[name]
+		v := rawValue{text: string(value), repeated: seen}
+		// A JSON number starts with a minus sign or a digit; this also
+		// keeps null, which decodes into json.Number, from counting.
+		if len(value) > 0 && (value[0] == '-' || value[0] >= '0' && value[0] <= '9') {
 			v.isNumber = true
 		}
 		raw[name] = v
@@ -198,10 +206,12 @@ func parseParams(raw rawParams, allowSimulated bool) (p Params, raiseError bool,
 	p.TargetLon = field("target_lon", -180, 180)
 
 	if v, ok := raw[SimulateErrorParam]; ok && allowSimulated {
-		switch strings.Trim(v.text, `"`) {
-		case "true", "1":
+		switch text := strings.Trim(v.text, `"`); {
+		case v.repeated:
+			invalid = append(invalid, InvalidParam{SimulateErrorParam, "is given more than once"})
+		case text == "true" || text == "1":
 			raiseError = true
-		case "false", "0":
+		case text == "false" || text == "0":
 		default:
 			invalid = append(invalid, InvalidParam{SimulateErrorParam, "must be true or false"})
 		}

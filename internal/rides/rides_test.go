@@ -452,6 +452,10 @@ func TestCreateRideRejectsBadInput(t *testing.T) {
 			apitest.DefaultParams + "&origin_lat=1", 422, "invalid_params", []string{"origin_lat"}},
 		{"DuplicateJSONKey", []string{"Authorization", auth, "Idempotency-Key", apitest.NewKey(), "Content-Type", "application/json"},
 			`{"origin_lat":1,"origin_lat":2,"origin_lon":0,"target_lat":0,"target_lon":0}`, 422, "invalid_params", []string{"origin_lat"}},
+		{"JSONNull", []string{"Authorization", auth, "Idempotency-Key", apitest.NewKey(), "Content-Type", "application/json"},
+			`{"origin_lat":null,"origin_lon":0,"target_lat":0,"target_lon":0}`, 422, "invalid_params", []string{"origin_lat must be a number"}},
+		{"HexFloatInForm", []string{"Authorization", auth, "Idempotency-Key", apitest.NewKey(), "Content-Type", formType},
+			"origin_lat=0x1p-2&origin_lon=1_0&target_lat=0&target_lon=0", 422, "invalid_params", []string{"origin_lat", "origin_lon"}},
 		{"BodyTooLarge", []string{"Authorization", auth, "Idempotency-Key", apitest.NewKey(), "Content-Type", formType},
 			apitest.DefaultParams + "&pad=" + strings.Repeat("x", 70<<10), 413, "body_too_large", nil},
 	} {
@@ -561,6 +565,10 @@ func TestSimulatedErrors(t *testing.T) {
 	failed := b.PostRide(t, key, apitest.DefaultParams+"&raise_error=true")
 	require.Equal(t, http.StatusInternalServerError, failed.Status, "%s", failed.Body)
 	require.Equal(t, rides.RideCreated, b.KeyRow(t, key).RecoveryPoint)
+
+	repeated := b.PostRide(t, apitest.NewKey(), apitest.DefaultParams+"&raise_error=true&raise_error=false")
+	require.Equal(t, http.StatusUnprocessableEntity, repeated.Status, "%s", repeated.Body)
+	require.Contains(t, repeated.JSON(t)["detail"], "raise_error is given more than once")
 
 	// raise_error is not part of the request's fingerprint: the retry
 	// without it is the same request and finishes it.

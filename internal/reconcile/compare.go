@@ -1,0 +1,204 @@
+package reconcile
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Metadata keys every Rocket Rides charge carries (internal/rides): the
+// ride it pays for and the idempotency key of the request that made it.
+const (
+	metadataRideID           = "ride_id"
+	metadataIdempotencyKeyID = "idempotency_key_id"
+)
+
+const statusSucceeded = "succeeded"
+
+// charge is what reconciliation needs of a Stripe charge.
+type charge struct {
+	ID       string
+	Amount   int64
+	Currency string
+	Customer string // empty for a charge of a bare card
+	Created  time.Time
+	Metadata map[string]string
+	Status   string
+	Refunded bool // fully refunded
+}
+
+// tookMoney reports whether c counts. A declined charge is kept by Stripe
+// as a failed charge object but moved no money. A fully refunded one gave
+// the money back, and a refund is how a person settles a double charge:
+// were refunded charges counted, a settled discrepancy would be reported
+// forever.
+func (c *charge) tookMoney() bool {
+	return c.Status == statusSucceeded && !c.Refunded
+}
+
+// ride is a ride with its user's Stripe customer, as reconciliation reads
+// it.
+type ride struct {
+	ID               int64     `db:"id"`
+	CreatedAt        time.Time `db:"created_at"`
+	Amount           int64     `db:"amount"`
+	Currency         string    `db:"currency"`
+	StripeChargeID   *string   `db:"stripe_charge_id"`
+	IdempotencyKeyID *int64    `db:"idempotency_key_id"`
+	UserID           int64     `db:"user_id"`
+	Customer         string    `db:"stripe_customer_id"`
+}
+
+// snapshot is everything one reconciliation compares.
+type snapshot struct {
+	// listed are the charges Stripe listed for the window, failed ones
+	// included.
+	listed []*charge
+	// rides are the rides created in the window, and those a listed
+	// charge names or a listed charge's id is recorded on.
+	rides []*ride
+	// customers maps the Stripe customers of listed charges that are our
+	// users' to the user.
+	customers map[string]int64
+	// fetched are the charges rides record that the list did not
+	// contain, looked up one by one; nil where Stripe has no such charge.
+	fetched map[string]*charge
+}
+
+// compare finds the discrepancies in s. A charge that took money is
+// attributed to at most one ride: the ride that records it, else the ride
+// its metadata names. Then every ride is checked against the charges
+// attributed to it: the one it records must exist and agree with it, and
+// any other is money taken twice or money no ride accounts for.
+func compare(s snapshot, now time.Time, grace time.Duration) *Report {
+	rep := &Report{Rides: len(s.rides)}
+
+	charges := make(map[string]*charge, len(s.listed)+len(s.fetched))
+	for _, c := range s.listed {
+		charges[c.ID] = c
+	}
+	for id, c := range s.fetched {
+		if c != nil {
+			charges[id] = c
+		}
+	}
+	rides := make(map[int64]*ride, len(s.rides))
+	recordedBy := make(map[string]*ride, len(s.rides))
+	for _, r := range s.rides {
+		rides[r.ID] = r
+		if r.StripeChargeID != nil {
+			recordedBy[*r.StripeChargeID] = r
+		}
+	}
+
+	attributed := make(map[int64][]*charge)
+	for _, c := range s.listed {
+		if !c.tookMoney() {
+			continue
+		}
+		_, hasRide := c.Metadata[metadataRideID]
+		_, hasKey := c.Metadata[metadataIdempotencyKeyID]
+		userID, ourCustomer := s.customers[c.Customer]
+		if recordedBy[c.ID] == nil && !hasRide && !hasKey && !ourCustomer {
+			// Another application's charge on the same Stripe account.
+			continue
+		}
+		rep.Charges++
+		if recordedBy[c.ID] != nil {
+			continue // checked with the ride that records it
+		}
+		rawRideID := c.Metadata[metadataRideID]
+		rideID, err := strconv.ParseInt(rawRideID, 10, 64)
+		switch {
+		case !hasRide && ourCustomer:
+			rep.add(ChargeWithoutRide, c.ID, 0, "no ride_id in its metadata; customer %s is user %d", c.Customer, userID)
+		case !hasRide:
+			rep.add(ChargeWithoutRide, c.ID, 0, "no ride_id in its metadata (idempotency_key_id %s)", c.Metadata[metadataIdempotencyKeyID])
+		case err != nil:
+			rep.add(ChargeWithoutRide, c.ID, 0, "metadata ride_id %q is not a ride id", rawRideID)
+		case rides[rideID] == nil:
+			rep.add(ChargeWithoutRide, c.ID, 0, "metadata ride_id %d names no ride", rideID)
+		default:
+			attributed[rideID] = append(attributed[rideID], c)
+		}
+	}
+
+	for _, r := range s.rides {
+		var paid *charge // the charge that pays for r
+		if r.StripeChargeID != nil {
+			id := *r.StripeChargeID
+			c := charges[id]
+			switch {
+			case c == nil:
+				rep.add(UnknownCharge, id, r.ID, "ride records charge %s, which Stripe does not have", id)
+			case c.Status != statusSucceeded:
+				rep.add(Mismatch, id, r.ID, "ride records charge %s, whose status is %s", id, c.Status)
+			case c.Refunded:
+				// Refunded on purpose by a person; nothing to report, and
+				// the ride is not paid by it any more.
+			default:
+				paid = c
+				if diffs := differences(r, c); len(diffs) > 0 {
+					rep.add(Mismatch, id, r.ID, "%s", strings.Join(diffs, "; "))
+				}
+			}
+		}
+
+		others := attributed[r.ID]
+		slices.SortFunc(others, func(a, b *charge) int {
+			return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
+		})
+		if paid == nil && len(others) > 0 {
+			// The oldest charge naming the ride is the one its request
+			// made; any later one is a double charge on top.
+			paid, others = others[0], others[1:]
+			switch {
+			case r.StripeChargeID == nil && now.Sub(paid.Created) < grace:
+				rep.Pending++
+			case r.StripeChargeID == nil:
+				rep.add(ChargeWithoutRide, paid.ID, r.ID, "ride %d records no charge; charged %s ago",
+					r.ID, now.Sub(paid.Created).Truncate(time.Second))
+			default:
+				rep.add(ChargeWithoutRide, paid.ID, r.ID, "ride %d records %s instead", r.ID, *r.StripeChargeID)
+			}
+		}
+		for _, c := range others {
+			rep.add(DoubleCharge, c.ID, r.ID, "ride %d was already charged by %s", r.ID, paid.ID)
+		}
+	}
+
+	rep.sort()
+	return rep
+}
+
+// differences lists what ride r and the charge c it records disagree on.
+func differences(r *ride, c *charge) []string {
+	var diffs []string
+	if r.Amount != c.Amount {
+		diffs = append(diffs, fmt.Sprintf("amount: ride %d, charge %d", r.Amount, c.Amount))
+	}
+	if !strings.EqualFold(r.Currency, c.Currency) {
+		diffs = append(diffs, fmt.Sprintf("currency: ride %s, charge %s", r.Currency, c.Currency))
+	}
+	if r.Customer != c.Customer {
+		diffs = append(diffs, fmt.Sprintf("customer: ride's user %d is %s, charge %s", r.UserID, r.Customer, orNone(c.Customer)))
+	}
+	if v, ok := c.Metadata[metadataRideID]; ok && v != strconv.FormatInt(r.ID, 10) {
+		diffs = append(diffs, fmt.Sprintf("ride_id: charge metadata says %s", v))
+	}
+	// A reaped key leaves the ride without one; nothing to compare then.
+	if v, ok := c.Metadata[metadataIdempotencyKeyID]; ok && r.IdempotencyKeyID != nil && v != strconv.FormatInt(*r.IdempotencyKeyID, 10) {
+		diffs = append(diffs, fmt.Sprintf("idempotency_key_id: ride %d, charge metadata %s", *r.IdempotencyKeyID, v))
+	}
+	return diffs
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}

@@ -1,0 +1,453 @@
+package reconcile
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/client"
+
+	"github.com/rocketrides/rocketrides/internal/apitest"
+	"github.com/rocketrides/rocketrides/internal/fakestripe/fakestripetest"
+)
+
+func TestReconcile(t *testing.T) {
+	t.Parallel()
+
+	// paidRide is a ride created through POST /rides, and the charge that
+	// paid for it.
+	type paidRide struct {
+		ID       int64
+		ChargeID string
+	}
+	type testBundle struct {
+		*apitest.Stack
+		stripe *client.API
+		rides  []paidRide // oldest first
+	}
+	// setup creates n paid rides through the API, and one ride whose card
+	// is declined: Stripe keeps a failed charge for it, which must not
+	// count.
+	setup := func(t *testing.T, n int) *testBundle {
+		t.Helper()
+		b := &testBundle{Stack: apitest.New(t, apitest.Options{})}
+		b.stripe = fakestripetest.NewClient(b.StripeURL, apitest.StripeKey)
+		for range n {
+			resp := b.PostRide(t, apitest.NewKey(), apitest.DefaultParams)
+			require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
+			body := resp.JSON(t)
+			id, ok := body["id"].(float64)
+			require.True(t, ok, "ride id in %s", resp.Body)
+			b.rides = append(b.rides, paidRide{ID: int64(id), ChargeID: body["stripe_charge_id"].(string)})
+		}
+		resp := b.Do(t, http.MethodPost, "/rides", apitest.DefaultParams,
+			"Authorization", "Bearer "+b.BadSourceToken,
+			"Idempotency-Key", apitest.NewKey(),
+			"Content-Type", "application/x-www-form-urlencoded")
+		require.Equal(t, http.StatusPaymentRequired, resp.Status, "%s", resp.Body)
+		return b
+	}
+	reconcile := func(t *testing.T, b *testBundle, cfg Config) *Report {
+		t.Helper()
+		cfg.Pool, cfg.StripeKey, cfg.StripeURL = b.Pool, apitest.StripeKey, b.StripeURL
+		r, err := New(cfg)
+		require.NoError(t, err)
+		rep, err := r.RunOnce(context.Background())
+		require.NoError(t, err)
+		return rep
+	}
+	exec := func(t *testing.T, b *testBundle, sql string, args ...any) {
+		t.Helper()
+		_, err := b.Pool.Exec(context.Background(), sql, args...)
+		require.NoError(t, err, sql)
+	}
+	charge := func(t *testing.T, b *testBundle, customer string, amount int64, metadata map[string]string) string {
+		t.Helper()
+		params := &stripe.ChargeParams{
+			Amount:   stripe.Int64(amount),
+			Currency: stripe.String("usd"),
+			Customer: stripe.String(customer),
+		}
+		for k, v := range metadata {
+			params.AddMetadata(k, v)
+		}
+		c, err := b.stripe.Charges.New(params)
+		require.NoError(t, err)
+		return c.ID
+	}
+	// found strips the details, which the tests check separately, so that
+	// the rest compares exactly.
+	found := func(rep *Report) []Discrepancy {
+		out := make([]Discrepancy, 0, len(rep.Discrepancies))
+		for _, d := range rep.Discrepancies {
+			d.Detail = ""
+			out = append(out, d)
+		}
+		return out
+	}
+	keyID := func(t *testing.T, b *testBundle, rideID int64) string {
+		t.Helper()
+		var id int64
+		require.NoError(t, b.Pool.QueryRow(context.Background(),
+			`SELECT idempotency_key_id FROM rides WHERE id = $1`, rideID).Scan(&id))
+		return strconv.FormatInt(id, 10)
+	}
+
+	t.Run("CleanWorldReportsNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 3)
+
+		rep := reconcile(t, b, Config{})
+		require.Empty(t, rep.Discrepancies)
+		require.True(t, rep.OK())
+		// Three paid rides and the declined one; the declined one's failed
+		// charge is not counted.
+		require.Equal(t, "charges=3 rides=4 charge_without_ride=0 unknown_charge=0 mismatch=0 double_charge=0", rep.String())
+		require.Zero(t, rep.Pending)
+		require.WithinDuration(t, time.Now(), rep.Until, time.Minute)
+		require.Equal(t, DefaultWindow, rep.Until.Sub(rep.Since))
+	})
+
+	t.Run("ChargeNamingNoRide", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 2)
+		stray := charge(t, b, b.User.StripeCustomerID, 2000, map[string]string{"ride_id": "999999", "idempotency_key_id": "999999"})
+
+		rep := reconcile(t, b, Config{})
+		require.Equal(t, []Discrepancy{{Kind: ChargeWithoutRide, ChargeID: stray}}, found(rep))
+		require.Equal(t, "metadata ride_id 999999 names no ride", rep.Discrepancies[0].Detail)
+		require.Equal(t, 3, rep.Charges)
+	})
+
+	t.Run("OurCustomersChargeWithoutMetadata", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1)
+		stray := charge(t, b, b.User.StripeCustomerID, 5000, nil)
+
+		rep := reconcile(t, b, Config{})
+		require.Equal(t, []Discrepancy{{Kind: ChargeWithoutRide, ChargeID: stray}}, found(rep))
+		require.Equal(t, fmt.Sprintf("no ride_id in its metadata; customer %s is user %d", b.User.StripeCustomerID, b.User.ID),
+			rep.Discrepancies[0].Detail)
+	})
+
+	t.Run("OtherApplicationsChargesAreIgnored", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1)
+		params := &stripe.CustomerParams{Email: stripe.String("someone@elsewhere.example"), Source: stripe.String("tok_visa")}
+		stranger, err := b.stripe.Customers.New(params)
+		require.NoError(t, err)
+		charge(t, b, stranger.ID, 7000, map[string]string{"order_id": "42"})
+
+		rep := reconcile(t, b, Config{})
+		require.Empty(t, rep.Discrepancies)
+		require.Equal(t, 1, rep.Charges)
+	})
+
+	t.Run("RideRecordsChargeStripeDoesNotHave", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 2)
+		ride := b.rides[1]
+		exec(t, b, `UPDATE rides SET stripe_charge_id = 'ch_unknown' WHERE id = $1`, ride.ID)
+
+		rep := reconcile(t, b, Config{})
+		// The ride looks paid and is not; and the charge that did pay for
+		// it is now money no ride accounts for.
+		require.Equal(t, []Discrepancy{
+			{Kind: ChargeWithoutRide, ChargeID: ride.ChargeID, RideID: ride.ID},
+			{Kind: UnknownCharge, ChargeID: "ch_unknown", RideID: ride.ID},
+		}, found(rep))
+		require.Equal(t, fmt.Sprintf("ride %d records ch_unknown instead", ride.ID), rep.Discrepancies[0].Detail)
+		require.Equal(t, "ride records charge ch_unknown, which Stripe does not have", rep.Discrepancies[1].Detail)
+	})
+
+	t.Run("AmountMismatch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 2)
+		ride := b.rides[0]
+		exec(t, b, `UPDATE rides SET amount = amount + 100 WHERE id = $1`, ride.ID)
+
+		rep := reconcile(t, b, Config{})
+		require.Equal(t, []Discrepancy{{Kind: Mismatch, ChargeID: ride.ChargeID, RideID: ride.ID}}, found(rep))
+		require.Equal(t, "amount: ride 2100, charge 2000", rep.Discrepancies[0].Detail)
+	})
+
+	t.Run("RecordedChargeOfAnotherAmount", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1)
+		ride := b.rides[0]
+		other := charge(t, b, b.User.StripeCustomerID, 1500, nil)
+		exec(t, b, `UPDATE rides SET stripe_charge_id = $2 WHERE id = $1`, ride.ID, other)
+
+		rep := reconcile(t, b, Config{})
+		// The ride disagrees with the charge it records, and the charge
+		// its request made is a second one for the same ride.
+		require.Equal(t, []Discrepancy{
+			{Kind: Mismatch, ChargeID: other, RideID: ride.ID},
+			{Kind: DoubleCharge, ChargeID: ride.ChargeID, RideID: ride.ID},
+		}, found(rep))
+		require.Equal(t, "amount: ride 2000, charge 1500", rep.Discrepancies[0].Detail)
+	})
+
+	t.Run("CurrencyMismatch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1)
+		ride := b.rides[0]
+		exec(t, b, `UPDATE rides SET currency = 'eur' WHERE id = $1`, ride.ID)
+
+		rep := reconcile(t, b, Config{})
+		require.Equal(t, []Discrepancy{{Kind: Mismatch, ChargeID: ride.ChargeID, RideID: ride.ID}}, found(rep))
+		require.Equal(t, "currency: ride eur, charge usd", rep.Discrepancies[0].Detail)
+	})
+
+	t.Run("CustomerMismatch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 2)
+		ride := b.rides[1]
+		// The ride now belongs to a user whose customer did not pay for it.
+		exec(t, b, `UPDATE rides SET user_id = $2 WHERE id = $1`, ride.ID, b.BadSourceUser.ID)
+
+		rep := reconcile(t, b, Config{})
+		require.Equal(t, []Discrepancy{{Kind: Mismatch, ChargeID: ride.ChargeID, RideID: ride.ID}}, found(rep))
+		require.Equal(t, fmt.Sprintf("customer: ride's user %d is %s, charge %s",
+			b.BadSourceUser.ID, b.BadSourceUser.StripeCustomerID, b.User.StripeCustomerID), rep.Discrepancies[0].Detail)
+	})
+
+	t.Run("RideRecordsFailedCharge", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1)
+		ride := b.rides[0]
+		var failed string
+		for _, c := range b.Stripe.Charges() {
+			if c.Status == "failed" {
+				failed = c.ID
+			}
+		}
+		require.NotEmpty(t, failed)
+		exec(t, b, `UPDATE rides SET stripe_charge_id = $2 WHERE id = $1`, ride.ID, failed)
+
+		rep := reconcile(t, b, Config{})
+		require.Equal(t, []Discrepancy{
+			{Kind: ChargeWithoutRide, ChargeID: ride.ChargeID, RideID: ride.ID},
+			{Kind: Mismatch, ChargeID: failed, RideID: ride.ID},
+		}, found(rep))
+		require.Equal(t, fmt.Sprintf("ride records charge %s, whose status is failed", failed), rep.Discrepancies[1].Detail)
+	})
+
+	t.Run("DoubleCharge", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 3)
+		ride := b.rides[1]
+		second := charge(t, b, b.User.StripeCustomerID, 2000, map[string]string{
+			"ride_id":            strconv.FormatInt(ride.ID, 10),
+			"idempotency_key_id": keyID(t, b, ride.ID),
+		})
+
+		rep := reconcile(t, b, Config{})
+		require.Equal(t, []Discrepancy{{Kind: DoubleCharge, ChargeID: second, RideID: ride.ID}}, found(rep))
+		require.Equal(t, fmt.Sprintf("ride %d was already charged by %s", ride.ID, ride.ChargeID), rep.Discrepancies[0].Detail)
+		require.Equal(t, "charges=4 rides=4 charge_without_ride=0 unknown_charge=0 mismatch=0 double_charge=1", rep.String())
+	})
+
+	t.Run("UnrecordedChargeIsPendingWithinGrace", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1)
+		ride := b.rides[0]
+		// As if the request were between its charge and the atomic phase
+		// that records it.
+		exec(t, b, `UPDATE rides SET stripe_charge_id = NULL WHERE id = $1`, ride.ID)
+
+		rep := reconcile(t, b, Config{})
+		require.Empty(t, rep.Discrepancies)
+		require.Equal(t, 1, rep.Pending)
+
+		later := time.Now().Add(DefaultGrace + time.Minute)
+		rep = reconcile(t, b, Config{Now: func() time.Time { return later }})
+		require.Equal(t, []Discrepancy{{Kind: ChargeWithoutRide, ChargeID: ride.ChargeID, RideID: ride.ID}}, found(rep))
+		require.True(t, strings.HasPrefix(rep.Discrepancies[0].Detail, fmt.Sprintf("ride %d records no charge; charged 16m", ride.ID)),
+			rep.Discrepancies[0].Detail)
+		require.Zero(t, rep.Pending)
+	})
+
+	t.Run("ChargesOutsideTheWindowAreNotCompared", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 2)
+		exec(t, b, `UPDATE rides SET amount = 1 WHERE id = $1`, b.rides[0].ID)
+
+		later := time.Now().Add(48 * time.Hour)
+		rep := reconcile(t, b, Config{Now: func() time.Time { return later }})
+		require.Equal(t, "charges=0 rides=0 charge_without_ride=0 unknown_charge=0 mismatch=0 double_charge=0", rep.String())
+	})
+
+	t.Run("RideJustBeforeTheWindowIsComparedWithItsCharge", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1)
+		ride := b.rides[0]
+		exec(t, b, `UPDATE rides SET created_at = now() - interval '2 hours', amount = 999 WHERE id = $1`, ride.ID)
+
+		rep := reconcile(t, b, Config{Window: time.Hour})
+		require.Equal(t, []Discrepancy{{Kind: Mismatch, ChargeID: ride.ChargeID, RideID: ride.ID}}, found(rep))
+		// The declined ride, in the window, and the old one, which only its
+		// charge brought in.
+		require.Equal(t, 2, rep.Rides)
+	})
+
+	t.Run("PaginatesThroughCharges", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 5)
+		// The oldest ride's charge comes on the last page (Stripe lists
+		// newest first): a double charge there is found only if every page
+		// was read.
+		ride := b.rides[0]
+		second := charge(t, b, b.User.StripeCustomerID, 2000, map[string]string{"ride_id": strconv.FormatInt(ride.ID, 10)})
+
+		rep := reconcile(t, b, Config{PageSize: 2})
+		require.Equal(t, 6, rep.Charges, "successful charges over 4 pages of 2 (with the failed one)")
+		require.Equal(t, []Discrepancy{{Kind: DoubleCharge, ChargeID: second, RideID: ride.ID}}, found(rep))
+	})
+
+	t.Run("RunLogsDiscrepanciesAtError", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1)
+		ride := b.rides[0]
+		exec(t, b, `UPDATE rides SET amount = 2500 WHERE id = $1`, ride.ID)
+
+		logs := &syncBuffer{}
+		r, err := New(Config{
+			Pool: b.Pool, StripeKey: apitest.StripeKey, StripeURL: b.StripeURL, Interval: 10 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		require.Eventually(t, func() bool { return strings.Count(logs.String(), "Reconciled charges with rides") >= 2 },
+			10*time.Second, 10*time.Millisecond, "two runs: %s", logs)
+		cancel()
+		require.NoError(t, <-done)
+
+		require.Contains(t, logs.String(), fmt.Sprintf(
+			`level=ERROR msg="Stripe and rides disagree" kind=mismatch charge_id=%s ride_id=%d detail="amount: ride 2500, charge 2000"`,
+			ride.ChargeID, ride.ID))
+		require.Contains(t, logs.String(), `level=INFO msg="Reconciled charges with rides"`)
+	})
+
+	t.Run("StripeUnreachableIsAnError", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 0)
+		r, err := New(Config{Pool: b.Pool, StripeKey: apitest.StripeKey, StripeURL: "http://127.0.0.1:1"})
+		require.NoError(t, err)
+		_, err = r.RunOnce(context.Background())
+		require.ErrorContains(t, err, "list charges created since")
+	})
+}
+
+// TestCompare covers what the Stripe fake cannot produce.
+func TestCompare(t *testing.T) {
+	t.Parallel()
+
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	chargeID := "ch_paid"
+	newRide := func() *ride {
+		keyID := int64(7)
+		return &ride{ID: 1, Amount: 2000, Currency: "usd", StripeChargeID: &chargeID, IdempotencyKeyID: &keyID, UserID: 3, Customer: "cus_a"}
+	}
+	newCharge := func(id string) *charge {
+		return &charge{ID: id, Amount: 2000, Currency: "usd", Customer: "cus_a", Created: now.Add(-time.Hour),
+			Metadata: map[string]string{"ride_id": "1", "idempotency_key_id": "7"}, Status: "succeeded"}
+	}
+
+	t.Run("RefundedDoubleChargeIsSettled", func(t *testing.T) {
+		t.Parallel()
+		extra := newCharge("ch_extra")
+		extra.Refunded = true
+		rep := compare(snapshot{listed: []*charge{newCharge(chargeID), extra}, rides: []*ride{newRide()}}, now, DefaultGrace)
+		require.Empty(t, rep.Discrepancies)
+		require.Equal(t, 1, rep.Charges)
+	})
+
+	t.Run("ChargeMetadataNamingAnotherRequest", func(t *testing.T) {
+		t.Parallel()
+		c := newCharge(chargeID)
+		c.Metadata = map[string]string{"ride_id": "2", "idempotency_key_id": "8"}
+		other := newRide()
+		other.ID, other.StripeChargeID = 2, nil
+		rep := compare(snapshot{listed: []*charge{c}, rides: []*ride{newRide(), other}}, now, DefaultGrace)
+		// Recorded on ride 1, the charge belongs to ride 1 and not to the
+		// ride its metadata names.
+		require.Equal(t, []Discrepancy{{
+			Kind: Mismatch, ChargeID: chargeID, RideID: 1,
+			Detail: "ride_id: charge metadata says 2; idempotency_key_id: ride 7, charge metadata 8",
+		}}, rep.Discrepancies)
+	})
+
+	t.Run("RecordedChargeOutsideTheListIsFetched", func(t *testing.T) {
+		t.Parallel()
+		rep := compare(snapshot{rides: []*ride{newRide()}, fetched: map[string]*charge{chargeID: newCharge(chargeID)}}, now, DefaultGrace)
+		require.Empty(t, rep.Discrepancies)
+		require.Equal(t, 0, rep.Charges)
+		require.Equal(t, 1, rep.Rides)
+	})
+
+	t.Run("TwoUnrecordedChargesForOneRide", func(t *testing.T) {
+		t.Parallel()
+		r := newRide()
+		r.StripeChargeID = nil
+		first, second := newCharge("ch_b"), newCharge("ch_a")
+		second.Created = now.Add(-time.Minute)
+		rep := compare(snapshot{listed: []*charge{second, first}, rides: []*ride{r}}, now, DefaultGrace)
+		require.Equal(t, []Discrepancy{
+			{Kind: ChargeWithoutRide, ChargeID: "ch_b", RideID: 1, Detail: "ride 1 records no charge; charged 1h0m0s ago"},
+			{Kind: DoubleCharge, ChargeID: "ch_a", RideID: 1, Detail: "ride 1 was already charged by ch_b"},
+		}, rep.Discrepancies)
+	})
+
+	t.Run("MalformedRideID", func(t *testing.T) {
+		t.Parallel()
+		c := newCharge("ch_x")
+		c.Metadata["ride_id"] = "one"
+		rep := compare(snapshot{listed: []*charge{c}}, now, DefaultGrace)
+		require.Equal(t, []Discrepancy{{Kind: ChargeWithoutRide, ChargeID: "ch_x", Detail: `metadata ride_id "one" is not a ride id`}},
+			rep.Discrepancies)
+	})
+}
+
+func TestReportString(t *testing.T) {
+	t.Parallel()
+
+	rep := &Report{Charges: 120, Rides: 121, Discrepancies: []Discrepancy{
+		{Kind: DoubleCharge, ChargeID: "ch_2", RideID: 9, Detail: "ride 9 was already charged by ch_1"},
+		{Kind: ChargeWithoutRide, ChargeID: "ch_3", Detail: "metadata ride_id 5 names no ride"},
+	}}
+	require.Equal(t, "charges=120 rides=121 charge_without_ride=1 unknown_charge=0 mismatch=0 double_charge=1", rep.String())
+	require.Equal(t, "double_charge charge=ch_2 ride=9: ride 9 was already charged by ch_1", rep.Discrepancies[0].String())
+	require.Equal(t, "charge_without_ride charge=ch_3: metadata ride_id 5 names no ride", rep.Discrepancies[1].String())
+	require.False(t, rep.OK())
+}
+
+// syncBuffer is a bytes.Buffer that Run's goroutine can write while the
+// test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
