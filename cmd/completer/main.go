@@ -1,0 +1,133 @@
+// Command completer pushes ride requests that their clients abandoned part
+// way through to completion, through the same service code the API runs:
+// the article's completer.
+//
+// With -once it works one batch, prints "succeeded=N failed=M" and exits.
+// Otherwise it runs until SIGINT or SIGTERM, finishing the key in hand
+// first.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rocketrides/rocketrides/internal/completer"
+	"github.com/rocketrides/rocketrides/internal/config"
+	"github.com/rocketrides/rocketrides/internal/db"
+	"github.com/rocketrides/rocketrides/internal/failpoint"
+	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/payment"
+	"github.com/rocketrides/rocketrides/internal/rides"
+)
+
+func main() {
+	once := flag.Bool("once", false, "work one batch, print succeeded=N failed=M and exit")
+	flag.Parse()
+	if err := run(*once); err != nil {
+		fmt.Fprintln(os.Stderr, "completer:", err)
+		os.Exit(1)
+	}
+}
+
+func run(once bool) error {
+	logger, err := config.Logger("completer")
+	if err != nil {
+		return err
+	}
+	databaseURL, err := config.Required("DATABASE_URL")
+	if err != nil {
+		return err
+	}
+	stripeKey, err := config.Required("STRIPE_API_KEY")
+	if err != nil {
+		return err
+	}
+	stripeTimeout, err := config.Duration("STRIPE_TIMEOUT", 20*time.Second)
+	if err != nil {
+		return err
+	}
+	// The same settings the API runs the ride request with: the
+	// completer must take and respect locks, and settle charges, exactly
+	// as the API does.
+	lockTimeout, err := config.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout)
+	if err != nil {
+		return err
+	}
+	stripeRetention, err := config.Duration("STRIPE_KEY_RETENTION", rides.DefaultStripeKeyRetention)
+	if err != nil {
+		return err
+	}
+	maxChargeAttempts, err := config.Int("MAX_CHARGE_ATTEMPTS", rides.DefaultMaxChargeAttempts)
+	if err != nil {
+		return err
+	}
+	minAge, err := config.Duration("COMPLETER_MIN_AGE", completer.DefaultMinAge)
+	if err != nil {
+		return err
+	}
+	retryInterval, err := config.Duration("COMPLETER_RETRY_INTERVAL", completer.DefaultRetryInterval)
+	if err != nil {
+		return err
+	}
+	pollInterval, err := config.Duration("COMPLETER_POLL_INTERVAL", completer.DefaultPollInterval)
+	if err != nil {
+		return err
+	}
+	batchSize, err := config.Int("COMPLETER_BATCH_SIZE", completer.DefaultBatchSize)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	pool, err := db.Open(ctx, databaseURL, 0)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	keys := idem.NewStore(pool, idem.Config{LockTimeout: lockTimeout})
+	svc := rides.NewService(rides.Config{
+		Pool:      pool,
+		Keys:      keys,
+		Payments:  payment.New(payment.Config{APIKey: stripeKey, BaseURL: os.Getenv("STRIPE_API_BASE"), Timeout: stripeTimeout}),
+		Logger:    logger,
+		Failpoint: failpoint.FromEnv(),
+
+		StripeKeyRetention: stripeRetention,
+		MaxChargeAttempts:  maxChargeAttempts,
+	})
+	c, err := completer.New(keys, svc, &completer.Config{
+		MinAge:        minAge,
+		RetryInterval: retryInterval,
+		PollInterval:  pollInterval,
+		BatchSize:     batchSize,
+		Logger:        logger,
+	})
+	if err != nil {
+		return err
+	}
+
+	if once {
+		succeeded, failed, err := c.RunOnce(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("succeeded=%d failed=%d\n", succeeded, failed)
+		return nil
+	}
+
+	logger.Info("Completer started", "min_age", minAge, "retry_interval", retryInterval,
+		"poll_interval", pollInterval, "batch_size", batchSize, "lock_timeout", lockTimeout)
+	if err := c.Run(ctx); err != nil {
+		return err
+	}
+	logger.Info("Completer stopped")
+	return nil
+}

@@ -1,0 +1,238 @@
+// Package completer is the article's completer. It finds ride requests
+// that stopped part way and that their clients seem to have given up on,
+// and pushes each through to the end: the ride gets its one charge, its
+// receipt job is staged, and the response is stored for a client that
+// does come back.
+//
+// It needs no special knowledge of the ride DAG. It claims abandoned
+// idempotency keys (idem.Store.ClaimAbandoned) and hands each to the same
+// rides.Service the API runs, which loads the key's user and stored
+// parameters and resumes from the key's recovery point: the internal path
+// that lets it retry anyone's request.
+package completer
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/rides"
+)
+
+// Completer defaults.
+const (
+	// DefaultMinAge leaves a request to its client for a while: a client
+	// retrying with backoff should get its own answer, not find that the
+	// completer finished the request behind its back.
+	DefaultMinAge = 5 * time.Minute
+
+	// DefaultRetryInterval is how long a key must have been left alone
+	// (by its client or an earlier completer pass) before the completer
+	// tries it again, so a key that keeps failing is retried at this
+	// pace, not on every poll.
+	DefaultRetryInterval = time.Minute
+
+	DefaultPollInterval = 10 * time.Second
+	DefaultBatchSize    = 100
+)
+
+const (
+	// claimTimeout bounds the claim of a batch. The claim runs detached
+	// from the caller's context: a claim cancelled after it committed
+	// would leave its keys locked, unworked, until the lock timeout.
+	claimTimeout = 30 * time.Second
+
+	// keyTimeout bounds the work on one key, including the key finished
+	// after a shutdown was asked for. It leaves room for the Stripe call
+	// with stripe-go's own retries and the phases around it.
+	keyTimeout = 2 * time.Minute
+
+	// Backoff after a failed claim: long enough not to hammer a
+	// restarting Postgres, short enough to resume soon after it is back.
+	minBackoff = 250 * time.Millisecond
+	maxBackoff = 30 * time.Second
+)
+
+// Config configures a Completer. The zero value is usable.
+type Config struct {
+	// MinAge: only keys created longer ago are completed. Defaults to
+	// DefaultMinAge.
+	MinAge time.Duration
+
+	// RetryInterval: only keys last worked longer ago are completed.
+	// Defaults to DefaultRetryInterval.
+	RetryInterval time.Duration
+
+	// PollInterval is how long an idle completer waits before looking
+	// again. Defaults to DefaultPollInterval.
+	PollInterval time.Duration
+
+	// BatchSize is the most keys claimed at once. Defaults to
+	// DefaultBatchSize.
+	BatchSize int
+
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Completer pushes abandoned ride requests to the end.
+//
+// Completers may run side by side: a key is claimed by one of them at a
+// time, and its fresh lock keeps clients and other completers off it
+// while it is worked.
+type Completer struct {
+	keys          *idem.Store
+	service       *rides.Service
+	minAge        time.Duration
+	retryInterval time.Duration
+	pollInterval  time.Duration
+	batchSize     int
+	logger        *slog.Logger
+}
+
+// New returns a Completer that claims keys from keys and resumes them
+// with service.
+func New(keys *idem.Store, service *rides.Service, config *Config) (*Completer, error) {
+	if config == nil {
+		config = &Config{}
+	}
+	switch {
+	case config.MinAge < 0:
+		return nil, fmt.Errorf("completer min age must not be negative, got %s", config.MinAge)
+	case config.RetryInterval < 0:
+		return nil, fmt.Errorf("completer retry interval must not be negative, got %s", config.RetryInterval)
+	case config.PollInterval < 0:
+		return nil, fmt.Errorf("completer poll interval must not be negative, got %s", config.PollInterval)
+	case config.BatchSize < 0:
+		return nil, fmt.Errorf("completer batch size must not be negative, got %d", config.BatchSize)
+	}
+	return &Completer{
+		keys:          keys,
+		service:       service,
+		minAge:        cmp.Or(config.MinAge, DefaultMinAge),
+		retryInterval: cmp.Or(config.RetryInterval, DefaultRetryInterval),
+		pollInterval:  cmp.Or(config.PollInterval, DefaultPollInterval),
+		batchSize:     cmp.Or(config.BatchSize, DefaultBatchSize),
+		logger:        cmp.Or(config.Logger, slog.Default()),
+	}, nil
+}
+
+// RunOnce claims one batch of abandoned keys and drives each to a stored
+// response. succeeded counts keys that reached finished, whatever their
+// response (a declined card's stored 402 is as final as a 201). failed
+// counts keys that stopped on an error again: each is logged, left
+// unlocked at the recovery point it reached, and tried again after the
+// retry interval. One failing key does not stop the batch; err is
+// reserved for failing to claim one.
+//
+// When ctx is cancelled the key in hand is finished and the rest of the
+// batch is released unworked, so a shutdown is as quick as one key and
+// leaves nothing locked.
+func (c *Completer) RunOnce(ctx context.Context) (succeeded, failed int, err error) {
+	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	keys, err := c.keys.ClaimAbandoned(claimCtx, c.minAge, c.retryInterval, c.batchSize)
+	cancel()
+	if err != nil {
+		return 0, 0, err
+	}
+	for i, key := range keys {
+		if ctx.Err() != nil {
+			c.release(ctx, keys[i:])
+			break
+		}
+		if c.complete(ctx, key) {
+			succeeded++
+		} else {
+			failed++
+		}
+	}
+	if len(keys) > 0 {
+		c.logger.InfoContext(ctx, "Completed batch of abandoned requests",
+			slog.Int("claimed", len(keys)), slog.Int("succeeded", succeeded), slog.Int("failed", failed))
+	}
+	return succeeded, failed, nil
+}
+
+// complete resumes one claimed key and reports whether it finished.
+func (c *Completer) complete(ctx context.Context, key *idem.Key) bool {
+	// Detached from ctx: a shutdown lets the key in hand finish instead
+	// of cutting it off between its Stripe call and recording the charge.
+	// That would be safe too (the next attempt repeats the call under the
+	// same Stripe idempotency key), but would leave work for later.
+	keyCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keyTimeout)
+	defer cancel()
+
+	from := key.RecoveryPoint
+	resp, err := c.service.Resume(keyCtx, key)
+	if err != nil {
+		// The service has unlocked the key at the recovery point it
+		// reached (key.RecoveryPoint follows each committed phase).
+		c.logger.ErrorContext(ctx, "Abandoned request failed again; it will be retried",
+			slog.Int64("idempotency_key_id", key.ID),
+			slog.Int64("user_id", key.UserID),
+			slog.String("from_recovery_point", string(from)),
+			slog.String("recovery_point", string(key.RecoveryPoint)),
+			slog.Duration("retry_after", c.retryInterval),
+			slog.Any("error", err))
+		return false
+	}
+	c.logger.InfoContext(ctx, "Completed abandoned request",
+		slog.Int64("idempotency_key_id", key.ID),
+		slog.Int64("user_id", key.UserID),
+		slog.String("from_recovery_point", string(from)),
+		slog.Int("response_code", resp.Code))
+	return true
+}
+
+// release unlocks keys that were claimed but will not be worked, so that
+// a client's retry need not wait for the lock timeout.
+func (c *Completer) release(ctx context.Context, keys []*idem.Key) {
+	for _, key := range keys {
+		// Unlock runs detached from ctx.
+		if err := c.keys.Unlock(ctx, key); err != nil {
+			c.logger.ErrorContext(ctx, "Release claimed key; it frees itself after the lock timeout",
+				slog.Int64("idempotency_key_id", key.ID), slog.Any("error", err))
+		}
+	}
+	c.logger.InfoContext(ctx, "Stopping: released claimed keys unworked", slog.Int("released", len(keys)))
+}
+
+// Run completes abandoned requests until ctx is cancelled, batch after
+// batch while there is work and every PollInterval when idle. A failed
+// claim (Postgres down) is logged and retried with backoff: the completer
+// outlives it. On cancellation the key in hand is finished first (see
+// RunOnce). Run returns nil once ctx is cancelled.
+func (c *Completer) Run(ctx context.Context) error {
+	backoff := minBackoff
+	for ctx.Err() == nil {
+		succeeded, failed, err := c.RunOnce(ctx)
+		if err != nil {
+			c.logger.ErrorContext(ctx, "Claim abandoned requests; retrying",
+				slog.Any("error", err), slog.Duration("backoff", backoff))
+			sleep(ctx, backoff)
+			backoff = min(backoff*2, maxBackoff)
+			continue
+		}
+		backoff = minBackoff
+		if succeeded+failed == c.batchSize {
+			// Probably more waiting. Keys just worked carry a fresh
+			// last_run_at, so the next claim takes new ones.
+			continue
+		}
+		sleep(ctx, c.pollInterval)
+	}
+	return nil
+}
+
+// sleep waits for d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,431 @@
+package completer_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/apitest"
+	"github.com/rocketrides/rocketrides/internal/completer"
+	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/rides"
+)
+
+func TestCompleter(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		*apitest.Stack
+		completer *completer.Completer
+	}
+
+	newCompleter := func(t *testing.T, keys *idem.Store, service *rides.Service, config completer.Config) *completer.Completer {
+		t.Helper()
+		config.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c, err := completer.New(keys, service, &config)
+		require.NoError(t, err)
+		return c
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		stack := apitest.New(t, apitest.Options{})
+		return &testBundle{Stack: stack, completer: newCompleter(t, stack.Keys, stack.Service, completer.Config{})}
+	}
+
+	runOnce := func(t *testing.T, b *testBundle) (succeeded, failed int) {
+		t.Helper()
+		succeeded, failed, err := b.completer.RunOnce(context.Background())
+		require.NoError(t, err)
+		return succeeded, failed
+	}
+
+	// backdate makes key look created createdAgo and last worked idleFor
+	// ago.
+	backdate := func(t *testing.T, b *testBundle, keyID int64, createdAgo, idleFor time.Duration) {
+		t.Helper()
+		_, err := b.Pool.Exec(context.Background(), `
+			UPDATE idempotency_keys
+			SET created_at = now() - $2::interval, last_run_at = now() - $3::interval
+			WHERE id = $1`, keyID, createdAgo, idleFor)
+		require.NoError(t, err)
+	}
+
+	// abandon posts a ride for User that fails at failpoint, as a request
+	// whose client then went away. The key is left as the failure left
+	// it, unlocked at its last recovery point; it is the caller's to
+	// backdate.
+	abandon := func(t *testing.T, b *testBundle, failpoint string) (key string, row *idem.Key) {
+		t.Helper()
+		key = apitest.NewKey()
+		b.Fail(failpoint, func(context.Context) error { return errors.New("injected failure") })
+		resp := b.PostRide(t, key, apitest.DefaultParams)
+		b.Fail(failpoint, nil)
+		require.Equal(t, http.StatusInternalServerError, resp.Status, "%s", resp.Body)
+		row = b.KeyRow(t, key)
+		require.Nil(t, row.LockedAt)
+		return key, row
+	}
+
+	// abandonOld abandons a request an hour ago.
+	abandonOld := func(t *testing.T, b *testBundle, failpoint string) (key string, row *idem.Key) {
+		t.Helper()
+		key, row = abandon(t, b, failpoint)
+		backdate(t, b, row.ID, time.Hour, time.Hour)
+		return key, row
+	}
+
+	// requireCompleted checks the invariant the completer exists for: the
+	// key finished with a stored 201, the customer was charged exactly
+	// once, and the ride records that charge.
+	requireCompleted := func(t *testing.T, b *testBundle, key string) {
+		t.Helper()
+		row := b.KeyRow(t, key)
+		require.Equal(t, idem.Finished, row.RecoveryPoint)
+		require.Equal(t, http.StatusCreated, *row.ResponseCode)
+		require.Nil(t, row.LockedAt)
+		charges := b.ChargesFor(row.ID)
+		require.Len(t, charges, 1, "charges for key %d", row.ID)
+		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM rides WHERE idempotency_key_id = $1 AND stripe_charge_id = $2`,
+			row.ID, charges[0].ID))
+		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM staged_jobs WHERE job_args->>'stripe_charge_id' = $1`, charges[0].ID))
+	}
+
+	// requireUntouched checks that the completer left key as it was.
+	requireUntouched := func(t *testing.T, b *testBundle, key string, before *idem.Key) {
+		t.Helper()
+		after := b.KeyRow(t, key)
+		require.Equal(t, before.RecoveryPoint, after.RecoveryPoint)
+		require.Equal(t, before.LockToken, after.LockToken)
+		require.Empty(t, b.ChargesFor(before.ID))
+	}
+
+	for _, tc := range []struct {
+		name      string
+		failpoint string
+		stoppedAt idem.RecoveryPoint
+	}{
+		{"CompletesFromStarted", rides.FailAfterClaim, idem.Started},
+		{"CompletesFromRideCreated", rides.FailAfterRideCreated, rides.RideCreated},
+		{"CompletesFromRideCreatedBeforeCharge", rides.FailBeforeCharge, rides.RideCreated},
+		{"CompletesFromChargeCreated", rides.FailAfterChargeCreated, rides.ChargeCreated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			key, row := abandonOld(t, b, tc.failpoint)
+			require.Equal(t, tc.stoppedAt, row.RecoveryPoint)
+
+			succeeded, failed := runOnce(t, b)
+			require.Equal(t, 1, succeeded)
+			require.Zero(t, failed)
+			requireCompleted(t, b, key)
+			require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM rides`))
+			require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM audit_records`))
+
+			// The client that does come back gets the stored ride.
+			resp := b.PostRide(t, key, apitest.DefaultParams)
+			require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
+			require.Equal(t, "true", resp.Header.Get("Idempotent-Replayed"))
+			require.Equal(t, string(b.KeyRow(t, key).ResponseBody), string(resp.Body))
+			require.Len(t, b.ChargesFor(row.ID), 1)
+
+			// Nothing left to do.
+			succeeded, failed = runOnce(t, b)
+			require.Zero(t, succeeded+failed)
+		})
+	}
+
+	t.Run("StoredDeclineCountsAsSucceeded", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		key := apitest.NewKey()
+		b.Fail(rides.FailAfterClaim, func(context.Context) error { return errors.New("injected failure") })
+		resp := b.Do(t, http.MethodPost, "/rides", apitest.DefaultParams,
+			"Authorization", "Bearer "+b.BadSourceToken, "Idempotency-Key", key,
+			"Content-Type", "application/x-www-form-urlencoded")
+		b.Fail(rides.FailAfterClaim, nil)
+		require.Equal(t, http.StatusInternalServerError, resp.Status, "%s", resp.Body)
+		var keyID int64
+		require.NoError(t, b.Pool.QueryRow(context.Background(),
+			`SELECT id FROM idempotency_keys WHERE user_id = $1 AND idempotency_key = $2`, b.BadSourceUser.ID, key,
+		).Scan(&keyID))
+		backdate(t, b, keyID, time.Hour, time.Hour)
+
+		succeeded, failed := runOnce(t, b)
+		require.Equal(t, 1, succeeded, "a stored decline is a finished request")
+		require.Zero(t, failed)
+		var (
+			point idem.RecoveryPoint
+			code  int
+		)
+		require.NoError(t, b.Pool.QueryRow(context.Background(),
+			`SELECT recovery_point, response_code FROM idempotency_keys WHERE id = $1`, keyID).Scan(&point, &code))
+		require.Equal(t, idem.Finished, point)
+		require.Equal(t, http.StatusPaymentRequired, code)
+		require.Empty(t, b.ChargesFor(keyID))
+	})
+
+	t.Run("InternalErrorCountsAsFailureAndKeepsProgress", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		key, row := abandonOld(t, b, rides.FailAfterClaim)
+		require.Equal(t, idem.Started, row.RecoveryPoint)
+		b.Fail(rides.FailBeforeCharge, func(context.Context) error { return errors.New("boom") })
+
+		succeeded, failed := runOnce(t, b)
+		require.Zero(t, succeeded)
+		require.Equal(t, 1, failed)
+		row = b.KeyRow(t, key)
+		require.Equal(t, rides.RideCreated, row.RecoveryPoint, "the phases before the failure committed")
+		require.Nil(t, row.LockedAt, "the key was unlocked")
+		require.Nil(t, row.LockToken)
+		require.Nil(t, row.ResponseCode, "an internal error is not stored")
+		require.Zero(t, b.Stripe.Stats().ChargeRequests)
+
+		// It waits out the retry interval, then finishes once fixed.
+		succeeded, failed = runOnce(t, b)
+		require.Zero(t, succeeded+failed)
+		b.Fail(rides.FailBeforeCharge, nil)
+		backdate(t, b, row.ID, time.Hour, time.Hour)
+		succeeded, failed = runOnce(t, b)
+		require.Equal(t, 1, succeeded)
+		require.Zero(t, failed)
+		requireCompleted(t, b, key)
+	})
+
+	t.Run("OneFailureDoesNotStopTheBatch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		first, firstRow := abandon(t, b, rides.FailAfterClaim)
+		second, secondRow := abandon(t, b, rides.FailAfterClaim)
+		// Keys are worked longest waiting first.
+		backdate(t, b, firstRow.ID, 2*time.Hour, 2*time.Hour)
+		backdate(t, b, secondRow.ID, time.Hour, time.Hour)
+		var once sync.Once
+		b.Fail(rides.FailBeforeCharge, func(context.Context) error {
+			err := error(nil)
+			once.Do(func() { err = errors.New("boom") })
+			return err
+		})
+
+		succeeded, failed := runOnce(t, b)
+		require.Equal(t, 1, succeeded)
+		require.Equal(t, 1, failed)
+		require.Equal(t, rides.RideCreated, b.KeyRow(t, first).RecoveryPoint)
+		requireCompleted(t, b, second)
+	})
+
+	t.Run("IgnoresYoungKeys", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		key, row := abandon(t, b, rides.FailAfterClaim)
+		backdate(t, b, row.ID, time.Minute, time.Hour)
+
+		succeeded, failed := runOnce(t, b)
+		require.Zero(t, succeeded+failed)
+		requireUntouched(t, b, key, row)
+	})
+
+	t.Run("IgnoresRecentlyRunKeys", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		key, row := abandon(t, b, rides.FailAfterClaim)
+		backdate(t, b, row.ID, time.Hour, 10*time.Second)
+
+		succeeded, failed := runOnce(t, b)
+		require.Zero(t, succeeded+failed)
+		requireUntouched(t, b, key, row)
+	})
+
+	t.Run("IgnoresFinishedKeys", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		key := apitest.NewKey()
+		resp := b.PostRide(t, key, apitest.DefaultParams)
+		require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
+		row := b.KeyRow(t, key)
+		backdate(t, b, row.ID, time.Hour, time.Hour)
+
+		succeeded, failed := runOnce(t, b)
+		require.Zero(t, succeeded+failed)
+		require.Equal(t, 1, b.Stripe.Stats().ChargeRequests)
+		require.Equal(t, string(row.ResponseBody), string(b.KeyRow(t, key).ResponseBody))
+	})
+
+	t.Run("IgnoresKeysWithALiveLock", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// A request working the key right now.
+		key := apitest.NewKey()
+		row := b.Claim(t, key)
+		backdate(t, b, row.ID, time.Hour, time.Hour)
+
+		succeeded, failed := runOnce(t, b)
+		require.Zero(t, succeeded+failed)
+		requireUntouched(t, b, key, row)
+	})
+
+	t.Run("IgnoresKeysSetAsideForAttention", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		key, row := abandonOld(t, b, rides.FailBeforeCharge)
+		_, err := b.Pool.Exec(context.Background(),
+			`UPDATE idempotency_keys SET attention_reason = 'charge outcome unknown' WHERE id = $1`, row.ID)
+		require.NoError(t, err)
+
+		succeeded, failed := runOnce(t, b)
+		require.Zero(t, succeeded+failed)
+		requireUntouched(t, b, key, row)
+	})
+
+	t.Run("TakesKeysWithAStaleLock", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// A request that died holding the key.
+		client := apitest.NewKey()
+		stalled := b.Claim(t, client)
+		backdate(t, b, stalled.ID, time.Hour, time.Hour)
+		_, err := b.Pool.Exec(context.Background(),
+			`UPDATE idempotency_keys SET locked_at = now() - $2::interval WHERE id = $1`,
+			stalled.ID, 2*b.Keys.LockTimeout())
+		require.NoError(t, err)
+
+		succeeded, failed := runOnce(t, b)
+		require.Equal(t, 1, succeeded)
+		require.Zero(t, failed)
+		requireCompleted(t, b, client)
+	})
+
+	t.Run("EmptyDatabase", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		succeeded, failed := runOnce(t, b)
+		require.Zero(t, succeeded)
+		require.Zero(t, failed)
+	})
+
+	// Two completer processes, each with its own store and service,
+	// share the work without ever resuming the same key twice.
+	t.Run("ConcurrentCompletersFinishEachKeyOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		const n = 20
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i], _ = abandon(t, b, rides.FailAfterClaim)
+		}
+		_, err := b.Pool.Exec(context.Background(),
+			`UPDATE idempotency_keys SET created_at = now() - interval '1 hour', last_run_at = now() - interval '1 hour'`)
+		require.NoError(t, err)
+
+		otherKeys := idem.NewStore(b.Pool, idem.Config{})
+		completers := []*completer.Completer{
+			newCompleter(t, b.Keys, b.Service, completer.Config{BatchSize: 3}),
+			newCompleter(t, otherKeys, rides.NewService(rides.Config{Pool: b.Pool, Keys: otherKeys, Payments: b.Gateway}),
+				completer.Config{BatchSize: 3}),
+		}
+		var (
+			wg                sync.WaitGroup
+			mu                sync.Mutex
+			succeeded, failed int
+			start             = make(chan struct{})
+		)
+		for _, c := range completers {
+			wg.Go(func() {
+				<-start
+				for {
+					s, f, err := c.RunOnce(context.Background())
+					mu.Lock()
+					succeeded, failed = succeeded+s, failed+f
+					mu.Unlock()
+					if err != nil {
+						t.Errorf("RunOnce: %v", err)
+						return
+					}
+					if s+f == 0 {
+						return
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+
+		require.Equal(t, n, succeeded)
+		require.Zero(t, failed)
+		require.Equal(t, n, b.Stripe.Stats().ChargeRequests, "each key resumed by exactly one completer")
+		for _, key := range keys {
+			requireCompleted(t, b, key)
+		}
+		require.Equal(t, n, b.Count(t, `SELECT count(*) FROM rides`))
+		require.Equal(t, n, b.Count(t, `SELECT count(*) FROM audit_records`))
+	})
+
+	t.Run("ShutdownFinishesKeyInHandAndReleasesTheRest", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		first, firstRow := abandon(t, b, rides.FailAfterClaim)
+		second, secondRow := abandon(t, b, rides.FailAfterClaim)
+		backdate(t, b, firstRow.ID, 2*time.Hour, 2*time.Hour)
+		backdate(t, b, secondRow.ID, time.Hour, time.Hour)
+
+		// The shutdown arrives while the first key is being charged.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		b.Fail(rides.FailBeforeCharge, func(context.Context) error { cancel(); return nil })
+
+		succeeded, failed, err := b.completer.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, succeeded)
+		require.Zero(t, failed)
+		requireCompleted(t, b, first)
+		row := b.KeyRow(t, second)
+		require.Equal(t, idem.Started, row.RecoveryPoint)
+		require.Nil(t, row.LockedAt, "released unworked, not left locked")
+	})
+
+	t.Run("RunCompletesUntilCancelled", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.completer = newCompleter(t, b.Keys, b.Service, completer.Config{PollInterval: 20 * time.Millisecond})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- b.completer.Run(ctx) }()
+
+		key, _ := abandonOld(t, b, rides.FailAfterRideCreated)
+		require.Eventually(t, func() bool {
+			var point idem.RecoveryPoint
+			err := b.Pool.QueryRow(context.Background(),
+				`SELECT recovery_point FROM idempotency_keys WHERE user_id = $1 AND idempotency_key = $2`,
+				b.User.ID, key).Scan(&point)
+			return err == nil && point == idem.Finished
+		}, 10*time.Second, 20*time.Millisecond)
+		requireCompleted(t, b, key)
+
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return after cancellation")
+		}
+	})
+
+	t.Run("RejectsNegativeConfig", func(t *testing.T) {
+		t.Parallel()
+		for _, config := range []completer.Config{
+			{MinAge: -time.Second}, {RetryInterval: -time.Second}, {PollInterval: -time.Second}, {BatchSize: -1},
+		} {
+			_, err := completer.New(nil, nil, &config)
+			require.Error(t, err, "%+v", config)
+		}
+	})
+}

@@ -1,0 +1,141 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// claimAbandonedSQL selects and locks, in one statement, the keys the
+// completer should push to the end: not finished, old enough that their
+// client has probably given up ($1), not worked by anyone for a while
+// ($2), not set aside for a human, and not locked, or locked so long ago
+// that whoever held the lock is presumed dead ($3).
+//
+// FOR UPDATE SKIP LOCKED in the subquery is what lets several completers
+// run side by side: each takes rows no other transaction holds, and by the
+// time one commits, the rows it took carry a fresh lock and last_run_at
+// that keep the others away. A fresh lock_token fences off the request
+// that held a stale lock, exactly as a client's takeover in Claim does.
+//
+// ORDER BY last_run_at serves the keys waiting longest first, and, with
+// the recovery point condition, matches the partial index
+// idempotency_keys_unfinished_last_run_at, so the scan reads only
+// unfinished keys however many finished ones the table holds.
+const claimAbandonedSQL = `
+	UPDATE idempotency_keys
+	SET locked_at = now(), last_run_at = now(), lock_token = gen_random_uuid()
+	WHERE id IN (
+		SELECT id
+		FROM idempotency_keys
+		WHERE recovery_point <> 'finished'
+		  AND created_at < now() - $1::interval
+		  AND last_run_at < now() - $2::interval
+		  AND (locked_at IS NULL OR locked_at < now() - $3::interval)
+		  AND attention_reason IS NULL
+		ORDER BY last_run_at
+		LIMIT $4
+		FOR UPDATE SKIP LOCKED
+	)
+	RETURNING ` + keyColumns
+
+// ClaimAbandoned locks, for the completer, up to limit keys whose requests
+// look abandoned by their clients: unfinished, created more than minAge
+// ago, last worked more than retryInterval ago, not set aside for a human
+// (see FlagForAttention), and not locked by a live request (a lock older
+// than the store's lock timeout is taken over). Each key comes back locked
+// with a new lock token, ready for the endpoint to resume it; the endpoint
+// unlocks it on failure as it would for a client's request.
+//
+// Concurrent callers never receive the same key.
+func (s *Store) ClaimAbandoned(ctx context.Context, minAge, retryInterval time.Duration, limit int) ([]*Key, error) {
+	rows, err := s.pool.Query(ctx, claimAbandonedSQL, minAge, retryInterval, s.lockTimeout, limit)
+	if err != nil {
+		return nil, fmt.Errorf("claim abandoned idempotency keys: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Key])
+	if err != nil {
+		return nil, fmt.Errorf("claim abandoned idempotency keys: %w", err)
+	}
+	return keys, nil
+}
+
+// ReapedKey is an idempotency key that Reap deleted.
+type ReapedKey struct {
+	ID            int64         `db:"id"`
+	UserID        int64         `db:"user_id"`
+	RecoveryPoint RecoveryPoint `db:"recovery_point"`
+	// Reason is set when the key had not finished: its request was
+	// copied to abandoned_requests with this reason.
+	Reason *string `db:"reason"`
+}
+
+// Abandoned reports whether the key had not finished and was copied to
+// abandoned_requests for a human.
+func (k ReapedKey) Abandoned() bool { return k.Reason != nil }
+
+// reapSQL deletes one batch of expired keys and, in the same statement
+// and so the same transaction, copies the unfinished ones to
+// abandoned_requests: a request cannot disappear without leaving a row
+// for a human, and a failed copy keeps its key.
+//
+// The batch is bounded and taken with FOR UPDATE SKIP LOCKED, so each
+// statement holds row locks briefly and only on the rows it deletes;
+// requests working other keys, and other reapers, are not blocked. A key
+// under a live lock is left alone: a request (or the completer) is
+// working it right now, possibly in the middle of its Stripe call, and
+// deleting the key would fence it off after money moved and record the
+// request at a recovery point it is about to leave. The next pass takes
+// the key once the lock is released or stale.
+//
+// Rides survive: rides.idempotency_key_id is ON DELETE SET NULL.
+const reapSQL = `
+	WITH reaped AS (
+		DELETE FROM idempotency_keys
+		WHERE id IN (
+			SELECT id
+			FROM idempotency_keys
+			WHERE created_at < now() - $1::interval
+			  AND (locked_at IS NULL OR locked_at < now() - $3::interval)
+			ORDER BY id
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED
+		)
+		RETURNING id, user_id, idempotency_key, request_method, request_path, request_params,
+		          recovery_point, created_at, last_run_at, attention_reason
+	), abandoned AS (
+		INSERT INTO abandoned_requests
+			(idempotency_key_id, user_id, idempotency_key, request_method, request_path,
+			 request_params, recovery_point, created_at, last_run_at, reason)
+		SELECT id, user_id, idempotency_key, request_method, request_path,
+		       request_params, recovery_point, created_at, last_run_at,
+		       coalesce('set aside for attention: ' || attention_reason, $4)
+		FROM reaped
+		WHERE recovery_point <> 'finished'
+		RETURNING idempotency_key_id, reason
+	)
+	SELECT reaped.id, reaped.user_id, reaped.recovery_point, abandoned.reason
+	FROM reaped
+	LEFT JOIN abandoned ON abandoned.idempotency_key_id = reaped.id
+	ORDER BY reaped.id`
+
+// Reap deletes up to limit idempotency keys created more than maxAge ago,
+// the reaper's one batch. Keys are for retrying a request, not an archive
+// of requests; a key that never finished is copied to abandoned_requests
+// first, for a person to review. Keys under a live lock wait for a later
+// batch. Reap returns the keys it deleted; fewer than limit means no more
+// are due, or that the rest are locked (by a request or another reaper).
+func (s *Store) Reap(ctx context.Context, maxAge time.Duration, limit int) ([]ReapedKey, error) {
+	reason := fmt.Sprintf("not finished within %s", maxAge)
+	rows, err := s.pool.Query(ctx, reapSQL, maxAge, limit, s.lockTimeout, reason)
+	if err != nil {
+		return nil, fmt.Errorf("reap idempotency keys older than %s: %w", maxAge, err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowToStructByName[ReapedKey])
+	if err != nil {
+		return nil, fmt.Errorf("reap idempotency keys older than %s: %w", maxAge, err)
+	}
+	return keys, nil
+}

@@ -1,0 +1,166 @@
+// Package reaper is the article's reaper. Idempotency keys exist so that
+// a request can be retried safely, not as a permanent record of requests,
+// so the reaper deletes keys once they are older than anyone will retry
+// them (72 hours by default: long enough that a bug shipped on a Friday
+// can be fixed on Monday and the completer still push its requests
+// through).
+//
+// A key that never finished is not just dropped: it is copied to
+// abandoned_requests, in the same statement that deletes it, and logged,
+// so that a person can find out what failed. Rides outlive their keys.
+// The SQL lives with the table's owner, idem.Store.Reap; this package
+// holds the loop.
+package reaper
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/rocketrides/rocketrides/internal/idem"
+)
+
+// Reaper defaults.
+const (
+	DefaultMaxAge       = 72 * time.Hour
+	DefaultBatchSize    = 1000
+	DefaultPollInterval = time.Minute
+)
+
+const (
+	// batchTimeout bounds one batch's statement, including the one
+	// finished after a shutdown was asked for.
+	batchTimeout = 30 * time.Second
+
+	// Backoff after a failed pass: long enough not to hammer a restarting
+	// Postgres, short enough to resume soon after it is back.
+	minBackoff = time.Second
+	maxBackoff = time.Minute
+)
+
+// Config configures a Reaper. The zero value is usable.
+type Config struct {
+	// MaxAge is the age past which a key is deleted. It must exceed the
+	// store's lock timeout. Defaults to DefaultMaxAge.
+	MaxAge time.Duration
+
+	// BatchSize is the most keys deleted by one statement, which bounds
+	// how long its row locks are held. Defaults to DefaultBatchSize.
+	BatchSize int
+
+	// PollInterval is how long the reaper waits between passes. Defaults
+	// to DefaultPollInterval.
+	PollInterval time.Duration
+
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Reaper deletes expired idempotency keys. Reapers may run side by side:
+// each batch takes only keys no other reaper holds.
+type Reaper struct {
+	keys         *idem.Store
+	maxAge       time.Duration
+	batchSize    int
+	pollInterval time.Duration
+	logger       *slog.Logger
+}
+
+// New returns a Reaper deleting keys from keys.
+func New(keys *idem.Store, config *Config) (*Reaper, error) {
+	if config == nil {
+		config = &Config{}
+	}
+	switch {
+	case config.MaxAge < 0:
+		return nil, fmt.Errorf("reaper max age must not be negative, got %s", config.MaxAge)
+	case config.BatchSize < 0:
+		return nil, fmt.Errorf("reaper batch size must not be negative, got %d", config.BatchSize)
+	case config.PollInterval < 0:
+		return nil, fmt.Errorf("reaper poll interval must not be negative, got %s", config.PollInterval)
+	}
+	r := &Reaper{
+		keys:         keys,
+		maxAge:       cmp.Or(config.MaxAge, DefaultMaxAge),
+		batchSize:    cmp.Or(config.BatchSize, DefaultBatchSize),
+		pollInterval: cmp.Or(config.PollInterval, DefaultPollInterval),
+		logger:       cmp.Or(config.Logger, slog.Default()),
+	}
+	// A key younger than the lock timeout may belong to a request whose
+	// client is still retrying it; reaping it would start that request
+	// over, charge and all.
+	if r.maxAge <= keys.LockTimeout() {
+		return nil, fmt.Errorf("reaper max age %s must exceed the idempotency lock timeout %s", r.maxAge, keys.LockTimeout())
+	}
+	return r, nil
+}
+
+// RunOnce reaps every expired key, batch after batch, until a batch comes
+// back short: nothing more is due, or what is left is locked (by a
+// request working it, or by another reaper). It reports the keys deleted
+// and, of those, the unfinished ones copied to abandoned_requests. When
+// ctx is cancelled the batch in hand is finished and no other is started.
+// With an error it returns what the batches before it reaped.
+func (r *Reaper) RunOnce(ctx context.Context) (reaped, abandoned int, err error) {
+	for {
+		// Detached, so that a shutdown does not lose count of a batch
+		// that committed; batchTimeout keeps it bounded.
+		batchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
+		keys, err := r.keys.Reap(batchCtx, r.maxAge, r.batchSize)
+		cancel()
+		if err != nil {
+			return reaped, abandoned, err
+		}
+		reaped += len(keys)
+		for _, key := range keys {
+			if !key.Abandoned() {
+				continue
+			}
+			abandoned++
+			r.logger.WarnContext(ctx, "Reaped a request that never finished; listed in abandoned_requests for review",
+				slog.Int64("idempotency_key_id", key.ID),
+				slog.Int64("user_id", key.UserID),
+				slog.String("recovery_point", string(key.RecoveryPoint)),
+				slog.String("reason", *key.Reason))
+		}
+		if len(keys) < r.batchSize || ctx.Err() != nil {
+			break
+		}
+	}
+	if reaped > 0 {
+		r.logger.InfoContext(ctx, "Reaped expired idempotency keys",
+			slog.Int("reaped", reaped), slog.Int("abandoned", abandoned), slog.Duration("max_age", r.maxAge))
+	}
+	return reaped, abandoned, nil
+}
+
+// Run reaps expired keys every PollInterval until ctx is cancelled. A
+// failed pass (Postgres down) is logged and retried with backoff: the
+// reaper outlives it. Run returns nil once ctx is cancelled.
+func (r *Reaper) Run(ctx context.Context) error {
+	backoff := minBackoff
+	for ctx.Err() == nil {
+		if _, _, err := r.RunOnce(ctx); err != nil {
+			r.logger.ErrorContext(ctx, "Reap idempotency keys; retrying",
+				slog.Any("error", err), slog.Duration("backoff", backoff))
+			sleep(ctx, backoff)
+			backoff = min(backoff*2, maxBackoff)
+			continue
+		}
+		backoff = minBackoff
+		sleep(ctx, r.pollInterval)
+	}
+	return nil
+}
+
+// sleep waits for d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
