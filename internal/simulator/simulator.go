@@ -1,0 +1,428 @@
+// Package simulator is a Rocket Rides client that keeps the API busy the way
+// the original app's simulator does: a ride every few seconds as the demo
+// user, each under a fresh idempotency key, about half of them asking the
+// API to fail on purpose (raise_error=true) so that the failures have to
+// be recovered.
+//
+// It is also a model of a good client of an idempotent API. Every retry of
+// a ride sends the identical request: the same Idempotency-Key, the same
+// parameters, and the same raise_error. A response that may change on a
+// retry (a network error or timeout, 409, 429, 5xx) is retried with capped
+// exponential backoff and full jitter, waiting at least as long as
+// Retry-After asks. A final answer (2xx, 4xx, or any stored answer the API
+// replays) is never retried: the same key would only replay it.
+//
+// The failure a ride asked for is the exception. A 500 internal_error in
+// answer to a request that carried raise_error=true is the simulated
+// failure: the ride was created, the charge was not made, and the key was
+// unlocked at its recovery point. Retrying it would only fail again
+// (raise_error is part of the identical request), so the simulator leaves
+// the key alone and the completer finishes the ride, as it does for a
+// client that went away. A ride whose retries run out is left to the
+// completer the same way.
+package simulator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// DefaultTimeout bounds one attempt when Config.Client is nil. It is
+// longer than the API's own Stripe timeout, so that an attempt normally
+// ends with the API's answer rather than the client giving up on it; an
+// attempt that does time out is retried with the same key.
+const DefaultTimeout = 30 * time.Second
+
+// simulateErrorParam asks the API to fail after the ride is created. The
+// API accepts it only when it runs with SIMULATED_ERRORS=true.
+const simulateErrorParam = "raise_error"
+
+// Config configures a Simulator.
+type Config struct {
+	// URL is the API's base URL, such as http://127.0.0.1:5000.
+	URL string
+	// Token is the API token the rides are sent with.
+	Token string
+	// ErrorRate is the share of rides, from 0 to 1, sent with
+	// raise_error=true.
+	ErrorRate float64
+	// MaxPause spaces rides in Run by a random pause in [0, MaxPause).
+	// Zero sends them back to back.
+	MaxPause time.Duration
+	// Rides is how many rides Run sends; zero means until its context
+	// ends.
+	Rides int
+	// Client sends the requests; nil uses one with DefaultTimeout.
+	Client *http.Client
+	// Retry is the retry policy; its zero value is the default policy.
+	Retry Policy
+	// NewKey returns a fresh idempotency key; nil uses random UUIDs.
+	NewKey func() string
+	// Out receives one line per attempt; nil discards them.
+	Out io.Writer
+}
+
+// Simulator sends rides to the API.
+type Simulator struct {
+	cfg  Config
+	base string // the API's base URL, without a trailing slash
+
+	mu sync.Mutex // serialises writes to cfg.Out
+}
+
+// New returns a Simulator, or an error when the configuration cannot work.
+func New(cfg Config) (*Simulator, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("API URL %q: must be an http or https URL such as http://127.0.0.1:5000", cfg.URL)
+	}
+	if cfg.Token == "" {
+		return nil, errors.New("an API token is required")
+	}
+	if cfg.ErrorRate < 0 || cfg.ErrorRate > 1 {
+		return nil, fmt.Errorf("error rate %g: must be between 0 and 1", cfg.ErrorRate)
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Timeout: DefaultTimeout}
+	}
+	if cfg.NewKey == nil {
+		cfg.NewKey = uuid.NewString
+	}
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	return &Simulator{cfg: cfg, base: strings.TrimSuffix(cfg.URL, "/")}, nil
+}
+
+// Ride is one ride request: its idempotency key and its parameters.
+type Ride struct {
+	Key                  string
+	OriginLat, OriginLon float64
+	TargetLat, TargetLon float64
+	// RaiseError asks the API to fail the request on purpose.
+	RaiseError bool
+}
+
+// San Francisco, and how far from it rides start and end, in degrees.
+const (
+	sfLat, sfLon         = 37.7749, -122.4194
+	spreadLat, spreadLon = 0.08, 0.1
+)
+
+// NewRide returns a ride under a fresh key between two random points
+// around San Francisco, asking for a simulated failure at the configured
+// rate.
+func (s *Simulator) NewRide() Ride {
+	around := func(center, spread float64) float64 {
+		// Six decimals (about 10 cm) keep the form values short.
+		return math.Round((center+(rand.Float64()*2-1)*spread)*1e6) / 1e6
+	}
+	return Ride{
+		Key:        s.cfg.NewKey(),
+		OriginLat:  around(sfLat, spreadLat),
+		OriginLon:  around(sfLon, spreadLon),
+		TargetLat:  around(sfLat, spreadLat),
+		TargetLon:  around(sfLon, spreadLon),
+		RaiseError: rand.Float64() < s.cfg.ErrorRate,
+	}
+}
+
+func (r Ride) form() url.Values {
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	v := url.Values{
+		"origin_lat": {f(r.OriginLat)},
+		"origin_lon": {f(r.OriginLon)},
+		"target_lat": {f(r.TargetLat)},
+		"target_lon": {f(r.TargetLon)},
+	}
+	if r.RaiseError {
+		v.Set(simulateErrorParam, "true")
+	}
+	return v
+}
+
+// Result is what became of an attempt.
+type Result string
+
+// Results.
+const (
+	// Succeeded: a 2xx; the ride is created and charged.
+	Succeeded Result = "succeeded"
+	// SimulatedFailure: the failure the ride asked for, left for the
+	// completer.
+	SimulatedFailure Result = "simulated_failure"
+	// Failed: a final error answer, such as a declined card or a request
+	// the API rejects; retrying would get the same answer.
+	Failed Result = "failed"
+	// Retrying: the attempt failed in a way a retry may fix, and another
+	// attempt follows after Wait.
+	Retrying Result = "retrying"
+	// GaveUp: the attempts ran out, or the simulator is stopping, before
+	// a final answer; the key is left for the completer.
+	GaveUp Result = "gave_up"
+)
+
+// Outcome is one attempt at a ride, or with Send, the last attempt.
+type Outcome struct {
+	Key        string
+	Attempt    int
+	RaiseError bool
+	// Status is the HTTP status; zero when no response arrived (Err).
+	Status int
+	// RideID and ChargeID are read from a 2xx ride.
+	RideID   int64
+	ChargeID string
+	// Code is the problem document's code of an error response.
+	Code string
+	// Replayed is set when the API replayed a stored response.
+	Replayed bool
+	// RetryAfter is the server's Retry-After, zero when absent.
+	RetryAfter time.Duration
+	// Err is the network error (connection refused, timeout, ...) that
+	// kept a response from arriving.
+	Err     error
+	Latency time.Duration
+	Result  Result
+	// Wait is how long the simulator waits before the next attempt.
+	Wait time.Duration
+}
+
+// Simulated reports whether the outcome is the failure the request asked
+// for with raise_error: the API answers it with a 500 internal_error. A
+// genuine 500 on such a request cannot be told apart from it, and needs
+// the same treatment anyway: the key is unlocked at its recovery point,
+// for a retry or the completer.
+func (o Outcome) Simulated() bool {
+	return o.RaiseError && o.Status == http.StatusInternalServerError && o.Code == "internal_error"
+}
+
+// retryable reports whether another attempt with the same key may get a
+// different answer.
+func (o Outcome) retryable() bool {
+	switch {
+	case o.Err != nil:
+		// The request may or may not have reached the API; only a retry
+		// with the same key can tell, and it is safe.
+		return true
+	case o.Simulated():
+		return false
+	case o.Replayed:
+		// A stored answer is replayed byte for byte on every retry.
+		return false
+	case o.Status == http.StatusConflict, o.Status == http.StatusTooManyRequests:
+		// 409: the same key is in flight (or was taken over); its
+		// result is there for the asking once it finishes.
+		return true
+	case o.Status >= 500:
+		// payment_rejected is a final answer the API stores.
+		return o.Code != "payment_rejected"
+	}
+	return false
+}
+
+func (o Outcome) final() Result {
+	switch {
+	case o.Status >= 200 && o.Status < 300:
+		return Succeeded
+	case o.Simulated():
+		return SimulatedFailure
+	}
+	return Failed
+}
+
+// String is the outcome as one logfmt line.
+func (o Outcome) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "key=%s attempt=%d", o.Key, o.Attempt)
+	if o.Err != nil {
+		fmt.Fprintf(&b, " error=%s", strconv.Quote(o.Err.Error()))
+	} else {
+		fmt.Fprintf(&b, " status=%d", o.Status)
+	}
+	if o.RideID != 0 {
+		fmt.Fprintf(&b, " ride=%d", o.RideID)
+	}
+	if o.ChargeID != "" {
+		fmt.Fprintf(&b, " charge=%s", o.ChargeID)
+	}
+	if o.Code != "" {
+		fmt.Fprintf(&b, " code=%s", o.Code)
+	}
+	if o.RaiseError {
+		b.WriteString(" raise_error=true")
+	}
+	if o.Replayed {
+		b.WriteString(" replayed=true")
+	}
+	fmt.Fprintf(&b, " latency=%.1fms result=%s", float64(o.Latency)/float64(time.Millisecond), o.Result)
+	switch o.Result {
+	case Retrying:
+		fmt.Fprintf(&b, " wait=%s", o.Wait.Round(time.Millisecond))
+	case SimulatedFailure, GaveUp:
+		b.WriteString(" next=completer")
+	}
+	return b.String()
+}
+
+// Send sends a new random ride (NewRide) until it gets a final answer or
+// gives up, and returns the last attempt's outcome.
+func (s *Simulator) Send(ctx context.Context) Outcome {
+	return s.SendRide(ctx, s.NewRide())
+}
+
+// SendRide sends r, retrying it by the retry policy, and returns the last
+// attempt's outcome. Every attempt is written to Config.Out.
+func (s *Simulator) SendRide(ctx context.Context, r Ride) Outcome {
+	body := r.form().Encode()
+	return retry(ctx, s.cfg.Retry, func(ctx context.Context, _ int) Outcome {
+		return s.post(ctx, r, body)
+	}, s.report)
+}
+
+func (s *Simulator) report(o Outcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, _ = fmt.Fprintln(s.cfg.Out, o)
+}
+
+// maxBody bounds how much of a response is read: rides and problem
+// documents are a few hundred bytes.
+const maxBody = 1 << 20
+
+// post makes one attempt.
+func (s *Simulator) post(ctx context.Context, r Ride, body string) Outcome {
+	o := Outcome{Key: r.Key, RaiseError: r.RaiseError}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/rides", strings.NewReader(body))
+	if err != nil {
+		o.Err = fmt.Errorf("build request: %w", err)
+		return o
+	}
+	req.Header.Set("Authorization", "Bearer "+s.cfg.Token)
+	req.Header.Set("Idempotency-Key", r.Key)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "rocketrides-simulator")
+
+	start := time.Now()
+	resp, err := s.cfg.Client.Do(req)
+	if err != nil {
+		o.Latency = time.Since(start)
+		o.Err = err
+		return o
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	o.Latency = time.Since(start)
+	if err != nil {
+		// The answer was lost on the way; a retry replays it.
+		o.Err = fmt.Errorf("read response (status %d): %w", resp.StatusCode, err)
+		return o
+	}
+	o.Status = resp.StatusCode
+	o.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
+	o.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+
+	// A ride or a problem document; a body that is neither (a proxy's
+	// error page, say) leaves the fields empty and the status decides.
+	var doc struct {
+		ID             int64  `json:"id"`
+		StripeChargeID string `json:"stripe_charge_id"`
+		Code           string `json:"code"`
+	}
+	if json.Unmarshal(raw, &doc) == nil {
+		if o.Status < 300 {
+			o.RideID, o.ChargeID = doc.ID, doc.StripeChargeID
+		} else {
+			o.Code = doc.Code
+		}
+	}
+	return o
+}
+
+// Tally counts what became of the rides Run sent.
+type Tally struct {
+	Sent, Succeeded, SimulatedFailures, Failed, GaveUp int
+}
+
+func (t Tally) String() string {
+	return fmt.Sprintf("sent=%d succeeded=%d simulated_failures=%d failed=%d gave_up=%d",
+		t.Sent, t.Succeeded, t.SimulatedFailures, t.Failed, t.GaveUp)
+}
+
+// Run sends rides one at a time, a random pause apart, until it has sent
+// Config.Rides of them or ctx ends. Ending ctx abandons the attempt in
+// flight: the API unlocks the key at its recovery point and the completer
+// finishes the ride.
+func (s *Simulator) Run(ctx context.Context) Tally {
+	var t Tally
+	for s.cfg.Rides == 0 || t.Sent < s.cfg.Rides {
+		if t.Sent > 0 && s.cfg.MaxPause > 0 {
+			if sleep(ctx, rand.N(s.cfg.MaxPause)) != nil {
+				return t
+			}
+		}
+		if ctx.Err() != nil {
+			return t
+		}
+		o := s.Send(ctx)
+		t.Sent++
+		switch o.Result {
+		case Succeeded:
+			t.Succeeded++
+		case SimulatedFailure:
+			t.SimulatedFailures++
+		case Failed:
+			t.Failed++
+		default:
+			t.GaveUp++
+		}
+	}
+	return t
+}
+
+// WaitReady polls the API's /healthz until it answers 200 or timeout
+// passes, so that a simulator started alongside the API does not spend
+// its first rides on connection errors.
+func (s *Simulator) WaitReady(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	healthz := s.base + "/healthz"
+	var last error
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, healthz, nil)
+		if err != nil {
+			return fmt.Errorf("wait for %s: %w", healthz, err)
+		}
+		resp, err := s.cfg.Client.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		if ctx.Err() == nil {
+			last = err
+		}
+		if sleep(ctx, 250*time.Millisecond) != nil {
+			if last == nil {
+				last = ctx.Err()
+			}
+			return fmt.Errorf("API at %s not ready after %s: %w", healthz, timeout, last)
+		}
+	}
+}
