@@ -1,0 +1,116 @@
+package rides_test
+
+import (
+	"context"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/apitest"
+	"github.com/rocketrides/rocketrides/internal/completer"
+	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/rides"
+)
+
+// TestCrashMatrix crashes a request at every seam of the DAG and recovers
+// it both ways the design allows: the client retries with the same key, or
+// the completer finishes it. A crash is the request's goroutine ending on
+// the spot (runtime.Goexit): no error handling runs, the key keeps its
+// lock until the lock goes stale, exactly as if the process had died.
+// (internal/e2e repeats the matrix with real processes and SIGKILL.)
+func TestCrashMatrix(t *testing.T) {
+	t.Parallel()
+
+	const lockTimeout = 300 * time.Millisecond
+	seams := []string{
+		rides.FailAfterClaim,
+		rides.FailAfterRideCreated,
+		rides.FailBeforeCharge,
+		rides.FailAfterCharge,
+		rides.FailAfterChargeCreated,
+		rides.FailAfterFinished,
+		rides.FailBeforeResponse,
+	}
+	for _, seam := range seams {
+		for _, recovery := range []string{"ClientRetries", "CompleterFinishes"} {
+			t.Run(seam+"/"+recovery, func(t *testing.T) {
+				t.Parallel()
+				b := apitest.New(t, apitest.Options{LockTimeout: lockTimeout})
+				key := apitest.NewKey()
+
+				crashed := false
+				b.Fail(seam, func(context.Context) error {
+					if crashed {
+						return nil
+					}
+					crashed = true
+					runtime.Goexit()
+					return nil
+				})
+				req, err := http.NewRequest(http.MethodPost, b.URL+"/rides", strings.NewReader(apitest.DefaultParams))
+				require.NoError(t, err)
+				req.Header.Set("Authorization", "Bearer "+b.Token)
+				req.Header.Set("Idempotency-Key", key)
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				resp, err := http.DefaultClient.Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				require.Error(t, err, "the connection dies with the request")
+				require.True(t, crashed)
+
+				time.Sleep(lockTimeout + 50*time.Millisecond) // the dead request's lock goes stale
+
+				switch recovery {
+				case "ClientRetries":
+					resp := b.PostRide(t, key, apitest.DefaultParams)
+					require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
+					replay := b.PostRide(t, key, apitest.DefaultParams)
+					require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+					require.Equal(t, string(resp.Body), string(replay.Body))
+				case "CompleterFinishes":
+					c, err := completer.New(b.Keys, b.Service, &completer.Config{
+						MinAge: time.Nanosecond, RetryInterval: time.Nanosecond,
+					})
+					require.NoError(t, err)
+					_, failed, err := c.RunOnce(context.Background())
+					require.NoError(t, err)
+					require.Zero(t, failed)
+				}
+				requireInvariants(t, b, key)
+			})
+		}
+	}
+}
+
+// requireInvariants checks the promise after a scenario: the key finished
+// with a 201, exactly one successful charge exists for it and it is on the
+// ride, every charge at Stripe belongs to a ride with the right amount, and
+// exactly one receipt job was staged for the paid ride.
+func requireInvariants(t *testing.T, b *apitest.Stack, key string) {
+	t.Helper()
+	row := b.KeyRow(t, key)
+	require.Equal(t, idem.Finished, row.RecoveryPoint, "the key is finished, not wedged")
+	require.Equal(t, http.StatusCreated, *row.ResponseCode)
+	charges := b.ChargesFor(row.ID)
+	require.Len(t, charges, 1, "exactly one charge for the key")
+
+	for _, c := range b.Stripe.Charges() {
+		if c.Status != "succeeded" {
+			continue
+		}
+		require.Equal(t, 1, b.Count(t,
+			`SELECT count(*) FROM rides WHERE stripe_charge_id = $1 AND amount = $2 AND currency = $3 AND id::text = $4`,
+			c.ID, c.Amount, c.Currency, c.Metadata["ride_id"]),
+			"charge %s belongs to its ride with the same amount", c.ID)
+	}
+	require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM rides`))
+	require.Equal(t, 1, b.Count(t,
+		`SELECT count(*) FROM staged_jobs WHERE job_name = 'send_ride_receipt' AND job_args->>'stripe_charge_id' = $1`,
+		charges[0].ID), "exactly one receipt staged")
+	require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM audit_records WHERE action = 'ride.created'`))
+}
