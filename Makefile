@@ -16,7 +16,10 @@ export API_PORT        ?= 5000
 export STRIPE_API_BASE ?= http://127.0.0.1:$(FAKESTRIPE_PORT)
 export SIMULATED_ERRORS ?= true
 
-.PHONY: dev test build db migrate seed vet fmt clean procfile-runner
+FUZZTIME ?= 5s
+FUZZ_TARGETS := FuzzParams FuzzEquivalentEncodings FuzzIdempotencyKey
+
+.PHONY: dev test fuzz chaos bench build db migrate seed vet fmt clean
 
 ## dev: local Postgres, migrations, then every Procfile process (Ctrl-C stops them all)
 dev: build
@@ -29,10 +32,18 @@ dev: build
 	echo "api:      http://127.0.0.1:$$API_PORT"; \
 	exec $$runner
 
-## test: the whole suite against real Postgres, River and the Stripe fake
+## test: the whole suite against real Postgres, River and the Stripe fake,
+## then each fuzz target briefly
 test:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 9m ./...
+	@$(MAKE) --no-print-directory fuzz
+
+## fuzz: run each fuzz target for FUZZTIME (default 5s)
+fuzz:
+	@for target in $(FUZZ_TARGETS); do \
+		$(GO) test ./internal/rides -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
 
 ## build: every command into bin/
 build:
