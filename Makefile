@@ -45,6 +45,13 @@ fuzz:
 		$(GO) test ./internal/rides -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
 
+## chaos: the soak: api instances, completers, enqueuers and a worker as
+## real processes under SIGKILLs, Postgres restarts and Stripe faults, then
+## every invariant (e.g. CHAOS_FLAGS="-duration 5m -clients 32 -seed 1 -keep")
+CHAOS_FLAGS ?= -duration 60s
+chaos:
+	$(GO) run ./cmd/chaos $(CHAOS_FLAGS)
+
 ## build: every command into bin/
 build:
 	@mkdir -p $(BIN)

@@ -21,7 +21,7 @@ var processes = []string{"fakestripe", "api", "enqueuer", "worker", "completer",
 
 // tools are the commands under cmd/ that are not processes: one-shots run
 // before or beside them, the local database manager and the benchmark.
-var tools = []string{"bench", "localpg", "migrate", "seed"}
+var tools = []string{"bench", "chaos", "localpg", "migrate", "seed"}
 
 // wiring are the settings whose defaults point at the host's loopback: in
 // compose they must name the service instead, wherever a command reads

@@ -1,0 +1,51 @@
+// Command chaos runs the soak (internal/chaos): every Rocket Rides process
+// against a scratch Postgres cluster and the Stripe fake, a fleet of
+// retrying clients, and for -duration SIGKILLs, Postgres restarts and
+// Stripe faults; then the drain and the invariant check. It prints the
+// summary and exits 1 if any promise was broken, 2 if the soak could not
+// run.
+//
+//	go run ./cmd/chaos -duration 60s
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rocketrides/rocketrides/internal/chaos"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	duration := flag.Duration("duration", 60*time.Second, "how long the chaos lasts, before the drain")
+	clients := flag.Int("clients", 16, "clients posting rides at once")
+	seed := flag.Int64("seed", 0, "seed of the random choices (0: random)")
+	keep := flag.Bool("keep", false, "keep the scratch cluster running, and the logs, for inspection")
+	flag.Parse()
+
+	// Ctrl-C stops the soak and tears everything down.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	summary, err := chaos.Run(ctx, chaos.Config{
+		Duration: *duration,
+		Clients:  *clients,
+		Seed:     *seed,
+		Keep:     *keep,
+		Progress: os.Stderr,
+	})
+	fmt.Print(summary)
+	switch {
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		return 2
+	case !summary.OK():
+		return 1
+	}
+	return 0
+}
