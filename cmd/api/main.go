@@ -16,6 +16,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/db"
 	"github.com/rocketrides/rocketrides/internal/failpoint"
 	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/metrics"
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
@@ -65,6 +66,7 @@ func run() error {
 		return err
 	}
 	addr := ":" + config.String("PORT", "5000")
+	debugAddr := config.String("DEBUG_ADDR", "")
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -75,7 +77,8 @@ func run() error {
 	}
 	defer pool.Close()
 
-	keys := idem.NewStore(pool, idem.Config{LockTimeout: lockTimeout})
+	reg := metrics.NewRegistry()
+	keys := idem.NewStore(pool, idem.Config{LockTimeout: lockTimeout, Metrics: metrics.NewIdempotency(reg)})
 	svc := rides.NewService(rides.Config{
 		Pool:      pool,
 		Keys:      keys,
@@ -85,10 +88,12 @@ func run() error {
 
 		StripeKeyRetention: stripeRetention,
 		MaxChargeAttempts:  maxChargeAttempts,
+		StripeMetrics:      metrics.NewStripe(reg),
 	})
 	handler := api.NewHandler(api.Config{
-		Pool:   pool,
-		Logger: logger,
+		Pool:     pool,
+		Logger:   logger,
+		Registry: reg,
 		Rides: rides.NewHandler(rides.HandlerConfig{
 			Service:         svc,
 			Pool:            pool,
@@ -98,6 +103,9 @@ func run() error {
 		}),
 	})
 
+	if err := api.ServeDebug(ctx, debugAddr, logger); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)

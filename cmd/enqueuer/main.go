@@ -16,6 +16,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/config"
 	"github.com/rocketrides/rocketrides/internal/db"
 	"github.com/rocketrides/rocketrides/internal/jobs"
+	"github.com/rocketrides/rocketrides/internal/metrics"
 )
 
 func main() {
@@ -72,6 +73,11 @@ func run(once bool) error {
 		return nil
 	}
 
+	reg := metrics.NewRegistry()
+	metrics.RegisterPool(reg, pool)
+	if err := metrics.Serve(ctx, config.String("METRICS_ADDR", ""), reg, logger); err != nil {
+		return err
+	}
 	logger.Info("Enqueuer started", "batch_size", batchSize, "poll_interval", pollInterval)
 	if err := enqueuer.Run(ctx); err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/config"
 	"github.com/rocketrides/rocketrides/internal/db"
 	"github.com/rocketrides/rocketrides/internal/jobs"
+	"github.com/rocketrides/rocketrides/internal/metrics"
 )
 
 func main() {
@@ -77,6 +78,13 @@ func run(once bool) error {
 		}
 		fmt.Printf("worked=%d\n", worked)
 		return nil
+	}
+
+	reg := metrics.NewRegistry()
+	metrics.RegisterPool(reg, pool)
+	metrics.WatchJobs(reg, client)
+	if err := metrics.Serve(ctx, config.String("METRICS_ADDR", ""), reg, logger); err != nil {
+		return err
 	}
 
 	// Cancelling the context given to Start would cancel the jobs in

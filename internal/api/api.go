@@ -1,6 +1,8 @@
 // Package api assembles the HTTP server: routing, authentication, and the
 // hygiene every endpoint shares (request ids, structured request logs,
-// panic recovery, a body size limit, timeouts, graceful shutdown).
+// metrics, panic recovery, a body size limit, timeouts, graceful
+// shutdown). It also serves the API's own description, docs/openapi.yaml,
+// and its Prometheus metrics, and, on a separate listener, pprof.
 package api
 
 import (
@@ -17,7 +19,11 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rocketrides/rocketrides/docs"
+	"github.com/rocketrides/rocketrides/internal/logctx"
+	"github.com/rocketrides/rocketrides/internal/metrics"
 	"github.com/rocketrides/rocketrides/internal/problem"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/user"
@@ -31,6 +37,10 @@ type Config struct {
 	Pool   *pgxpool.Pool
 	Rides  *rides.Handler
 	Logger *slog.Logger
+	// Registry receives the HTTP and connection pool metrics, and
+	// everything registered on it is served at GET /metrics. Nil means a
+	// registry of the handler's own.
+	Registry *prometheus.Registry
 }
 
 // NewHandler returns the API's root handler.
@@ -39,18 +49,27 @@ func NewHandler(cfg Config) http.Handler {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = metrics.NewRegistry()
+	}
+	metrics.RegisterPool(reg, cfg.Pool)
+
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID)
-	r.Use(requestLog(logger))
+	r.Use(requestLog(logger, metrics.NewHTTP(reg)))
 	r.Use(recoverPanic(logger))
 	r.Use(limitBody(MaxBodyBytes))
 
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		problem.New(http.StatusNotFound, "not_found", "No such endpoint: "+r.URL.Path).Write(w)
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		// RFC 9110 requires a 405 to say what is allowed; chi's own 405
+		// does, but a custom handler has to look it up.
+		w.Header().Set("Allow", strings.Join(allowedMethods(r, req.URL.Path), ", "))
 		problem.New(http.StatusMethodNotAllowed, "method_not_allowed",
-			r.Method+" is not supported on "+r.URL.Path).Write(w)
+			req.Method+" is not supported on "+req.URL.Path).Write(w)
 	})
 
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -58,12 +77,28 @@ func NewHandler(cfg Config) http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	r.Get("/readyz", readyz(cfg.Pool))
+	// Unauthenticated, like /healthz: keep it off the public internet at
+	// the load balancer rather than handing Prometheus an API token.
+	r.Method(http.MethodGet, "/metrics", metrics.Handler(reg))
+	r.Get("/openapi.yaml", serveOpenAPI)
 
 	r.Group(func(r chi.Router) {
 		r.Use(authenticate(cfg.Pool, logger))
 		cfg.Rides.Mount(r)
 	})
 	return r
+}
+
+// allowedMethods lists the methods routes serves path with.
+func allowedMethods(routes chi.Routes, path string) []string {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+		http.MethodPatch, http.MethodDelete, http.MethodOptions} {
+		if routes.Match(chi.NewRouteContext(), m, path) {
+			allowed = append(allowed, m)
+		}
+	}
+	return allowed
 }
 
 // NewServer returns an http.Server with timeouts suited to the API.
@@ -119,11 +154,12 @@ func authenticate(pool *pgxpool.Pool, logger *slog.Logger) func(http.Handler) ht
 				return
 			}
 			if err != nil {
-				logger.ErrorContext(r.Context(), "authenticate", "error", err, "request_id", middleware.GetReqID(r.Context()))
+				logger.ErrorContext(r.Context(), "authenticate", "error", err)
 				problem.New(http.StatusServiceUnavailable, "unavailable",
 					"Could not check the API token; retry shortly.").WithRetryAfter(1).Write(w)
 				return
 			}
+			logctx.Set(r.Context(), slog.Int64(logctx.UserID, u.ID))
 			next.ServeHTTP(w, r.WithContext(user.NewContext(r.Context(), u)))
 		})
 	}
@@ -132,6 +168,14 @@ func authenticate(pool *pgxpool.Pool, logger *slog.Logger) func(http.Handler) ht
 func unauthorized(w http.ResponseWriter, detail string) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="rocketrides"`)
 	problem.New(http.StatusUnauthorized, "unauthorized", detail).Write(w)
+}
+
+// serveOpenAPI serves the API's description, from which clients can be
+// generated. It is the same file the tests validate every request and
+// response against.
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(docs.OpenAPI)
 }
 
 // readyz reports whether the database answers; a load balancer stops
@@ -180,8 +224,7 @@ func recoverPanic(logger *slog.Logger) func(http.Handler) http.Handler {
 					return
 				}
 				logger.ErrorContext(r.Context(), "panic serving request",
-					"panic", rec, "stack", string(debug.Stack()),
-					"request_id", middleware.GetReqID(r.Context()))
+					"panic", rec, "stack", string(debug.Stack()))
 				problem.New(http.StatusInternalServerError, "internal_error", "Something went wrong on our side.").Write(w)
 			}()
 			next.ServeHTTP(w, r)
@@ -189,31 +232,43 @@ func recoverPanic(logger *slog.Logger) func(http.Handler) http.Handler {
 	}
 }
 
-// requestLog writes one structured line per request and echoes the
-// request id to the client, so a support question can quote it.
-func requestLog(logger *slog.Logger) func(http.Handler) http.Handler {
+// requestLog writes one structured line per request, records the request
+// in the HTTP metrics, and echoes the request id to the client, so a
+// support question can quote it.
+//
+// It also gives the request its log attribute set (package logctx),
+// starting with the request id: every line logged with the request's
+// context carries it, and whatever inner layers add (the user, the
+// idempotency key and its recovery point) is on this line too, written
+// after them.
+func requestLog(logger *slog.Logger, m *metrics.HTTP) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
 			reqID := middleware.GetReqID(r.Context())
 			w.Header().Set("Request-Id", reqID)
+			r = r.WithContext(logctx.New(r.Context(), slog.String(logctx.RequestID, reqID)))
 			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 			next.ServeHTTP(ww, r)
 			status := ww.Status()
 			if status == 0 {
 				status = http.StatusOK
 			}
+			elapsed := time.Since(start)
+			// Known only now that the router has matched the request.
+			route := chi.RouteContext(r.Context()).RoutePattern()
+			m.Observe(r.Method, route, status, elapsed)
 			level := slog.LevelInfo
 			if status >= 500 {
 				level = slog.LevelWarn
 			}
 			logger.Log(r.Context(), level, "request",
-				"request_id", reqID,
 				"method", r.Method,
+				"route", route,
 				"path", r.URL.Path,
 				"status", status,
 				"bytes", ww.BytesWritten(),
-				"duration_ms", float64(time.Since(start).Microseconds())/1000,
+				"duration_ms", float64(elapsed.Microseconds())/1000,
 				"remote", r.RemoteAddr,
 				"replayed", ww.Header().Get("Idempotent-Replayed") == "true",
 			)

@@ -2,6 +2,10 @@
 // database, the Stripe fake on a real HTTP listener, the demo users, and
 // the API's real handler on an httptest server. Tests talk to it over
 // HTTP, as a client would, and inspect Postgres and the fake afterwards.
+//
+// Every exchange made through Do is validated against the API's
+// description, docs/openapi.yaml: the response always, the request when
+// the API accepted it.
 package apitest
 
 import (
@@ -13,6 +17,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +25,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocketrides/rocketrides/internal/api"
@@ -27,6 +33,8 @@ import (
 	"github.com/rocketrides/rocketrides/internal/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/fakestripe/fakestripetest"
 	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/logctx"
+	"github.com/rocketrides/rocketrides/internal/metrics"
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/user"
@@ -55,6 +63,9 @@ type Options struct {
 	StripeKeyRetention time.Duration
 	// MaxChargeAttempts; zero keeps the service's default.
 	MaxChargeAttempts int
+	// LogOutput receives the stack's logs, as text. Nil sends them to the
+	// test's output, shown when it fails or with -v.
+	LogOutput io.Writer
 }
 
 // Stack is a running API with its dependencies.
@@ -65,6 +76,8 @@ type Stack struct {
 	Gateway   *payment.Gateway
 	Keys      *idem.Store
 	Service   *rides.Service
+	// Registry holds the stack's metrics, as served at /metrics.
+	Registry *prometheus.Registry
 	// URL is the API's base URL.
 	URL string
 
@@ -89,7 +102,12 @@ func New(t testing.TB, opts Options) *Stack {
 		APIKey: StripeKey, BaseURL: s.StripeURL, Timeout: 5 * time.Second, MaxNetworkRetries: opts.StripeRetries,
 	})
 	// Logs appear with the failing test's output (or with -v).
-	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logOutput := opts.LogOutput
+	if logOutput == nil {
+		logOutput = t.Output()
+	}
+	logger := slog.New(logctx.NewHandler(slog.NewTextHandler(logOutput, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	s.Registry = metrics.NewRegistry()
 
 	s.Token, s.BadSourceToken = "tok-"+uuid.NewString(), "tok-"+uuid.NewString()
 	s.User = s.newUser(t, "user@example.com", "tok_visa", s.Token)
@@ -97,14 +115,16 @@ func New(t testing.TB, opts Options) *Stack {
 		s.BadSourceUser = s.newUser(t, "user-bad-source@example.com", "tok_chargeCustomerFail", s.BadSourceToken)
 	}
 
-	s.Keys = idem.NewStore(s.Pool, idem.Config{LockTimeout: opts.LockTimeout})
+	s.Keys = idem.NewStore(s.Pool, idem.Config{LockTimeout: opts.LockTimeout, Metrics: metrics.NewIdempotency(s.Registry)})
 	s.Service = rides.NewService(rides.Config{
 		Pool: s.Pool, Keys: s.Keys, Payments: s.Gateway, Failpoint: s.failpoint, Logger: logger,
 		StripeKeyRetention: opts.StripeKeyRetention, MaxChargeAttempts: opts.MaxChargeAttempts,
+		StripeMetrics: metrics.NewStripe(s.Registry),
 	})
 	handler := api.NewHandler(api.Config{
-		Pool:   s.Pool,
-		Logger: logger,
+		Pool:     s.Pool,
+		Logger:   logger,
+		Registry: s.Registry,
 		Rides: rides.NewHandler(rides.HandlerConfig{
 			Service: s.Service, Pool: s.Pool, SimulatedErrors: opts.SimulatedErrors, Failpoint: s.failpoint, Logger: logger,
 		}),
@@ -162,7 +182,8 @@ func (r *Response) JSON(t testing.TB) map[string]any {
 	return m
 }
 
-// Do sends a request to the API. headers are name/value pairs.
+// Do sends a request to the API. headers are name/value pairs. The
+// exchange is validated against docs/openapi.yaml (see checkContract).
 func (s *Stack) Do(t testing.TB, method, path, body string, headers ...string) *Response {
 	t.Helper()
 	req, err := http.NewRequest(method, s.URL+path, strings.NewReader(body))
@@ -170,12 +191,16 @@ func (s *Stack) Do(t testing.TB, method, path, body string, headers ...string) *
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Add(headers[i], headers[i+1])
 	}
+	// The request as sent, for validation once the answer is known.
+	sent := req.Clone(context.Background())
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	r := &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	checkContract(t, sent, []byte(body), r)
+	return r
 }
 
 // DefaultParams is a ride from San Francisco to Oakland, as a form.
@@ -241,4 +266,28 @@ func (s *Stack) ChargesFor(keyID int64) []fakestripe.Charge {
 		}
 	}
 	return out
+}
+
+// Metrics scrapes GET /metrics and returns each sample's value by its
+// series as the exposition format writes it, such as
+// `rocketrides_idempotency_outcomes_total{outcome="new"}`.
+func (s *Stack) Metrics(t testing.TB) map[string]float64 {
+	t.Helper()
+	resp := s.Do(t, http.MethodGet, "/metrics", "")
+	require.Equal(t, http.StatusOK, resp.Status, "%s", resp.Body)
+	samples := map[string]float64{}
+	for line := range strings.Lines(string(resp.Body)) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		// Label values never contain a space followed by a number at the
+		// end of the line, so the last space separates the value.
+		i := strings.LastIndexByte(line, ' ')
+		require.Positive(t, i, "metrics line %q", line)
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		require.NoError(t, err, "metrics line %q", line)
+		samples[line[:i]] = v
+	}
+	return samples
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/rocketrides/rocketrides/internal/logctx"
 )
 
 // String returns $name, or def when it is unset or empty.
@@ -69,7 +71,9 @@ func Bool(name string, def bool) (bool, error) {
 
 // Logger returns the process's structured logger: text by default, JSON
 // when LOG_FORMAT=json, at LOG_LEVEL (debug, info, warn, error; default
-// info). It also becomes slog's default.
+// info). Lines logged with a context carry the attributes package logctx
+// keeps in it (request id, user id, idempotency key id, recovery point).
+// It also becomes slog's default.
 func Logger(process string) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(String("LOG_LEVEL", "info"))); err != nil {
@@ -85,7 +89,7 @@ func Logger(process string) (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("LOG_FORMAT=%q must be text or json", f)
 	}
-	logger := slog.New(h).With("process", process)
+	logger := slog.New(logctx.NewHandler(h)).With("process", process)
 	slog.SetDefault(logger)
 	return logger, nil
 }

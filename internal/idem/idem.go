@@ -18,12 +18,18 @@
 // key still carries the token it claimed. A request that stalled long
 // enough for its lock to be taken over is thereby fenced off: it can no
 // longer advance the recovery point or store a response.
+//
+// The store reports what it sees: each claim's outcome and each phase's
+// duration to Config.Metrics, and the key's id and current recovery point
+// to the log attributes of the request's context (package logctx), so
+// every line a request logs names the key it is working.
 package idem
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"time"
 
@@ -32,6 +38,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rocketrides/rocketrides/internal/db"
+	"github.com/rocketrides/rocketrides/internal/logctx"
+	"github.com/rocketrides/rocketrides/internal/metrics"
 )
 
 // RecoveryPoint names the last atomic phase a request completed. Endpoints
@@ -132,6 +140,9 @@ type Config struct {
 	// PhaseAttempts bounds how often a phase is run again after a
 	// serialization failure or deadlock. Zero means 3.
 	PhaseAttempts int
+	// Metrics records claim outcomes and phase durations; nil records
+	// nothing.
+	Metrics *metrics.Idempotency
 }
 
 // Store reads and writes idempotency keys.
@@ -139,6 +150,7 @@ type Store struct {
 	pool          *pgxpool.Pool
 	lockTimeout   time.Duration
 	phaseAttempts int
+	metrics       *metrics.Idempotency
 }
 
 // NewStore returns a Store on pool.
@@ -149,7 +161,7 @@ func NewStore(pool *pgxpool.Pool, cfg Config) *Store {
 	if cfg.PhaseAttempts <= 0 {
 		cfg.PhaseAttempts = 3
 	}
-	return &Store{pool: pool, lockTimeout: cfg.LockTimeout, phaseAttempts: cfg.PhaseAttempts}
+	return &Store{pool: pool, lockTimeout: cfg.LockTimeout, phaseAttempts: cfg.PhaseAttempts, metrics: cfg.Metrics}
 }
 
 // LockTimeout is the age at which a lock counts as stale.
@@ -188,6 +200,8 @@ func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool
 		return nil, false, fmt.Errorf("insert idempotency key: %w", err)
 	}
 	if key != nil {
+		s.metrics.Outcome(metrics.OutcomeNew)
+		annotate(ctx, key)
 		return key, false, nil
 	}
 	return s.claimExisting(ctx, req)
@@ -198,6 +212,7 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 	var (
 		key      *Key
 		replayed bool
+		outcome  metrics.Outcome
 	)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// FOR UPDATE serialises concurrent claims of the same key: the
@@ -227,14 +242,21 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 			}
 			return fmt.Errorf("lock idempotency key: %w", err)
 		}
+		annotate(ctx, &k)
 		switch {
 		case !matches:
+			outcome = metrics.OutcomeReuseMismatch
 			return fmt.Errorf("key %d: %w", k.ID, ErrKeyReused)
 		case k.RecoveryPoint == Finished:
-			key, replayed = &k, true
+			key, replayed, outcome = &k, true, metrics.OutcomeReplay
 			return nil
 		case lockFresh:
+			outcome = metrics.OutcomeInFlightConflict
 			return fmt.Errorf("key %d: %w", k.ID, ErrInFlight)
+		case k.LockedAt != nil:
+			outcome = metrics.OutcomeLockTakeover
+		default:
+			outcome = metrics.OutcomeResumed
 		}
 		rows, err := tx.Query(ctx, `
 			UPDATE idempotency_keys
@@ -251,6 +273,9 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 		}
 		return nil
 	})
+	if err == nil || errors.Is(err, ErrKeyReused) || errors.Is(err, ErrInFlight) {
+		s.metrics.Outcome(outcome)
+	}
 	if err != nil {
 		return nil, false, err
 	}
@@ -286,6 +311,7 @@ type PhaseFunc func(ctx context.Context, tx pgx.Tx) (Outcome, error)
 // Phase returns ErrLockLost. Serialization failures and deadlocks run the
 // whole phase again, a bounded number of times.
 func (s *Store) Phase(ctx context.Context, key *Key, fn PhaseFunc) error {
+	defer s.metrics.PhaseDone(string(key.RecoveryPoint), time.Now())
 	var err error
 	for attempt := 1; attempt <= s.phaseAttempts; attempt++ {
 		err = s.phaseOnce(ctx, key, fn)
@@ -327,6 +353,7 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 			key.ID, key.LockToken, key.RecoveryPoint, out.next, code, body,
 		).Scan(&stored)
 		if errors.Is(err, pgx.ErrNoRows) {
+			s.metrics.Outcome(metrics.OutcomeLockLost)
 			return fmt.Errorf("advance key %d from %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
 		}
 		if err != nil {
@@ -347,7 +374,14 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 		key.ResponseCode, key.ResponseBody = &code, stored
 		key.LockedAt, key.LockToken = nil, nil
 	}
+	annotate(ctx, key)
 	return nil
+}
+
+// annotate names key and its recovery point on every line logged with ctx
+// from now on (see package logctx).
+func annotate(ctx context.Context, key *Key) {
+	logctx.Set(ctx, slog.Int64(logctx.IdempotencyKeyID, key.ID), slog.String(logctx.RecoveryPoint, string(key.RecoveryPoint)))
 }
 
 // RecordForeignAttempt notes that the request is about to try its foreign
@@ -365,6 +399,7 @@ func (s *Store) RecordForeignAttempt(ctx context.Context, key *Key) error {
 		key.ID, key.LockToken,
 	).Scan(&key.ForeignAttempts, &key.FirstForeignAttemptAt)
 	if errors.Is(err, pgx.ErrNoRows) {
+		s.metrics.Outcome(metrics.OutcomeLockLost)
 		return fmt.Errorf("record foreign attempt on key %d: %w", key.ID, ErrLockLost)
 	}
 	if err != nil {
@@ -389,8 +424,10 @@ func (s *Store) FlagForAttention(ctx context.Context, key *Key, reason string) e
 		return fmt.Errorf("flag key %d for attention: %w", key.ID, err)
 	}
 	if tag.RowsAffected() != 1 {
+		s.metrics.Outcome(metrics.OutcomeLockLost)
 		return fmt.Errorf("flag key %d for attention: %w", key.ID, ErrLockLost)
 	}
+	s.metrics.Outcome(metrics.OutcomeNeedsAttention)
 	key.AttentionReason = &reason
 	key.LockedAt, key.LockToken = nil, nil
 	return nil

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,12 +43,11 @@ func TestCrashMatrix(t *testing.T) {
 				b := apitest.New(t, apitest.Options{LockTimeout: lockTimeout})
 				key := apitest.NewKey()
 
-				crashed := false
+				var crashed atomic.Bool
 				b.Fail(seam, func(context.Context) error {
-					if crashed {
+					if crashed.Swap(true) {
 						return nil
 					}
-					crashed = true
 					runtime.Goexit()
 					return nil
 				})
@@ -61,7 +61,7 @@ func TestCrashMatrix(t *testing.T) {
 					resp.Body.Close()
 				}
 				require.Error(t, err, "the connection dies with the request")
-				require.True(t, crashed)
+				require.True(t, crashed.Load())
 
 				time.Sleep(lockTimeout + 50*time.Millisecond) // the dead request's lock goes stale
 

@@ -33,6 +33,8 @@ import (
 	"github.com/rocketrides/rocketrides/internal/failpoint"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/jobs"
+	"github.com/rocketrides/rocketrides/internal/logctx"
+	"github.com/rocketrides/rocketrides/internal/metrics"
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/problem"
 	"github.com/rocketrides/rocketrides/internal/user"
@@ -99,6 +101,9 @@ type Config struct {
 	StripeKeyRetention time.Duration
 	// MaxChargeAttempts: zero means DefaultMaxChargeAttempts.
 	MaxChargeAttempts int
+	// StripeMetrics counts and times the calls to Stripe; nil records
+	// nothing.
+	StripeMetrics *metrics.Stripe
 }
 
 // Service runs ride requests, for the API and for the completer alike.
@@ -110,6 +115,7 @@ type Service struct {
 	fail              failpoint.Func
 	stripeRetention   time.Duration
 	maxChargeAttempts int
+	stripeMetrics     *metrics.Stripe
 }
 
 // NewService returns a Service.
@@ -127,6 +133,7 @@ func NewService(cfg Config) *Service {
 	return &Service{
 		pool: cfg.Pool, keys: cfg.Keys, payments: cfg.Payments, logger: logger, fail: cfg.Failpoint,
 		stripeRetention: cfg.StripeKeyRetention, maxChargeAttempts: cfg.MaxChargeAttempts,
+		stripeMetrics: cfg.StripeMetrics,
 	}
 }
 
@@ -184,6 +191,7 @@ func (s *Service) Resume(ctx context.Context, key *idem.Key) (idem.Response, err
 		s.unlock(ctx, key)
 		return idem.Response{}, fmt.Errorf("load user of key %d: %w", key.ID, err)
 	}
+	logctx.Set(ctx, slog.Int64(logctx.UserID, u.ID))
 	return s.run(ctx, u, key, params, false)
 }
 
@@ -279,7 +287,7 @@ func (s *Service) chargeRide(ctx context.Context, u user.User, key *idem.Key, ra
 		return fmt.Errorf("key %d: %w", key.ID, idem.ErrNeedsAttention)
 	}
 	if s.stripeMayHaveForgotten(key) {
-		chargeID, found, err := s.payments.FindCharge(ctx, u.StripeCustomerID,
+		chargeID, found, err := s.findCharge(ctx, u.StripeCustomerID,
 			"idempotency_key_id", strconv.FormatInt(key.ID, 10), key.FirstForeignAttemptAt.Add(-time.Hour))
 		if err != nil {
 			return fmt.Errorf("look up earlier charge of ride %d: %w", ride.ID, err)
@@ -291,7 +299,7 @@ func (s *Service) chargeRide(ctx context.Context, u user.User, key *idem.Key, ra
 		}
 	}
 
-	chargeID, err := s.payments.Charge(ctx, payment.ChargeRequest{
+	chargeID, err := s.charge(ctx, payment.ChargeRequest{
 		Customer:    u.StripeCustomerID,
 		Amount:      ride.Amount,
 		Currency:    ride.Currency,
@@ -326,6 +334,41 @@ func (s *Service) chargeRide(ctx context.Context, u user.User, key *idem.Key, ra
 	}
 
 	return s.keys.Phase(ctx, key, s.recordCharge(ride.ID, chargeID))
+}
+
+// charge is s.payments.Charge, counted and timed by outcome.
+func (s *Service) charge(ctx context.Context, req payment.ChargeRequest) (string, error) {
+	start := time.Now()
+	chargeID, err := s.payments.Charge(ctx, req)
+	s.stripeMetrics.Call(metrics.StripeCreateCharge, stripeOutcome(err), start)
+	return chargeID, err
+}
+
+// findCharge is s.payments.FindCharge, counted and timed by outcome.
+func (s *Service) findCharge(ctx context.Context, customer, metadataKey, value string, since time.Time) (string, bool, error) {
+	start := time.Now()
+	chargeID, found, err := s.payments.FindCharge(ctx, customer, metadataKey, value, since)
+	s.stripeMetrics.Call(metrics.StripeListCharges, stripeOutcome(err), start)
+	return chargeID, found, err
+}
+
+// stripeOutcome sorts a Stripe call's error the way chargeRide acts on
+// it.
+func stripeOutcome(err error) metrics.StripeOutcome {
+	var (
+		declined *payment.DeclinedError
+		rejected *payment.RejectedError
+	)
+	switch {
+	case err == nil:
+		return metrics.StripeSucceeded
+	case errors.As(err, &declined):
+		return metrics.StripeDeclined
+	case errors.As(err, &rejected):
+		return metrics.StripeRejected
+	default:
+		return metrics.StripeUnavailable
+	}
 }
 
 // recordCharge is the phase that ends the charge step: the ride gets its

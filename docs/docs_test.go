@@ -1,0 +1,116 @@
+package docs_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/docs"
+)
+
+func load(t *testing.T) *openapi3.T {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(docs.OpenAPI)
+	require.NoError(t, err)
+	require.NoError(t, doc.Validate(loader.Context))
+	return doc
+}
+
+func TestOpenAPI(t *testing.T) {
+	t.Parallel()
+
+	t.Run("IsValidOpenAPI31", func(t *testing.T) {
+		t.Parallel()
+		doc := load(t)
+		require.Equal(t, "3.1.0", doc.OpenAPI)
+		require.True(t, doc.IsOpenAPI31OrLater())
+	})
+
+	// A client generator names its methods after operationIds: every
+	// operation has one, and they are unique.
+	t.Run("EveryOperationHasAnOperationID", func(t *testing.T) {
+		t.Parallel()
+		doc := load(t)
+		var ids []string
+		for path, item := range doc.Paths.Map() {
+			for method, op := range item.Operations() {
+				require.NotEmpty(t, op.OperationID, "%s %s", method, path)
+				ids = append(ids, op.OperationID)
+			}
+		}
+		slices.Sort(ids)
+		require.Equal(t, len(ids), len(slices.Compact(slices.Clone(ids))), "operationIds: %v", ids)
+	})
+
+	// The requests the tests make exercise most problem codes, and
+	// apitest validates their responses against the document; this
+	// covers the rest (a code only a rare failure produces) by reading
+	// every problem.New in the code.
+	t.Run("EnumeratesEveryProblemCode", func(t *testing.T) {
+		t.Parallel()
+		doc := load(t)
+		var documented []string
+		for _, v := range doc.Components.Schemas["ProblemCode"].Value.Enum {
+			documented = append(documented, v.(string))
+		}
+		slices.Sort(documented)
+		require.Equal(t, documented, problemCodes(t, "../internal"),
+			"the ProblemCode enum of docs/openapi.yaml and the codes passed to problem.New in internal/ differ")
+	})
+}
+
+// problemCodes returns the code of every problem.New(status, "code", ...)
+// call under dir, sorted and without duplicates.
+func problemCodes(t *testing.T, dir string) []string {
+	t.Helper()
+	var codes []string
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && d.Name() == "testdata":
+			return filepath.SkipDir
+		case d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go"):
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) < 2 {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok || sel.Sel.Name != "New" {
+				return true
+			}
+			if pkg, ok := sel.X.(*ast.Ident); !ok || pkg.Name != "problem" {
+				return true
+			}
+			lit, ok := call.Args[1].(*ast.BasicLit)
+			require.True(t, ok && lit.Kind == token.STRING,
+				"%s: problem.New's code must be a string literal, so that it can be documented", fset.Position(call.Pos()))
+			code, err := strconv.Unquote(lit.Value)
+			require.NoError(t, err)
+			codes = append(codes, code)
+			return true
+		})
+		return nil
+	})
+	require.NoError(t, err)
+	slices.Sort(codes)
+	return slices.Compact(codes)
+}

@@ -1,0 +1,35 @@
+package api_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/apitest"
+)
+
+func TestRouting(t *testing.T) {
+	t.Parallel()
+	b := apitest.New(t, apitest.Options{})
+
+	t.Run("UnknownPathIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		resp := b.Do(t, http.MethodGet, "/no/such/endpoint", "")
+		require.Equal(t, http.StatusNotFound, resp.Status)
+		require.Equal(t, "not_found", resp.JSON(t)["code"])
+	})
+
+	// RFC 9110, section 15.5.6: a 405 lists the methods that are allowed.
+	t.Run("UnsupportedMethodListsTheAllowedOnes", func(t *testing.T) {
+		t.Parallel()
+		resp := b.Do(t, http.MethodDelete, "/rides", "", "Authorization", "Bearer "+b.Token)
+		require.Equal(t, http.StatusMethodNotAllowed, resp.Status)
+		require.Equal(t, "method_not_allowed", resp.JSON(t)["code"])
+		require.Equal(t, "GET, POST", resp.Header.Get("Allow"))
+
+		resp = b.Do(t, http.MethodPost, "/rides/1", "")
+		require.Equal(t, http.StatusMethodNotAllowed, resp.Status)
+		require.Equal(t, "GET", resp.Header.Get("Allow"))
+	})
+}
