@@ -97,11 +97,12 @@ type Key struct {
 	RecoveryPoint  RecoveryPoint `db:"recovery_point"`
 	UserID         int64         `db:"user_id"`
 
-	// ForeignAttempts counts the times the request's foreign state
-	// mutation was about to be tried, and FirstForeignAttemptAt is the
-	// first of them (see RecordForeignAttempt).
-	ForeignAttempts       int        `db:"foreign_attempts"`
+	// FirstForeignAttemptAt is when the request first set out to make
+	// its foreign state mutation (see AdvanceToForeignCall), and
+	// UnknownOutcomes how many attempts since ended in an error that may
+	// have executed (see RecordUnknownOutcome).
 	FirstForeignAttemptAt *time.Time `db:"first_foreign_attempt_at"`
+	UnknownOutcomes       int        `db:"unknown_outcomes"`
 	// AttentionReason is set when the key was set aside for a human
 	// (see FlagForAttention); no request or completer works it again.
 	AttentionReason *string `db:"attention_reason"`
@@ -170,7 +171,7 @@ func (s *Store) LockTimeout() time.Duration { return s.lockTimeout }
 const keyColumns = `id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
 	request_method, request_params, request_path, origin_ip,
 	response_code, response_body, recovery_point, user_id,
-	foreign_attempts, first_foreign_attempt_at, attention_reason`
+	first_foreign_attempt_at, unknown_outcomes, attention_reason`
 
 // Claim is the first atomic phase of an idempotent request. It returns the
 // key locked for this request, or, if the key is already finished, the
@@ -233,7 +234,7 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 		if err := row.Scan(&k.ID, &k.CreatedAt, &k.IdempotencyKey, &k.LastRunAt, &k.LockedAt, &k.LockToken,
 			&k.RequestMethod, &k.RequestParams, &k.RequestPath, &k.OriginIP,
 			&k.ResponseCode, &k.ResponseBody, &k.RecoveryPoint, &k.UserID,
-			&k.ForeignAttempts, &k.FirstForeignAttemptAt, &k.AttentionReason,
+			&k.FirstForeignAttemptAt, &k.UnknownOutcomes, &k.AttentionReason,
 			&matches, &lockFresh); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				// The reaper deleted the key between our insert and
@@ -285,9 +286,17 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 // Outcome is what an atomic phase decides: move to the next recovery
 // point, or finish the request with a response.
 type Outcome struct {
-	next     RecoveryPoint
-	response Response
+	next        RecoveryPoint
+	response    Response
+	foreignCall bool
 }
+
+// AdvanceToForeignCall moves the key to recovery point next, from which
+// the request makes its foreign state mutation, and records (once) when it
+// first set out to. A retry long after that time knows the provider may
+// have forgotten the attempt. Recording it in the phase's own statement
+// costs the request no extra round trip.
+func AdvanceToForeignCall(next RecoveryPoint) Outcome { return Outcome{next: next, foreignCall: true} }
 
 // Advance moves the key to recovery point next.
 func Advance(next RecoveryPoint) Outcome { return Outcome{next: next} }
@@ -325,8 +334,9 @@ func (s *Store) Phase(ctx context.Context, key *Key, fn PhaseFunc) error {
 
 func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 	var (
-		out    Outcome
-		stored []byte
+		out                   Outcome
+		stored                []byte
+		firstForeignAttemptAt *time.Time
 	)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
@@ -347,11 +357,13 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 			    response_code  = $5,
 			    response_body  = $6,
 			    locked_at      = CASE WHEN $4 = 'finished' THEN NULL ELSE now() END,
-			    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END
+			    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END,
+			    first_foreign_attempt_at = CASE WHEN $7 THEN coalesce(first_foreign_attempt_at, now())
+			                                    ELSE first_foreign_attempt_at END
 			WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
-			RETURNING response_body`,
-			key.ID, key.LockToken, key.RecoveryPoint, out.next, code, body,
-		).Scan(&stored)
+			RETURNING response_body, first_foreign_attempt_at`,
+			key.ID, key.LockToken, key.RecoveryPoint, out.next, code, body, out.foreignCall,
+		).Scan(&stored, &firstForeignAttemptAt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			s.metrics.Outcome(metrics.OutcomeLockLost)
 			return fmt.Errorf("advance key %d from %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
@@ -366,6 +378,7 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 	}
 	// Committed: only now may the in-memory key follow.
 	key.RecoveryPoint = out.next
+	key.FirstForeignAttemptAt = firstForeignAttemptAt
 	if out.next == Finished {
 		code := out.response.Code
 		// The stored body is what Postgres gives back (JSONB's own
@@ -384,28 +397,27 @@ func annotate(ctx context.Context, key *Key) {
 	logctx.Set(ctx, slog.Int64(logctx.IdempotencyKeyID, key.ID), slog.String(logctx.RecoveryPoint, string(key.RecoveryPoint)))
 }
 
-// RecordForeignAttempt notes that the request is about to try its foreign
-// state mutation (again), before it does, and updates key with the count
-// and the time of the first attempt. It is fenced like a phase: a request
-// that lost its lock gets ErrLockLost and must not make the call.
-func (s *Store) RecordForeignAttempt(ctx context.Context, key *Key) error {
+// RecordUnknownOutcome counts an attempt at the foreign state mutation
+// that ended in an error that may have executed, and returns the count. It
+// is fenced like a phase.
+func (s *Store) RecordUnknownOutcome(ctx context.Context, key *Key) (int, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	err := s.pool.QueryRow(ctx, `
 		UPDATE idempotency_keys
-		SET foreign_attempts         = foreign_attempts + 1,
-		    first_foreign_attempt_at = coalesce(first_foreign_attempt_at, now()),
-		    locked_at                = now()
+		SET unknown_outcomes = unknown_outcomes + 1
 		WHERE id = $1 AND lock_token = $2
-		RETURNING foreign_attempts, first_foreign_attempt_at`,
+		RETURNING unknown_outcomes`,
 		key.ID, key.LockToken,
-	).Scan(&key.ForeignAttempts, &key.FirstForeignAttemptAt)
+	).Scan(&key.UnknownOutcomes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		s.metrics.Outcome(metrics.OutcomeLockLost)
-		return fmt.Errorf("record foreign attempt on key %d: %w", key.ID, ErrLockLost)
+		return 0, fmt.Errorf("record unknown outcome on key %d: %w", key.ID, ErrLockLost)
 	}
 	if err != nil {
-		return fmt.Errorf("record foreign attempt on key %d: %w", key.ID, err)
+		return 0, fmt.Errorf("record unknown outcome on key %d: %w", key.ID, err)
 	}
-	return nil
+	return key.UnknownOutcomes, nil
 }
 
 // FlagForAttention sets key aside for a human with reason and releases

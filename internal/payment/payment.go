@@ -27,6 +27,12 @@ import (
 // idempotency key resolves it.
 var ErrUnavailable = errors.New("payment provider unavailable")
 
+// ErrOutcomeUnknown marks the kind of unavailability that may have
+// executed and will not resolve by asking again: Stripe answered 500,
+// which it stores against the idempotency key and replays on every retry
+// with that key. Errors wrapping it also wrap ErrUnavailable.
+var ErrOutcomeUnknown = errors.New("payment outcome unknown")
+
 // DeclinedError is a card error: the charge did not happen and will not
 // happen however often it is retried.
 type DeclinedError struct {
@@ -153,6 +159,8 @@ func classify(op string, err error) error {
 		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
 	}
 	switch {
+	case stripeErr.HTTPStatusCode == http.StatusInternalServerError:
+		return fmt.Errorf("%s: %w: %w: %w", op, ErrUnavailable, ErrOutcomeUnknown, err)
 	case stripeErr.Type == stripe.ErrorTypeCard:
 		return fmt.Errorf("%s: %w", op, &DeclinedError{Message: stripeErr.Msg, Code: string(stripeErr.Code)})
 	case stripeErr.HTTPStatusCode >= 500,

@@ -57,6 +57,20 @@ func TestAmbiguousStripeOutcomes(t *testing.T) {
 		require.Len(t, b.ChargesFor(row.ID), 1)
 	})
 
+	// An outage is not an unknown outcome: Stripe never stored anything,
+	// so however long it lasts, the key is not set aside.
+	t.Run("OutageDoesNotUseUpTheBudget", func(t *testing.T) {
+		t.Parallel()
+		b := apitest.New(t, apitest.Options{MaxChargeAttempts: 2, StripeRetries: new(int64)})
+		key := apitest.NewKey()
+		b.Stripe.SetFaults(fakestripe.Faults{FailNext: 4, FailStatus: http.StatusServiceUnavailable})
+		for range 4 {
+			require.Equal(t, http.StatusServiceUnavailable, b.PostRide(t, key, apitest.DefaultParams).Status)
+		}
+		resp := b.PostRide(t, key, apitest.DefaultParams)
+		require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
+	})
+
 	t.Run("WithinRetentionDoesNotLookUp", func(t *testing.T) {
 		t.Parallel()
 		b := apitest.New(t, apitest.Options{StripeRetries: new(int64)})
@@ -77,16 +91,16 @@ func TestAmbiguousStripeOutcomes(t *testing.T) {
 		key := apitest.NewKey()
 		b.Stripe.SetFaults(fakestripe.Faults{StoreFailureNext: 1})
 
-		for attempt := 1; attempt <= 3; attempt++ {
+		for attempt := 1; attempt <= 2; attempt++ {
 			resp := b.PostRide(t, key, apitest.DefaultParams)
 			require.Equal(t, http.StatusServiceUnavailable, resp.Status, "attempt %d: %s", attempt, resp.Body)
 		}
-		requests := b.Stripe.Stats().ChargeRequests
-
+		// The third replayed 500 uses up the budget.
 		resp := b.PostRide(t, key, apitest.DefaultParams)
 		require.Equal(t, http.StatusBadGateway, resp.Status, "%s", resp.Body)
 		require.Equal(t, "payment_needs_review", resp.JSON(t)["code"])
-		require.Equal(t, requests, b.Stripe.Stats().ChargeRequests, "no further Stripe call")
+		requests := b.Stripe.Stats().ChargeRequests
+		require.Equal(t, 3, requests)
 
 		var reason *string
 		require.NoError(t, b.Pool.QueryRow(context.Background(),
@@ -96,7 +110,7 @@ func TestAmbiguousStripeOutcomes(t *testing.T) {
 
 		again := b.PostRide(t, key, apitest.DefaultParams)
 		require.Equal(t, http.StatusBadGateway, again.Status)
-		require.Equal(t, requests, b.Stripe.Stats().ChargeRequests)
+		require.Equal(t, requests, b.Stripe.Stats().ChargeRequests, "no further Stripe call")
 		row := b.KeyRow(t, key)
 		require.Equal(t, rides.RideCreated, row.RecoveryPoint, "still resumable once a human settles it")
 		require.Nil(t, row.LockedAt)

@@ -82,8 +82,9 @@ const (
 	// DefaultStripeKeyRetention is how long Stripe remembers an
 	// idempotency key.
 	DefaultStripeKeyRetention = 24 * time.Hour
-	// DefaultMaxChargeAttempts bounds how often one request tries its
-	// charge before a human has to look at it.
+	// DefaultMaxChargeAttempts bounds how many of a request's charge
+	// attempts may end with an unknown outcome (Stripe replaying a stored
+	// 500) before a human has to look at it. Outages do not count.
 	DefaultMaxChargeAttempts = 10
 )
 
@@ -249,7 +250,7 @@ func (s *Service) createRide(u user.User, key *idem.Key, params Params) idem.Pha
 		}); err != nil {
 			return idem.Outcome{}, err
 		}
-		return idem.Advance(RideCreated), nil
+		return idem.AdvanceToForeignCall(RideCreated), nil
 	}
 }
 
@@ -271,21 +272,6 @@ func (s *Service) chargeRide(ctx context.Context, u user.User, key *idem.Key, ra
 		return ErrSimulated
 	}
 
-	// Remember the attempt before making it, so the next attempt knows
-	// how many came before and since when.
-	if err := s.keys.RecordForeignAttempt(ctx, key); err != nil {
-		return err
-	}
-	if key.ForeignAttempts > s.maxChargeAttempts {
-		reason := fmt.Sprintf("charge outcome still unknown after %d attempts; check Stripe for metadata idempotency_key_id=%d",
-			s.maxChargeAttempts, key.ID)
-		s.logger.ErrorContext(ctx, "setting idempotency key aside for human attention",
-			"idempotency_key_id", key.ID, "user_id", u.ID, "ride_id", ride.ID, "reason", reason)
-		if err := s.keys.FlagForAttention(ctx, key, reason); err != nil {
-			return err
-		}
-		return fmt.Errorf("key %d: %w", key.ID, idem.ErrNeedsAttention)
-	}
 	if s.stripeMayHaveForgotten(key) {
 		chargeID, found, err := s.findCharge(ctx, u.StripeCustomerID,
 			"idempotency_key_id", strconv.FormatInt(key.ID, 10), key.FirstForeignAttemptAt.Add(-time.Hour))
@@ -324,9 +310,21 @@ func (s *Service) chargeRide(ctx context.Context, u user.User, key *idem.Key, ra
 		body := problem.New(http.StatusBadGateway, "payment_rejected",
 			"The payment provider rejected the charge: "+rejected.Message).JSON()
 		return s.keys.Phase(ctx, key, respond(http.StatusBadGateway, body))
+	case errors.Is(err, payment.ErrOutcomeUnknown):
+		// Stripe stored an error for this key and will replay it to every
+		// retry: asking again cannot tell whether the charge happened.
+		// Give it a bounded number of tries, then a human.
+		n, rerr := s.keys.RecordUnknownOutcome(ctx, key)
+		if rerr != nil {
+			return errors.Join(fmt.Errorf("charge ride %d: %w", ride.ID, err), rerr)
+		}
+		if n >= s.maxChargeAttempts {
+			return s.setAside(ctx, u, key, ride.ID, n)
+		}
+		return fmt.Errorf("charge ride %d (unknown outcome %d of %d): %w", ride.ID, n, s.maxChargeAttempts, err)
 	case err != nil:
-		// Unavailable or unknown: the charge may exist. Nothing is
-		// recorded, and the retry asks Stripe again with the same key.
+		// Unavailable: the charge may exist. Nothing is recorded, and the
+		// retry asks Stripe again with the same key, which settles it.
 		return fmt.Errorf("charge ride %d: %w", ride.ID, err)
 	}
 	if err := s.fail.At(ctx, FailAfterCharge); err != nil {
@@ -371,6 +369,18 @@ func stripeOutcome(err error) metrics.StripeOutcome {
 	}
 }
 
+// setAside flags key for a human after n unknown outcomes of its charge.
+func (s *Service) setAside(ctx context.Context, u user.User, key *idem.Key, rideID int64, n int) error {
+	reason := fmt.Sprintf("charge outcome still unknown after %d attempts; check Stripe for metadata idempotency_key_id=%d",
+		n, key.ID)
+	s.logger.ErrorContext(ctx, "setting idempotency key aside for human attention",
+		"idempotency_key_id", key.ID, "user_id", u.ID, "ride_id", rideID, "reason", reason)
+	if err := s.keys.FlagForAttention(ctx, key, reason); err != nil {
+		return err
+	}
+	return fmt.Errorf("key %d: %w", key.ID, idem.ErrNeedsAttention)
+}
+
 // recordCharge is the phase that ends the charge step: the ride gets its
 // charge and the key moves to charge_created.
 func (s *Service) recordCharge(rideID int64, chargeID string) idem.PhaseFunc {
@@ -385,13 +395,12 @@ func (s *Service) recordCharge(rideID int64, chargeID string) idem.PhaseFunc {
 	}
 }
 
-// stripeMayHaveForgotten reports whether this is a retry of a charge whose
-// first attempt is so old that Stripe may no longer hold its idempotency
-// key. Repeating the charge then could charge twice, so the charge is
-// looked up first. The hour of margin covers clock skew and a slow first
-// attempt.
+// stripeMayHaveForgotten reports whether the charge was first attempted so
+// long ago that Stripe may no longer hold its idempotency key. Repeating
+// the charge then could charge twice, so the charge is looked up first.
+// The margin covers clock skew and a slow first attempt.
 func (s *Service) stripeMayHaveForgotten(key *idem.Key) bool {
-	if key.ForeignAttempts < 2 || key.FirstForeignAttemptAt == nil {
+	if key.FirstForeignAttemptAt == nil {
 		return false
 	}
 	margin := min(time.Hour, s.stripeRetention/24)
