@@ -55,10 +55,14 @@ func run(once bool) error {
 	}
 	defer pool.Close()
 
+	reg := metrics.NewRegistry()
+	metrics.RegisterPool(reg, pool)
+	enqueued := metrics.NewEnqueued(reg)
 	enqueuer, err := jobs.NewEnqueuer(pool, &jobs.EnqueuerConfig{
 		BatchSize:    batchSize,
 		PollInterval: pollInterval,
 		Logger:       logger,
+		OnMoved:      func(n int) { enqueued.Add(float64(n)) },
 	})
 	if err != nil {
 		return err
@@ -73,8 +77,6 @@ func run(once bool) error {
 		return nil
 	}
 
-	reg := metrics.NewRegistry()
-	metrics.RegisterPool(reg, pool)
 	if err := metrics.Serve(ctx, config.String("METRICS_ADDR", ""), reg, logger); err != nil {
 		return err
 	}

@@ -77,6 +77,10 @@ type EnqueuerConfig struct {
 
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+
+	// OnMoved, when set, is told how many jobs each committed batch
+	// moved (for metrics).
+	OnMoved func(n int)
 }
 
 // Enqueuer moves staged jobs into River once the transaction that staged
@@ -91,6 +95,7 @@ type Enqueuer struct {
 	pool         *pgxpool.Pool
 	river        *river.Client[pgx.Tx]
 	batchSize    int
+	onMoved      func(n int)
 	pollInterval time.Duration
 	logger       *slog.Logger
 	kinds        []string
@@ -126,6 +131,7 @@ func NewEnqueuer(pool *pgxpool.Pool, config *EnqueuerConfig) (*Enqueuer, error) 
 		pool:         pool,
 		river:        client,
 		batchSize:    cmp.Or(config.BatchSize, DefaultBatchSize),
+		onMoved:      config.OnMoved,
 		pollInterval: cmp.Or(config.PollInterval, DefaultPollInterval),
 		logger:       logger,
 		kinds:        slices.Sorted(maps.Keys(knownKinds)),
@@ -158,6 +164,9 @@ func (e *Enqueuer) RunOnce(ctx context.Context) (int, error) {
 	moved, err := e.moveBatch(ctx)
 	if err != nil {
 		return 0, err
+	}
+	if e.onMoved != nil && moved > 0 {
+		e.onMoved(moved)
 	}
 	// A short batch means the queue is drained of everything movable;
 	// anything left is either locked by another enqueuer or refused.

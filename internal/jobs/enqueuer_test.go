@@ -49,6 +49,20 @@ func TestEnqueuer(t *testing.T) {
 		return moved
 	}
 
+	t.Run("ReportsMovedJobs", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		stage(t, bundle.pool, jobs.ReceiptArgs{RideID: 1, UserID: 1, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_1"})
+		stage(t, bundle.pool, jobs.ReceiptArgs{RideID: 2, UserID: 1, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_2"})
+		var reported []int
+		enqueuer := newEnqueuer(t, bundle.pool, jobs.EnqueuerConfig{OnMoved: func(n int) { reported = append(reported, n) }})
+		runOnce(t, bundle, enqueuer)
+		runOnce(t, bundle, enqueuer) // nothing left: not reported
+		if len(reported) != 1 || reported[0] != 2 {
+			t.Fatalf("reported %v, want [2]", reported)
+		}
+	})
+
 	t.Run("MovesStagedJobsIntoRiver", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)

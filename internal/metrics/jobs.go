@@ -52,3 +52,15 @@ func WatchJobs[TTx any](reg prometheus.Registerer, client *river.Client[TTx]) {
 		}
 	}()
 }
+
+// NewEnqueued registers the counter of staged jobs the enqueuer moved into
+// River.
+func NewEnqueued(reg prometheus.Registerer) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace,
+		Name:      "enqueuer_jobs_enqueued_total",
+		Help:      "Staged jobs moved into River, each in the transaction that deleted it.",
+	})
+	reg.MustRegister(c)
+	return c
+}
