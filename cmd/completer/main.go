@@ -21,6 +21,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/db"
 	"github.com/rocketrides/rocketrides/internal/failpoint"
 	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/metrics"
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
@@ -92,13 +93,16 @@ func run(once bool) error {
 	}
 	defer pool.Close()
 
-	keys := idem.NewStore(pool, idem.Config{LockTimeout: lockTimeout})
+	reg := metrics.NewRegistry()
+	metrics.RegisterPool(reg, pool)
+	keys := idem.NewStore(pool, idem.Config{LockTimeout: lockTimeout, Metrics: metrics.NewIdempotency(reg)})
 	svc := rides.NewService(rides.Config{
-		Pool:      pool,
-		Keys:      keys,
-		Payments:  payment.New(payment.Config{APIKey: stripeKey, BaseURL: os.Getenv("STRIPE_API_BASE"), Timeout: stripeTimeout}),
-		Logger:    logger,
-		Failpoint: failpoint.FromEnv(),
+		StripeMetrics: metrics.NewStripe(reg),
+		Pool:          pool,
+		Keys:          keys,
+		Payments:      payment.New(payment.Config{APIKey: stripeKey, BaseURL: os.Getenv("STRIPE_API_BASE"), Timeout: stripeTimeout}),
+		Logger:        logger,
+		Failpoint:     failpoint.FromEnv(),
 
 		StripeKeyRetention: stripeRetention,
 		MaxChargeAttempts:  maxChargeAttempts,
@@ -123,6 +127,9 @@ func run(once bool) error {
 		return nil
 	}
 
+	if err := metrics.Serve(ctx, config.String("METRICS_ADDR", ""), reg, logger); err != nil {
+		return err
+	}
 	logger.Info("Completer started", "min_age", minAge, "retry_interval", retryInterval,
 		"poll_interval", pollInterval, "batch_size", batchSize, "lock_timeout", lockTimeout)
 	if err := c.Run(ctx); err != nil {
