@@ -43,16 +43,17 @@ func Stage(ctx context.Context, tx pgx.Tx, args river.JobArgs) error {
 	if err != nil {
 		return fmt.Errorf("encode %s job args: %w", args.Kind(), err)
 	}
-	if _, err := tx.Exec(ctx,
-		`INSERT INTO staged_jobs (job_name, job_args) VALUES ($1, $2)`,
-		args.Kind(), payload,
+	// The NOTIFY is delivered only if tx commits, and at most once per
+	// transaction however many jobs it stages. One statement does both, so
+	// staging costs the phase one round trip.
+	if _, err := tx.Exec(ctx, `
+		WITH staged AS (
+			INSERT INTO staged_jobs (job_name, job_args) VALUES ($1, $2) RETURNING id
+		)
+		SELECT pg_notify($3, '') FROM staged`,
+		args.Kind(), payload, StagedChannel,
 	); err != nil {
 		return fmt.Errorf("stage %s job: %w", args.Kind(), err)
-	}
-	// Delivered only if tx commits, and at most once per transaction
-	// however many jobs it stages.
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, StagedChannel); err != nil {
-		return fmt.Errorf("notify %s: %w", StagedChannel, err)
 	}
 	return nil
 }

@@ -208,15 +208,18 @@ func (s *Service) run(ctx context.Context, u user.User, key *idem.Key, params Pa
 		s.unlock(ctx, key)
 		return idem.Response{}, err
 	}
+	// The ride as the last phase left it, so the next phase need not read
+	// it back; nil when resuming, and then each phase loads it.
+	var ride *Ride
 	for {
 		var err error
 		switch key.RecoveryPoint {
 		case idem.Started:
-			err = s.keys.Phase(ctx, key, s.createRide(u, key, params))
+			err = s.keys.Phase(ctx, key, s.createRide(u, key, params, &ride))
 		case RideCreated:
-			err = s.chargeRide(ctx, u, key, raiseError)
+			err = s.chargeRide(ctx, u, key, &ride, raiseError)
 		case ChargeCreated:
-			err = s.keys.Phase(ctx, key, s.stageReceipt(u, key))
+			err = s.keys.Phase(ctx, key, s.stageReceipt(u, key, ride))
 		case idem.Finished:
 			return key.Response(), nil
 		default:
@@ -234,12 +237,14 @@ func (s *Service) run(ctx context.Context, u user.User, key *idem.Key, params Pa
 
 // createRide is the phase from started to ride_created: the ride and its
 // audit record.
-func (s *Service) createRide(u user.User, key *idem.Key, params Params) idem.PhaseFunc {
+func (s *Service) createRide(u user.User, key *idem.Key, params Params, created **Ride) idem.PhaseFunc {
 	return func(ctx context.Context, tx pgx.Tx) (idem.Outcome, error) {
-		rideID, err := insertRide(ctx, tx, key.ID, u.ID, params)
+		ride, err := insertRide(ctx, tx, key.ID, u.ID, params)
 		if err != nil {
 			return idem.Outcome{}, err
 		}
+		*created = ride
+		rideID := ride.ID
 		if err := audit.Insert(ctx, tx, audit.Record{
 			Action:       audit.ActionRideCreated,
 			Data:         params,
@@ -260,10 +265,14 @@ func (s *Service) createRide(u user.User, key *idem.Key, params Params) idem.Pha
 // connection and row locks for as long as Stripe takes, and would still
 // not make the call atomic with our writes. Stripe's idempotency key is
 // what makes it safe to repeat instead.
-func (s *Service) chargeRide(ctx context.Context, u user.User, key *idem.Key, raiseError bool) error {
-	ride, err := rideByKey(ctx, s.pool, key.ID)
-	if err != nil {
-		return fmt.Errorf("bug: key %d is at %s without a ride: %w", key.ID, RideCreated, err)
+func (s *Service) chargeRide(ctx context.Context, u user.User, key *idem.Key, known **Ride, raiseError bool) error {
+	ride := *known
+	if ride == nil {
+		var err error
+		if ride, err = rideByKey(ctx, s.pool, key.ID); err != nil {
+			return fmt.Errorf("bug: key %d is at %s without a ride: %w", key.ID, RideCreated, err)
+		}
+		*known = ride
 	}
 	if err := s.fail.At(ctx, FailBeforeCharge); err != nil {
 		return err
@@ -281,7 +290,7 @@ func (s *Service) chargeRide(ctx context.Context, u user.User, key *idem.Key, ra
 		if found {
 			s.logger.InfoContext(ctx, "adopting charge found at Stripe from an earlier attempt",
 				"idempotency_key_id", key.ID, "ride_id", ride.ID, "charge_id", chargeID)
-			return s.keys.Phase(ctx, key, s.recordCharge(ride.ID, chargeID))
+			return s.keys.Phase(ctx, key, s.recordCharge(ride, chargeID))
 		}
 	}
 
@@ -331,7 +340,7 @@ func (s *Service) chargeRide(ctx context.Context, u user.User, key *idem.Key, ra
 		return err
 	}
 
-	return s.keys.Phase(ctx, key, s.recordCharge(ride.ID, chargeID))
+	return s.keys.Phase(ctx, key, s.recordCharge(ride, chargeID))
 }
 
 // charge is s.payments.Charge, counted and timed by outcome.
@@ -383,14 +392,16 @@ func (s *Service) setAside(ctx context.Context, u user.User, key *idem.Key, ride
 
 // recordCharge is the phase that ends the charge step: the ride gets its
 // charge and the key moves to charge_created.
-func (s *Service) recordCharge(rideID int64, chargeID string) idem.PhaseFunc {
+func (s *Service) recordCharge(ride *Ride, chargeID string) idem.PhaseFunc {
 	return func(ctx context.Context, tx pgx.Tx) (idem.Outcome, error) {
-		if err := recordCharge(ctx, tx, rideID, chargeID); err != nil {
+		if err := recordCharge(ctx, tx, ride.ID, chargeID); err != nil {
 			return idem.Outcome{}, err
 		}
 		if err := s.fail.At(ctx, FailInRecordCharge); err != nil {
 			return idem.Outcome{}, err
 		}
+		// Only read after the phase commits (the next arm).
+		ride.StripeChargeID = &chargeID
 		return idem.Advance(ChargeCreated), nil
 	}
 }
@@ -409,11 +420,13 @@ func (s *Service) stripeMayHaveForgotten(key *idem.Key) bool {
 
 // stageReceipt is the phase from charge_created to finished: a staged job
 // sends the receipt once this transaction commits, and the 201 is stored.
-func (s *Service) stageReceipt(u user.User, key *idem.Key) idem.PhaseFunc {
+func (s *Service) stageReceipt(u user.User, key *idem.Key, ride *Ride) idem.PhaseFunc {
 	return func(ctx context.Context, tx pgx.Tx) (idem.Outcome, error) {
-		ride, err := rideByKey(ctx, tx, key.ID)
-		if err != nil {
-			return idem.Outcome{}, err
+		if ride == nil || ride.StripeChargeID == nil {
+			var err error
+			if ride, err = rideByKey(ctx, tx, key.ID); err != nil {
+				return idem.Outcome{}, err
+			}
 		}
 		if ride.StripeChargeID == nil {
 			return idem.Outcome{}, fmt.Errorf("bug: key %d is at %s but ride %d has no charge", key.ID, ChargeCreated, ride.ID)

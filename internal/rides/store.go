@@ -36,19 +36,16 @@ type querier interface {
 const rideColumns = `id, created_at, origin_lat::float8, origin_lon::float8, target_lat::float8,
 	target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id`
 
-func insertRide(ctx context.Context, tx pgx.Tx, keyID, userID int64, p Params) (int64, error) {
-	var id int64
-	err := tx.QueryRow(ctx, `
+// insertRide creates the ride and returns it as stored (coordinates as
+// rounded by their NUMERIC columns), so what the client sees is what a
+// later read returns.
+func insertRide(ctx context.Context, tx pgx.Tx, keyID, userID int64, p Params) (*Ride, error) {
+	return oneRide(ctx, tx, fmt.Sprintf("for key %d", keyID), `
 		INSERT INTO rides (idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
 		                   amount, currency, user_id)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-		RETURNING id`,
-		keyID, p.OriginLat, p.OriginLon, p.TargetLat, p.TargetLon, Price, Currency, userID,
-	).Scan(&id)
-	if err != nil {
-		return 0, fmt.Errorf("insert ride for key %d: %w", keyID, err)
-	}
-	return id, nil
+		RETURNING `+rideColumns,
+		keyID, p.OriginLat, p.OriginLon, p.TargetLat, p.TargetLon, Price, Currency, userID)
 }
 
 // rideByKey finds the ride an idempotency key created.
