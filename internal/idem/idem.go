@@ -181,31 +181,55 @@ const keyColumns = `id, created_at, idempotency_key, last_run_at, locked_at, loc
 // finished key replays, then a live lock refuses (ErrInFlight), and only
 // then is a stale or released lock taken over.
 func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool, err error) {
-	// Fast path, one round trip: a key never seen before is inserted
-	// already locked. The unique index arbitrates between concurrent
-	// requests with the same new key: exactly one insert wins.
-	token := uuid.New()
+	// Fast path, one round trip for the two common cases. A key never
+	// seen before is inserted already locked; the unique index arbitrates
+	// between concurrent requests with the same new key, so exactly one
+	// insert wins. A key that already finished, for the same request, is
+	// read back in the same statement and replayed: finished is final, so
+	// no lock is needed to trust it. Anything else (a different request,
+	// a key in flight or abandoned, a key inserted concurrently that this
+	// statement's snapshot cannot see) falls through to the locking path.
 	rows, err := s.pool.Query(ctx, `
-		INSERT INTO idempotency_keys
-			(user_id, idempotency_key, request_method, request_path, request_params,
-			 origin_ip, recovery_point, locked_at, lock_token)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, now(), $8)
-		ON CONFLICT (user_id, idempotency_key) DO NOTHING
-		RETURNING `+keyColumns,
-		req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, Started, token)
+		WITH inserted AS (
+			INSERT INTO idempotency_keys
+				(user_id, idempotency_key, request_method, request_path, request_params,
+				 origin_ip, recovery_point, locked_at, lock_token)
+			VALUES ($1, $2, $3, $4, $5, $6, 'started', now(), $7)
+			ON CONFLICT (user_id, idempotency_key) DO NOTHING
+			RETURNING `+keyColumns+`
+		)
+		SELECT `+keyColumns+`, true AS inserted FROM inserted
+		UNION ALL
+		SELECT `+keyColumns+`, false FROM idempotency_keys
+		WHERE user_id = $1 AND idempotency_key = $2
+		  AND recovery_point = 'finished'
+		  AND request_method = $3 AND request_path = $4 AND request_params = $5::jsonb`,
+		req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, uuid.New())
 	if err != nil {
-		return nil, false, fmt.Errorf("insert idempotency key: %w", err)
+		return nil, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
-	key, err = collectKey(rows)
+	claimed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[claimRow])
 	if err != nil {
-		return nil, false, fmt.Errorf("insert idempotency key: %w", err)
+		return nil, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
-	if key != nil {
-		s.metrics.Outcome(metrics.OutcomeNew)
+	if len(claimed) == 1 {
+		key = &claimed[0].Key
 		annotate(ctx, key)
-		return key, false, nil
+		if claimed[0].Inserted {
+			s.metrics.Outcome(metrics.OutcomeNew)
+			return key, false, nil
+		}
+		s.metrics.Outcome(metrics.OutcomeReplay)
+		return key, true, nil
 	}
 	return s.claimExisting(ctx, req)
+}
+
+// claimRow is a row of the fast claim: the key, and whether this request
+// inserted it.
+type claimRow struct {
+	Key
+	Inserted bool `db:"inserted"`
 }
 
 // claimExisting arbitrates a key that already exists.
