@@ -47,6 +47,10 @@ func run(once bool) error {
 	if err != nil {
 		return err
 	}
+	batchPause, err := config.Duration("REAPER_BATCH_PAUSE", reaper.DefaultBatchPause)
+	if err != nil {
+		return err
+	}
 	pollInterval, err := config.Duration("REAPER_POLL_INTERVAL", reaper.DefaultPollInterval)
 	if err != nil {
 		return err
@@ -71,6 +75,7 @@ func run(once bool) error {
 		MaxAge:       maxAge,
 		BatchSize:    batchSize,
 		PollInterval: pollInterval,
+		BatchPause:   batchPause,
 		Logger:       logger,
 	})
 	if err != nil {
