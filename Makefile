@@ -52,6 +52,11 @@ CHAOS_FLAGS ?= -duration 60s
 chaos:
 	$(GO) run ./cmd/chaos $(CHAOS_FLAGS)
 
+## bench: throughput, latency and memory against the database's own limit,
+## on a scratch cluster of its own; figures also in .data/bench/results.json
+bench:
+	$(GO) run ./cmd/bench -json .data/bench/results.json
+
 ## build: every command into bin/
 build:
 	@mkdir -p $(BIN)

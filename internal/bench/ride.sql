@@ -1,0 +1,104 @@
+-- The database work of one ride, statement for statement as the api issues
+-- it, with nothing else: no HTTP, no Stripe call, no Go. Run with
+-- pgbench -M prepared (pgx caches prepared statements the same way) and
+-- -D uid=<user id> -D run=<run id> -D n=0 -D token_hex=<sha256 of the API
+-- token, hex> -D params=<canonical request params> -D job_args=<receipt job
+-- args> -D body=<stored 201 body>.
+--
+-- 15 round trips, 4 commits: the claim and three atomic phases, each its
+-- own transaction (internal/api authenticate; internal/idem Claim and
+-- Phase; internal/rides createRide, recordCharge, stageReceipt;
+-- internal/jobs Stage). TestRideScript runs it against the schema.
+
+-- A per-client counter: with :run and :client_id it makes every key new.
+\set n :n + 1
+
+-- authenticate: the bearer token's user.
+SELECT id, email, stripe_customer_id FROM users WHERE api_token_hash = decode(:token_hex, 'hex');
+
+-- Claim: one statement that inserts a new key, already locked, or reads
+-- back a finished key of the same request to replay it. Here the key is new.
+WITH inserted AS (
+	INSERT INTO idempotency_keys
+		(user_id, idempotency_key, request_method, request_path, request_params,
+		 origin_ip, recovery_point, locked_at, lock_token)
+	VALUES (:uid, 'pgbench-' || :run::text || '-' || :client_id::text || '-' || :n::text,
+		'POST', '/rides', :params, '127.0.0.1', 'started', now(), gen_random_uuid())
+	ON CONFLICT (user_id, idempotency_key) DO NOTHING
+	RETURNING id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
+		request_method, request_params, request_path, origin_ip,
+		response_code, response_body, recovery_point, user_id,
+		first_foreign_attempt_at, unknown_outcomes, attention_reason
+)
+SELECT id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
+	request_method, request_params, request_path, origin_ip,
+	response_code, response_body, recovery_point, user_id,
+	first_foreign_attempt_at, unknown_outcomes, attention_reason, true AS inserted FROM inserted
+UNION ALL
+SELECT id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
+	request_method, request_params, request_path, origin_ip,
+	response_code, response_body, recovery_point, user_id,
+	first_foreign_attempt_at, unknown_outcomes, attention_reason, false FROM idempotency_keys
+WHERE user_id = :uid AND idempotency_key = 'pgbench-' || :run::text || '-' || :client_id::text || '-' || :n::text
+  AND recovery_point = 'finished'
+  AND request_method = 'POST' AND request_path = '/rides' AND request_params = :params::jsonb \gset k_
+
+-- Atomic phase started -> ride_created: the ride, its audit record, and the
+-- fenced compare-and-set on the key, which also notes the first charge
+-- attempt about to be made.
+BEGIN;
+INSERT INTO rides (idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
+	amount, currency, user_id)
+VALUES (:k_id, 37.7749, -122.4194, 37.8044, -122.2712, 2000, 'usd', :uid)
+RETURNING id, created_at, origin_lat::float8, origin_lon::float8, target_lat::float8,
+	target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id \gset ride_
+INSERT INTO audit_records (action, data, origin_ip, resource_id, resource_type, user_id)
+VALUES ('ride.created', :params, '127.0.0.1', :ride_id, 'ride', :uid);
+UPDATE idempotency_keys
+SET recovery_point = 'ride_created',
+    response_code  = NULL,
+    response_body  = NULL,
+    locked_at      = CASE WHEN 'ride_created' = 'finished' THEN NULL ELSE now() END,
+    lock_token     = CASE WHEN 'ride_created' = 'finished' THEN NULL ELSE lock_token END,
+    first_foreign_attempt_at = CASE WHEN true THEN coalesce(first_foreign_attempt_at, now())
+                                    ELSE first_foreign_attempt_at END
+WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'started'
+RETURNING response_body, first_foreign_attempt_at;
+END;
+
+-- (The Stripe charge happens here, outside any transaction.)
+
+-- Atomic phase ride_created -> charge_created: the charge on the ride.
+BEGIN;
+UPDATE rides SET stripe_charge_id = 'ch_pgbench_' || :k_id::text
+WHERE id = :ride_id AND (stripe_charge_id IS NULL OR stripe_charge_id = 'ch_pgbench_' || :k_id::text);
+UPDATE idempotency_keys
+SET recovery_point = 'charge_created',
+    response_code  = NULL,
+    response_body  = NULL,
+    locked_at      = CASE WHEN 'charge_created' = 'finished' THEN NULL ELSE now() END,
+    lock_token     = CASE WHEN 'charge_created' = 'finished' THEN NULL ELSE lock_token END,
+    first_foreign_attempt_at = CASE WHEN false THEN coalesce(first_foreign_attempt_at, now())
+                                    ELSE first_foreign_attempt_at END
+WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'ride_created'
+RETURNING response_body, first_foreign_attempt_at;
+END;
+
+-- Atomic phase charge_created -> finished: the staged receipt job with its
+-- NOTIFY in one statement, and the stored 201.
+BEGIN;
+WITH staged AS (
+	INSERT INTO staged_jobs (job_name, job_args) VALUES ('send_ride_receipt', :job_args) RETURNING id
+)
+SELECT pg_notify('staged_jobs', '') FROM staged;
+UPDATE idempotency_keys
+SET recovery_point = 'finished',
+    response_code  = 201,
+    response_body  = :body,
+    locked_at      = CASE WHEN 'finished' = 'finished' THEN NULL ELSE now() END,
+    lock_token     = CASE WHEN 'finished' = 'finished' THEN NULL ELSE lock_token END,
+    first_foreign_attempt_at = CASE WHEN false THEN coalesce(first_foreign_attempt_at, now())
+                                    ELSE first_foreign_attempt_at END
+WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'charge_created'
+RETURNING response_body, first_foreign_attempt_at;
+END;
