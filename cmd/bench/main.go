@@ -55,7 +55,7 @@ func run() error {
 		Keep:     *keep,
 		Variants: *variants,
 		Log:      os.Stderr,
-		Command:  strings.Join(os.Args, " "),
+		Command:  strings.Join(append([]string{"bench"}, os.Args[1:]...), " "),
 	})
 	if report != nil {
 		fmt.Println()
