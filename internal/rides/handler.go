@@ -187,7 +187,10 @@ func idempotencyKey(values []string) (string, *problem.Problem) {
 	}
 	key := ""
 	if len(values) == 1 {
-		key = strings.TrimSpace(values[0])
+		// HTTP allows only spaces and tabs around a field value
+		// (RFC 9110); other Unicode space is part of the key, and then
+		// not printable ASCII.
+		key = strings.Trim(values[0], " \t")
 	}
 	if key == "" {
 		return "", problem.New(http.StatusBadRequest, "idempotency_key_missing",

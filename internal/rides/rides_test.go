@@ -426,6 +426,7 @@ func TestCreateRideRejectsBadInput(t *testing.T) {
 		{"ShortKey", []string{"Authorization", auth, "Idempotency-Key", "abc", "Content-Type", formType}, apitest.DefaultParams, 400, "idempotency_key_invalid", nil},
 		{"LongKey", []string{"Authorization", auth, "Idempotency-Key", strings.Repeat("k", 256), "Content-Type", formType}, apitest.DefaultParams, 400, "idempotency_key_invalid", nil},
 		{"NonASCIIKey", []string{"Authorization", auth, "Idempotency-Key", "ключ-ключ-ключ-ключ-ключ", "Content-Type", formType}, apitest.DefaultParams, 400, "idempotency_key_invalid", nil},
+		{"NonBreakingSpaceAroundKey", []string{"Authorization", auth, "Idempotency-Key", "\u00a0" + apitest.NewKey() + "\u00a0", "Content-Type", formType}, apitest.DefaultParams, 400, "idempotency_key_invalid", nil},
 		{"BadlyQuotedKey", []string{"Authorization", auth, "Idempotency-Key", `"` + apitest.NewKey(), "Content-Type", formType}, apitest.DefaultParams, 400, "idempotency_key_invalid", nil},
 		{"UnsupportedContentType", []string{"Authorization", auth, "Idempotency-Key", apitest.NewKey(), "Content-Type", "text/plain"}, apitest.DefaultParams, 415, "unsupported_media_type", nil},
 		{"MalformedJSON", []string{"Authorization", auth, "Idempotency-Key", apitest.NewKey(), "Content-Type", "application/json"}, `{"origin_lat": 1,`, 400, "malformed_body", nil},
