@@ -80,7 +80,7 @@ func New(cfg Config) *Gateway {
 		timeout = 30 * time.Second
 	}
 	backendConfig := &stripe.BackendConfig{
-		HTTPClient: &http.Client{Timeout: timeout},
+		HTTPClient: &http.Client{Timeout: timeout, Transport: newTransport()},
 		// Failures come back as errors and are logged by the caller
 		// with the request's context; stripe-go's own lines would only
 		// repeat them without it.
@@ -99,6 +99,23 @@ func New(cfg Config) *Gateway {
 		Uploads: stripe.GetBackendWithConfig(stripe.UploadsBackend, backendConfig),
 	})
 	return &Gateway{api: api}
+}
+
+// maxIdleConnsPerHost is how many idle connections to Stripe the
+// Gateway keeps. Every request in flight holds one Stripe connection while
+// it charges, so this should cover the api's concurrent charges: Go's
+// default of 2 closes almost every connection after one use under load,
+// and each charge then pays for a new TCP and TLS handshake and leaves a
+// socket in TIME_WAIT.
+const maxIdleConnsPerHost = 256
+
+// newTransport is Go's default transport with room to keep connections to
+// Stripe alive between charges.
+func newTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = maxIdleConnsPerHost
+	t.MaxIdleConnsPerHost = maxIdleConnsPerHost
+	return t
 }
 
 // ChargeRequest is one charge of a customer's default source.
