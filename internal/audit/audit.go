@@ -5,7 +5,6 @@
 package audit
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -26,18 +25,22 @@ type Record struct {
 	UserID       int64
 }
 
-// Insert writes r inside tx.
-func Insert(ctx context.Context, tx pgx.Tx, r Record) error {
+// Queuer takes statements to send later, pipelined with others: an
+// atomic phase's transaction (idem.Tx) or a pgx.Batch.
+type Queuer interface {
+	Queue(sql string, args ...any) *pgx.QueuedQuery
+}
+
+// Insert queues the insertion of r on q, to commit with the transaction
+// that q's statements run in.
+func Insert(q Queuer, r Record) error {
 	data, err := json.Marshal(r.Data)
 	if err != nil {
 		return fmt.Errorf("encode audit data for %s %d: %w", r.ResourceType, r.ResourceID, err)
 	}
-	if _, err := tx.Exec(ctx, `
+	q.Queue(`
 		INSERT INTO audit_records (action, data, origin_ip, resource_id, resource_type, user_id)
 		VALUES ($1, $2, $3, $4, $5, $6)`,
-		r.Action, data, r.OriginIP, r.ResourceID, r.ResourceType, r.UserID,
-	); err != nil {
-		return fmt.Errorf("insert audit record %s for %s %d: %w", r.Action, r.ResourceType, r.ResourceID, err)
-	}
+		r.Action, data, r.OriginIP, r.ResourceID, r.ResourceType, r.UserID)
 	return nil
 }

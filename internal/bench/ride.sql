@@ -1,14 +1,22 @@
--- The database work of one ride, statement for statement as the api issues
--- it, with nothing else: no HTTP, no Stripe call, no Go. Run with
--- pgbench -M prepared (pgx caches prepared statements the same way) and
--- -D uid=<user id> -D run=<run id> -D n=0 -D token_hex=<sha256 of the API
--- token, hex> -D params=<canonical request params> -D job_args=<receipt job
--- args> -D body=<stored 201 body>.
+-- The database work of one ride, statement for statement and round trip
+-- for round trip as the api issues it, with nothing else: no HTTP, no
+-- Stripe call, no Go. Run with pgbench -M prepared (pgx caches prepared
+-- statements the same way) and -D uid=<user id> -D run=<run id> -D n=0
+-- -D token_hex=<sha256 of the API token, hex> -D params=<canonical
+-- request params> -D job_args=<receipt job args> -D body=<stored 201 body>.
 --
--- 15 round trips, 4 commits: the claim and three atomic phases, each its
--- own transaction (internal/api authenticate; internal/idem Claim and
--- Phase; internal/rides createRide, recordCharge, stageReceipt;
--- internal/jobs Stage). TestRideScript runs it against the schema.
+-- 8 round trips, 4 commits: the claim, then three atomic phases, each its
+-- own transaction sent as two pipelines (internal/api authenticate;
+-- internal/idem Claim and Phase; internal/rides createRide, recordCharge,
+-- stageReceipt; internal/audit Insert; internal/jobs Stage). The first
+-- pipeline of a phase carries BEGIN, the fence and the phase's first
+-- writes; the second the rest, the new recovery point and COMMIT, which
+-- is sent only once the fence has answered. TestRideScript runs it
+-- against the schema.
+--
+-- pgbench cannot \gset inside a pipeline, so where the api sends back the
+-- ride id that the INSERT returned, this script reads the same value from
+-- the session's rides_id_seq.
 
 -- A per-client counter: with :run and :client_id it makes every key new.
 \set n :n + 1
@@ -43,17 +51,23 @@ WHERE user_id = :uid AND idempotency_key = 'pgbench-' || :run::text || '-' || :c
   AND recovery_point = 'finished'
   AND request_method = 'POST' AND request_path = '/rides' AND request_params = :params::jsonb \gset k_
 
--- Atomic phase started -> ride_created: the ride, its audit record, and the
--- fenced compare-and-set on the key, which also notes the first charge
--- attempt about to be made.
+-- Atomic phase started -> ride_created: the fence, the ride; then its
+-- audit record and the compare-and-set on the key, which also notes the
+-- first charge attempt about to be made.
+\startpipeline
 BEGIN;
+SELECT 1 FROM idempotency_keys
+WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'started'
+FOR UPDATE;
 INSERT INTO rides (idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
 	amount, currency, user_id)
 VALUES (:k_id, 37.7749, -122.4194, 37.8044, -122.2712, 2000, 'usd', :uid)
 RETURNING id, created_at, origin_lat::float8, origin_lon::float8, target_lat::float8,
-	target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id \gset ride_
+	target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id;
+\endpipeline
+\startpipeline
 INSERT INTO audit_records (action, data, origin_ip, resource_id, resource_type, user_id)
-VALUES ('ride.created', :params, '127.0.0.1', :ride_id, 'ride', :uid);
+VALUES ('ride.created', :params, '127.0.0.1', (SELECT currval('rides_id_seq')), 'ride', :uid);
 UPDATE idempotency_keys
 SET recovery_point = 'ride_created',
     response_code  = NULL,
@@ -64,14 +78,23 @@ SET recovery_point = 'ride_created',
                                     ELSE first_foreign_attempt_at END
 WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'started'
 RETURNING response_body, first_foreign_attempt_at;
-END;
+COMMIT;
+\endpipeline
 
 -- (The Stripe charge happens here, outside any transaction.)
 
--- Atomic phase ride_created -> charge_created: the charge on the ride.
+-- Atomic phase ride_created -> charge_created: the fence and the charge on
+-- the ride; then the key.
+\startpipeline
 BEGIN;
+SELECT 1 FROM idempotency_keys
+WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'ride_created'
+FOR UPDATE;
 UPDATE rides SET stripe_charge_id = 'ch_pgbench_' || :k_id::text
-WHERE id = :ride_id AND (stripe_charge_id IS NULL OR stripe_charge_id = 'ch_pgbench_' || :k_id::text);
+WHERE id = (SELECT currval('rides_id_seq'))
+  AND (stripe_charge_id IS NULL OR stripe_charge_id = 'ch_pgbench_' || :k_id::text);
+\endpipeline
+\startpipeline
 UPDATE idempotency_keys
 SET recovery_point = 'charge_created',
     response_code  = NULL,
@@ -82,15 +105,22 @@ SET recovery_point = 'charge_created',
                                     ELSE first_foreign_attempt_at END
 WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'ride_created'
 RETURNING response_body, first_foreign_attempt_at;
-END;
+COMMIT;
+\endpipeline
 
--- Atomic phase charge_created -> finished: the staged receipt job with its
--- NOTIFY in one statement, and the stored 201.
+-- Atomic phase charge_created -> finished: the fence and the staged
+-- receipt job with its NOTIFY in one statement; then the stored 201.
+\startpipeline
 BEGIN;
+SELECT 1 FROM idempotency_keys
+WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'charge_created'
+FOR UPDATE;
 WITH staged AS (
 	INSERT INTO staged_jobs (job_name, job_args) VALUES ('send_ride_receipt', :job_args) RETURNING id
 )
 SELECT pg_notify('staged_jobs', '') FROM staged;
+\endpipeline
+\startpipeline
 UPDATE idempotency_keys
 SET recovery_point = 'finished',
     response_code  = 201,
@@ -101,4 +131,5 @@ SET recovery_point = 'finished',
                                     ELSE first_foreign_attempt_at END
 WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'charge_created'
 RETURNING response_body, first_foreign_attempt_at;
-END;
+COMMIT;
+\endpipeline

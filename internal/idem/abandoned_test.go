@@ -214,7 +214,7 @@ func TestClaimAbandoned(t *testing.T) {
 
 		keys := claim(t, b, 10)
 		require.Len(t, keys, 1)
-		advance := func(context.Context, pgx.Tx) (Outcome, error) { return Advance("ride_created"), nil }
+		advance := func(context.Context, *Tx) (Outcome, error) { return Advance("ride_created"), nil }
 		require.ErrorIs(t, b.store.Phase(ctx, stalled, advance), ErrLockLost)
 		require.NoError(t, b.store.Phase(ctx, keys[0], advance))
 	})

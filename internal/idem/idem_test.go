@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -48,7 +47,7 @@ func TestStore(t *testing.T) {
 		}
 	}
 	advance := func(next idem.RecoveryPoint) idem.PhaseFunc {
-		return func(context.Context, pgx.Tx) (idem.Outcome, error) { return idem.Advance(next), nil }
+		return func(context.Context, *idem.Tx) (idem.Outcome, error) { return idem.Advance(next), nil }
 	}
 	staleLock := func(t *testing.T, b *testBundle, id int64) {
 		t.Helper()
@@ -135,10 +134,10 @@ func TestStore(t *testing.T) {
 		require.NoError(t, err)
 
 		wrote := false
-		err = b.store.Phase(ctx, stalled, func(ctx context.Context, tx pgx.Tx) (idem.Outcome, error) {
-			_, err := tx.Exec(ctx, `INSERT INTO staged_jobs (job_name, job_args) VALUES ('fenced', '{}')`)
-			wrote = err == nil
-			return idem.Respond(201, []byte(`{"stalled": true}`)), err
+		err = b.store.Phase(ctx, stalled, func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('fenced', '{}')`)
+			wrote = true
+			return idem.Respond(201, []byte(`{"stalled": true}`)), nil
 		})
 		require.ErrorIs(t, err, idem.ErrLockLost)
 		require.True(t, wrote)
@@ -166,7 +165,7 @@ func TestStore(t *testing.T) {
 		require.NoError(t, err)
 
 		require.NoError(t, b.store.Phase(ctx, key, advance(halfway)))
-		err = b.store.Phase(ctx, key, func(ctx context.Context, tx pgx.Tx) (idem.Outcome, error) {
+		err = b.store.Phase(ctx, key, func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
 			return idem.Respond(201, []byte(`{"z": 1, "a": [1, 2]}`)), nil
 		})
 		require.NoError(t, err)
@@ -186,7 +185,7 @@ func TestStore(t *testing.T) {
 		ctx := context.Background()
 		key, _, err := b.store.Claim(ctx, b.req)
 		require.NoError(t, err)
-		require.NoError(t, b.store.Phase(ctx, key, func(context.Context, pgx.Tx) (idem.Outcome, error) {
+		require.NoError(t, b.store.Phase(ctx, key, func(context.Context, *idem.Tx) (idem.Outcome, error) {
 			return idem.Respond(402, []byte(`{"code": "card_declined"}`)), nil
 		}))
 		for range 3 {

@@ -194,7 +194,11 @@ func TestEnqueuer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := jobs.Stage(bundle.ctx, tx, receipts(1, 1)[0]); err != nil {
+		var b pgx.Batch
+		if err := jobs.Stage(&b, receipts(1, 1)[0]); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.SendBatch(bundle.ctx, &b).Close(); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.Rollback(bundle.ctx); err != nil {
@@ -318,12 +322,13 @@ func (unknownArgs) Kind() string { return "no_such_job" }
 func stage(t *testing.T, pool *pgxpool.Pool, args ...river.JobArgs) {
 	t.Helper()
 	err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		var b pgx.Batch
 		for _, a := range args {
-			if err := jobs.Stage(t.Context(), tx, a); err != nil {
+			if err := jobs.Stage(&b, a); err != nil {
 				return err
 			}
 		}
-		return nil
+		return tx.SendBatch(t.Context(), &b).Close()
 	})
 	if err != nil {
 		t.Fatalf("stage %d jobs: %v", len(args), err)

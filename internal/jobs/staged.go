@@ -10,7 +10,6 @@
 package jobs
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 
@@ -36,25 +35,29 @@ type ReceiptArgs struct {
 // Kind is the job's name in staged_jobs and in River.
 func (ReceiptArgs) Kind() string { return "send_ride_receipt" }
 
-// Stage records a job in tx. It becomes visible to the enqueuer, and so to
-// River, only when tx commits.
-func Stage(ctx context.Context, tx pgx.Tx, args river.JobArgs) error {
+// Queuer takes statements to send later, pipelined with others: an
+// atomic phase's transaction (idem.Tx) or a pgx.Batch.
+type Queuer interface {
+	Queue(sql string, args ...any) *pgx.QueuedQuery
+}
+
+// Stage queues the recording of a job on q. The job becomes visible to the
+// enqueuer, and so to River, only when the transaction that q's
+// statements run in commits.
+func Stage(q Queuer, args river.JobArgs) error {
 	payload, err := json.Marshal(args)
 	if err != nil {
 		return fmt.Errorf("encode %s job args: %w", args.Kind(), err)
 	}
 	// The NOTIFY is delivered only if tx commits, and at most once per
 	// transaction however many jobs it stages. One statement does both, so
-	// staging costs the phase one round trip.
-	if _, err := tx.Exec(ctx, `
+	// staging adds one statement to the phase.
+	q.Queue(`
 		WITH staged AS (
 			INSERT INTO staged_jobs (job_name, job_args) VALUES ($1, $2) RETURNING id
 		)
 		SELECT pg_notify($3, '') FROM staged`,
-		args.Kind(), payload, StagedChannel,
-	); err != nil {
-		return fmt.Errorf("stage %s job: %w", args.Kind(), err)
-	}
+		args.Kind(), payload, StagedChannel)
 	return nil
 }
 

@@ -26,7 +26,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rocketrides/rocketrides/internal/audit"
@@ -238,14 +237,14 @@ func (s *Service) run(ctx context.Context, u user.User, key *idem.Key, params Pa
 // createRide is the phase from started to ride_created: the ride and its
 // audit record.
 func (s *Service) createRide(u user.User, key *idem.Key, params Params, created **Ride) idem.PhaseFunc {
-	return func(ctx context.Context, tx pgx.Tx) (idem.Outcome, error) {
+	return func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
 		ride, err := insertRide(ctx, tx, key.ID, u.ID, params)
 		if err != nil {
 			return idem.Outcome{}, err
 		}
 		*created = ride
 		rideID := ride.ID
-		if err := audit.Insert(ctx, tx, audit.Record{
+		if err := audit.Insert(tx, audit.Record{
 			Action:       audit.ActionRideCreated,
 			Data:         params,
 			OriginIP:     key.OriginIP,
@@ -393,10 +392,8 @@ func (s *Service) setAside(ctx context.Context, u user.User, key *idem.Key, ride
 // recordCharge is the phase that ends the charge step: the ride gets its
 // charge and the key moves to charge_created.
 func (s *Service) recordCharge(ride *Ride, chargeID string) idem.PhaseFunc {
-	return func(ctx context.Context, tx pgx.Tx) (idem.Outcome, error) {
-		if err := recordCharge(ctx, tx, ride.ID, chargeID); err != nil {
-			return idem.Outcome{}, err
-		}
+	return func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		recordCharge(tx, ride.ID, chargeID)
 		if err := s.fail.At(ctx, FailInRecordCharge); err != nil {
 			return idem.Outcome{}, err
 		}
@@ -421,17 +418,17 @@ func (s *Service) stripeMayHaveForgotten(key *idem.Key) bool {
 // stageReceipt is the phase from charge_created to finished: a staged job
 // sends the receipt once this transaction commits, and the 201 is stored.
 func (s *Service) stageReceipt(u user.User, key *idem.Key, ride *Ride) idem.PhaseFunc {
-	return func(ctx context.Context, tx pgx.Tx) (idem.Outcome, error) {
+	return func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
 		if ride == nil || ride.StripeChargeID == nil {
 			var err error
-			if ride, err = rideByKey(ctx, tx, key.ID); err != nil {
+			if ride, err = rideByKeyIn(ctx, tx, key.ID); err != nil {
 				return idem.Outcome{}, err
 			}
 		}
 		if ride.StripeChargeID == nil {
 			return idem.Outcome{}, fmt.Errorf("bug: key %d is at %s but ride %d has no charge", key.ID, ChargeCreated, ride.ID)
 		}
-		if err := jobs.Stage(ctx, tx, jobs.ReceiptArgs{
+		if err := jobs.Stage(tx, jobs.ReceiptArgs{
 			RideID:         ride.ID,
 			UserID:         u.ID,
 			Amount:         ride.Amount,
@@ -449,7 +446,7 @@ func (s *Service) stageReceipt(u user.User, key *idem.Key, ride *Ride) idem.Phas
 }
 
 func respond(code int, body []byte) idem.PhaseFunc {
-	return func(context.Context, pgx.Tx) (idem.Outcome, error) {
+	return func(context.Context, *idem.Tx) (idem.Outcome, error) {
 		return idem.Respond(code, body), nil
 	}
 }

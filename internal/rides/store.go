@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/rocketrides/rocketrides/internal/idem"
 )
 
 // ErrNotFound means no ride matched.
@@ -36,11 +38,12 @@ type querier interface {
 const rideColumns = `id, created_at, origin_lat::float8, origin_lon::float8, target_lat::float8,
 	target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id`
 
-// insertRide creates the ride and returns it as stored (coordinates as
-// rounded by their NUMERIC columns), so what the client sees is what a
-// later read returns.
-func insertRide(ctx context.Context, tx pgx.Tx, keyID, userID int64, p Params) (*Ride, error) {
-	return oneRide(ctx, tx, fmt.Sprintf("for key %d", keyID), `
+// insertRide creates the ride in an atomic phase and returns it as stored
+// (coordinates as rounded by their NUMERIC columns), so what the client
+// sees is what a later read returns. It flushes tx: the statements that
+// follow need the ride's id.
+func insertRide(ctx context.Context, tx *idem.Tx, keyID, userID int64, p Params) (*Ride, error) {
+	return flushOneRide(ctx, tx, fmt.Sprintf("for key %d", keyID), `
 		INSERT INTO rides (idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
 		                   amount, currency, user_id)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
@@ -51,6 +54,12 @@ func insertRide(ctx context.Context, tx pgx.Tx, keyID, userID int64, p Params) (
 // rideByKey finds the ride an idempotency key created.
 func rideByKey(ctx context.Context, q querier, keyID int64) (*Ride, error) {
 	return oneRide(ctx, q, fmt.Sprintf("for key %d", keyID),
+		`SELECT `+rideColumns+` FROM rides WHERE idempotency_key_id = $1`, keyID)
+}
+
+// rideByKeyIn is rideByKey inside an atomic phase; it flushes tx.
+func rideByKeyIn(ctx context.Context, tx *idem.Tx, keyID int64) (*Ride, error) {
+	return flushOneRide(ctx, tx, fmt.Sprintf("for key %d", keyID),
 		`SELECT `+rideColumns+` FROM rides WHERE idempotency_key_id = $1`, keyID)
 }
 
@@ -79,21 +88,21 @@ func listRides(ctx context.Context, q querier, userID, startingAfter int64, limi
 	return rides, nil
 }
 
-// recordCharge stores the Stripe charge on the ride. Writing the same
-// charge again is harmless; a different charge for a ride that already has
-// one would mean a double charge, and the statement refuses it.
-func recordCharge(ctx context.Context, tx pgx.Tx, rideID int64, chargeID string) error {
-	tag, err := tx.Exec(ctx, `
+// recordCharge queues the storing of the Stripe charge on the ride.
+// Writing the same charge again is harmless; a different charge for a ride
+// that already has one would mean a double charge, and the statement
+// refuses it, failing the phase.
+func recordCharge(tx *idem.Tx, rideID int64, chargeID string) {
+	tx.Queue(`
 		UPDATE rides SET stripe_charge_id = $2
 		WHERE id = $1 AND (stripe_charge_id IS NULL OR stripe_charge_id = $2)`,
-		rideID, chargeID)
-	if err != nil {
-		return fmt.Errorf("record charge %s on ride %d: %w", chargeID, rideID, err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("record charge %s on ride %d: ride already has another charge", chargeID, rideID)
-	}
-	return nil
+		rideID, chargeID,
+	).Exec(func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("record charge %s on ride %d: ride already has another charge", chargeID, rideID)
+		}
+		return nil
+	})
 }
 
 func oneRide(ctx context.Context, q querier, what, sql string, args ...any) (*Ride, error) {
@@ -107,6 +116,25 @@ func oneRide(ctx context.Context, q querier, what, sql string, args ...any) (*Ri
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read ride %s: %w", what, err)
+	}
+	return ride, nil
+}
+
+// flushOneRide queues a statement that returns one ride, flushes tx and
+// returns the ride.
+func flushOneRide(ctx context.Context, tx *idem.Tx, what, sql string, args ...any) (*Ride, error) {
+	var ride *Ride
+	tx.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+		var err error
+		ride, err = pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Ride])
+		return err
+	})
+	err := tx.Flush(ctx)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("ride %s: %w", what, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ride %s: %w", what, err)
 	}
 	return ride, nil
 }
