@@ -36,6 +36,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rocketrides/rocketrides/internal/db"
@@ -205,7 +206,7 @@ func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool
 		WHERE user_id = $1 AND idempotency_key = $2
 		  AND recovery_point = 'finished'
 		  AND request_method = $3 AND request_path = $4 AND request_params = $5::jsonb`,
-		req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, uuid.New())
+		req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, newLockToken())
 	if err != nil {
 		return nil, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
@@ -289,7 +290,7 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 			SET locked_at = now(), last_run_at = now(), lock_token = $2
 			WHERE id = $1
 			RETURNING `+keyColumns,
-			k.ID, uuid.New())
+			k.ID, newLockToken())
 		if err != nil {
 			return fmt.Errorf("take over idempotency key %d: %w", k.ID, err)
 		}
@@ -406,7 +407,7 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 		SELECT 1 FROM idempotency_keys
 		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
 		FOR UPDATE`,
-		key.ID, key.LockToken, key.RecoveryPoint,
+		key.ID, key.lockToken(), key.RecoveryPoint,
 	).QueryRow(func(row pgx.Row) error {
 		var one int
 		if err := row.Scan(&one); errors.Is(err, pgx.ErrNoRows) {
@@ -453,7 +454,7 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 		                                    ELSE first_foreign_attempt_at END
 		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
 		RETURNING response_body, first_foreign_attempt_at`,
-		key.ID, key.LockToken, key.RecoveryPoint, out.next, code, body, out.foreignCall,
+		key.ID, key.lockToken(), key.RecoveryPoint, out.next, code, body, out.foreignCall,
 	).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&stored, &firstForeignAttemptAt); err != nil {
 			return fmt.Errorf("advance key %d from %s to %s: %w", key.ID, key.RecoveryPoint, out.next, err)
@@ -516,7 +517,7 @@ func (s *Store) RecordUnknownOutcome(ctx context.Context, key *Key) (int, error)
 		SET unknown_outcomes = unknown_outcomes + 1
 		WHERE id = $1 AND lock_token = $2
 		RETURNING unknown_outcomes`,
-		key.ID, key.LockToken,
+		key.ID, key.lockToken(),
 	).Scan(&key.UnknownOutcomes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		s.metrics.Outcome(metrics.OutcomeLockLost)
@@ -539,7 +540,7 @@ func (s *Store) FlagForAttention(ctx context.Context, key *Key, reason string) e
 		UPDATE idempotency_keys
 		SET attention_reason = $3, locked_at = NULL, lock_token = NULL
 		WHERE id = $1 AND lock_token = $2`,
-		key.ID, key.LockToken, reason)
+		key.ID, key.lockToken(), reason)
 	if err != nil {
 		return fmt.Errorf("flag key %d for attention: %w", key.ID, err)
 	}
@@ -565,11 +566,25 @@ func (s *Store) Unlock(ctx context.Context, key *Key) error {
 		UPDATE idempotency_keys
 		SET locked_at = NULL, lock_token = NULL
 		WHERE id = $1 AND lock_token = $2`,
-		key.ID, key.LockToken,
+		key.ID, key.lockToken(),
 	); err != nil {
 		return fmt.Errorf("unlock idempotency key %d: %w", key.ID, err)
 	}
 	return nil
+}
+
+// newLockToken is a fresh fencing token.
+func newLockToken() pgtype.UUID { return pgtype.UUID{Bytes: uuid.New(), Valid: true} }
+
+// lockToken is k's lock token as a query argument. pgtype.UUID is encoded
+// straight to Postgres's binary format; uuid.UUID would go through its
+// driver.Valuer as text and be parsed back, on every statement of every
+// phase.
+func (k *Key) lockToken() pgtype.UUID {
+	if k.LockToken == nil {
+		return pgtype.UUID{}
+	}
+	return pgtype.UUID{Bytes: *k.LockToken, Valid: true}
 }
 
 func collectKey(rows pgx.Rows) (*Key, error) {
