@@ -349,10 +349,10 @@ func (r *run) stepPartition(ctx context.Context) error {
 		`ALTER TABLE bench_keys_plain ADD PRIMARY KEY (id)`,
 		`CREATE UNIQUE INDEX ON bench_keys_plain (user_id, idempotency_key)`,
 		`CREATE INDEX ON bench_keys_plain (created_at)`,
-		`CREATE INDEX ON bench_keys_plain (last_run_at) WHERE recovery_point <> 'finished'`,
+		`CREATE INDEX ON bench_keys_plain (last_run_at) WHERE response_code IS NULL`,
 		`ALTER TABLE bench_keys_part ADD PRIMARY KEY (id, created_at)`,
 		`CREATE UNIQUE INDEX ON bench_keys_part (user_id, idempotency_key, created_at)`,
-		`CREATE INDEX ON bench_keys_part (last_run_at) WHERE recovery_point <> 'finished'`,
+		`CREATE INDEX ON bench_keys_part (last_run_at) WHERE response_code IS NULL`,
 		`VACUUM (ANALYZE) bench_keys_plain`,
 		`VACUUM (ANALYZE) bench_keys_part`,
 	} {

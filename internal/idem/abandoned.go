@@ -21,7 +21,8 @@ import (
 // that held a stale lock, exactly as a client's takeover in Claim does.
 //
 // ORDER BY last_run_at serves the keys waiting longest first, and, with
-// the recovery point condition, matches the partial index
+// response_code IS NULL (a key is unfinished exactly when it has no stored
+// response), matches the partial index
 // idempotency_keys_unfinished_last_run_at, so the scan reads only
 // unfinished keys however many finished ones the table holds.
 const claimAbandonedSQL = `
@@ -30,7 +31,7 @@ const claimAbandonedSQL = `
 	WHERE id IN (
 		SELECT id
 		FROM idempotency_keys
-		WHERE recovery_point <> 'finished'
+		WHERE response_code IS NULL -- unfinished, in the index's own words
 		  AND created_at < now() - $1::interval
 		  AND last_run_at < now() - $2::interval
 		  AND (locked_at IS NULL OR locked_at < now() - $3::interval)
