@@ -47,7 +47,7 @@ func run(once bool) error {
 	if err != nil {
 		return err
 	}
-	batchPause, err := config.Duration("REAPER_BATCH_PAUSE", reaper.DefaultBatchPause)
+	dutyCycle, err := config.Float("REAPER_DUTY_CYCLE", reaper.DefaultDutyCycle)
 	if err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func run(once bool) error {
 		MaxAge:       maxAge,
 		BatchSize:    batchSize,
 		PollInterval: pollInterval,
-		BatchPause:   batchPause,
+		DutyCycle:    dutyCycle,
 		Logger:       logger,
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"time"
@@ -54,6 +55,19 @@ func Int(name string, def int) (int, error) {
 		return 0, fmt.Errorf("%s=%q is not an integer", name, v)
 	}
 	return n, nil
+}
+
+// Float parses $name as a decimal number, or returns def.
+func Float(name string, def float64) (float64, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%s=%q is not a decimal number such as 0.25", name, v)
+	}
+	return f, nil
 }
 
 // Bool parses $name as a boolean (true/false/1/0), or returns def.
