@@ -113,24 +113,14 @@ func (r *run) ceiling() (float64, int) {
 	return best, at
 }
 
-// stepNew measures new rides at each client count, the api's memory, and
-// at 32 clients what the database and the api spend their time on.
+// stepNew measures new rides at each client count and the api's memory,
+// then, in a separate pass at 32 clients, what the database and the api
+// spend their time on. The figures come from passes nothing observes: the
+// session sampler, the CPU profiler and pprof's report would take CPU
+// from the api and Postgres.
 func (r *run) stepNew(ctx context.Context) error {
 	for _, clients := range r.sz.newClients {
-		var (
-			sampler *waitSampler
-			profile chan string
-			before  position
-			err     error
-		)
 		tw := timeWait()
-		if clients == 32 {
-			if before, err = readPosition(ctx, r.db); err != nil {
-				return err
-			}
-			sampler = startWaitSampler(ctx, r.benchURL(apiDB), apiDB)
-			profile = r.profileAPI(ctx, r.sz.warmup, r.sz.step)
-		}
 		l := r.rideLoad(fmt.Sprintf("new%d", clients), clients, r.apiURLs[:1], true)
 		if clients < 32 {
 			l.Warmup, l.Duration = r.sz.warmup/2, r.sz.short
@@ -138,16 +128,6 @@ func (r *run) stepNew(ctx context.Context) error {
 		res, err := l.Run(ctx)
 		if err != nil {
 			return err
-		}
-		if clients == 32 {
-			after, err := readPosition(ctx, r.db)
-			if err != nil {
-				return err
-			}
-			f := &r.report.Findings
-			f.WaitEvents = append(f.WaitEvents, WaitEvents{Source: "api, 32 clients", Counts: sampler.stop()})
-			f.PerRide = append(f.PerRide, after.perRide("api, 32 clients", before, int64(res.Total)))
-			f.Profile = <-profile
 		}
 		r.newRides[clients] = res
 		fig := loadFigure("2 new rides", "POST /rides, fresh key", res, "rides/s")
@@ -164,6 +144,32 @@ func (r *run) stepNew(ctx context.Context) error {
 	r.peakRSS = rss
 	r.add(Figure{Step: "7 memory", Name: "api peak RSS (VmHWM)", Clients: r.sz.newClients[len(r.sz.newClients)-1],
 		Value: float64(rss) / (1 << 20), Unit: "MiB", Note: "since the api started, through every client count"})
+	return r.observeNew(ctx)
+}
+
+// observeNew runs new rides at 32 clients once more, observed: sessions
+// sampled, the api's CPU profiled, the database's counters read around
+// it. Its rate is not a figure.
+func (r *run) observeNew(ctx context.Context) error {
+	before, err := readPosition(ctx, r.db)
+	if err != nil {
+		return err
+	}
+	sampler := startWaitSampler(ctx, r.benchURL(apiDB), apiDB)
+	profile := r.profileAPI(ctx, r.sz.warmup, r.sz.step)
+	res, err := r.rideLoad("observed32", 32, r.apiURLs[:1], true).Run(ctx)
+	if err != nil {
+		sampler.stop()
+		return err
+	}
+	after, err := readPosition(ctx, r.db)
+	if err != nil {
+		return err
+	}
+	f := &r.report.Findings
+	f.WaitEvents = append(f.WaitEvents, WaitEvents{Source: "api, 32 clients", Counts: sampler.stop()})
+	f.PerRide = append(f.PerRide, after.perRide("api, 32 clients", before, int64(res.Total)))
+	f.Profile = <-profile
 	return nil
 }
 
