@@ -7,6 +7,7 @@
 package localpg
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,6 +58,11 @@ type Options struct {
 	// User is the account the server runs as when this process is root.
 	// Default: nobody.
 	User string
+
+	// SharedBuffers is the server's shared_buffers, such as "1GB". It
+	// takes effect when the server starts. Default: 128MB, Postgres's own
+	// default, enough for tests and a development stack.
+	SharedBuffers string
 }
 
 // Cluster is a local PostgreSQL cluster: where it lives and how to reach
@@ -73,8 +79,9 @@ type Cluster struct {
 	// LogFile receives the server's log (<DataDir>.log).
 	LogFile string
 
-	lockFile string
-	runAs    *account // nil unless this process is root
+	lockFile      string
+	runAs         *account // nil unless this process is root
+	sharedBuffers string
 }
 
 // New resolves opts into a Cluster without initialising or starting
@@ -110,11 +117,12 @@ func New(opts Options) (Cluster, error) {
 		}
 	}
 	c := Cluster{
-		DataDir:  dataDir,
-		Port:     port,
-		BinDir:   binDir,
-		LogFile:  dataDir + ".log",
-		lockFile: dataDir + ".lock",
+		DataDir:       dataDir,
+		Port:          port,
+		BinDir:        binDir,
+		LogFile:       dataDir + ".log",
+		lockFile:      dataDir + ".lock",
+		sharedBuffers: cmp.Or(opts.SharedBuffers, "128MB"),
 	}
 	if os.Geteuid() == 0 {
 		name := opts.User

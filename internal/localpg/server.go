@@ -228,14 +228,14 @@ unix_socket_directories = %s
 # Tests run in parallel, each with its own pools, and the benchmark opens
 # many connections at once.
 max_connections = 200
-shared_buffers = 128MB
+shared_buffers = %s
 # Durability is part of what the project demonstrates: a committed
 # recovery point must survive a crash, even on a development machine.
 fsync = on
 # Every DROP DATABASE (one per test) forces a checkpoint; logging each
 # would bury what the log is read for.
 log_checkpoints = off
-`, c.Port, socketDir)
+`, c.Port, socketDir, quoteConf(c.sharedBuffers))
 	path := filepath.Join(c.DataDir, configFile)
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
