@@ -180,14 +180,20 @@ func (r *run) stepReaper(ctx context.Context) error {
 		return err
 	}
 
-	base, err := r.rideLoad("reapbase", 32, r.apiURLs[:1], false).Run(ctx)
+	// The api on its own, just before, for as long as the reaper will be
+	// given: a p99 over a longer window catches more of the rare stalls
+	// (a checkpoint, an autovacuum) that happen with or without a reaper,
+	// so the two windows must be equally long to compare.
+	limit := r.capFor(r.sz.reaperCap, 10*time.Second)
+	baseLoad := r.rideLoad("reapbase", 32, r.apiURLs[:1], false)
+	baseLoad.Duration = limit
+	base, err := baseLoad.Run(ctx)
 	if err != nil {
 		return err
 	}
 	r.reaperBase = &base
 	r.add(loadFigure("6 background", "new rides before the reaper", base, "rides/s"))
 
-	limit := r.capFor(r.sz.reaperCap, 10*time.Second)
 	done := make(chan struct{})
 	type outcome struct {
 		elapsed time.Duration

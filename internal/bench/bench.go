@@ -108,7 +108,7 @@ func sizesFor(quick bool) sizes {
 		newClients:     []int{1, 8, 32, 128},
 		scaleKeys:      5_000_000, expiredKeys: 1_000_000,
 		stagedJobs: 100_000, completerKeys: 10_000, partitionKeys: 1_000_000,
-		backgroundCap: 40 * time.Second, reaperCap: 130 * time.Second, budget: 9*time.Minute + 30*time.Second,
+		backgroundCap: 40 * time.Second, reaperCap: 80 * time.Second, budget: 9*time.Minute + 30*time.Second,
 	}
 }
 

@@ -167,7 +167,7 @@ func TestCount(t *testing.T) {
 func TestWithoutNotify(t *testing.T) {
 	t.Parallel()
 	require.Contains(t, rideScript, "pg_notify(")
-	for _, script := range []string{rideScript, ride2CommitsScript} {
+	for _, script := range []string{rideScript} {
 		stripped := withoutNotify(script)
 		require.NotContains(t, stripped, "pg_notify(")
 		require.Contains(t, stripped, "SELECT id FROM staged;")
@@ -272,7 +272,6 @@ func TestRideScript(t *testing.T) {
 
 	for _, tc := range []struct{ name, script string }{
 		{"RideSQL", rideScript},
-		{"TwoCommits", ride2CommitsScript},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

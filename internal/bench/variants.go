@@ -11,8 +11,6 @@ import (
 )
 
 var (
-	//go:embed ride_2commits.sql
-	ride2CommitsScript string
 	//go:embed replay.sql
 	replayScript string
 	//go:embed replay_locking.sql
@@ -24,12 +22,11 @@ func withoutNotify(script string) string {
 	return strings.ReplaceAll(script, "SELECT pg_notify('staged_jobs', '') FROM staged;", "SELECT id FROM staged;")
 }
 
-// variant is a change to the ride's SQL or schema, measured with pgbench
-// at 32 clients against the same script unchanged, on a fresh database.
+// variant is a change to the ride's SQL, measured with pgbench at 32
+// clients against the same script unchanged, on a fresh database.
 type variant struct {
 	name   string
 	script string
-	schema []string
 	// replays scripts read finished keys, which ride.sql makes first.
 	replays bool
 }
@@ -37,8 +34,6 @@ type variant struct {
 var variants = []variant{
 	{name: "ride.sql unchanged", script: rideScript},
 	{name: "without pg_notify", script: withoutNotify(rideScript)},
-	{name: "2 commits instead of 4", script: ride2CommitsScript},
-	{name: "2 commits, no pg_notify", script: withoutNotify(ride2CommitsScript)},
 	{name: "replay: one statement, no lock (the api)", script: replayScript, replays: true},
 	{name: "replay: claim, then SELECT ... FOR UPDATE", script: replayLockingScript, replays: true},
 }
@@ -56,12 +51,6 @@ func (r *run) stepVariants(ctx context.Context) error {
 		conn, err := pgx.Connect(ctx, r.benchURL(db))
 		if err != nil {
 			return err
-		}
-		for _, q := range v.schema {
-			if _, err := conn.Exec(ctx, q); err != nil {
-				conn.Close(context.WithoutCancel(ctx))
-				return fmt.Errorf("variant %q: %w", v.name, err)
-			}
 		}
 		defines := limitDefines(uid, fmt.Sprintf("%sv%d", r.runID, i))
 		if v.replays {
