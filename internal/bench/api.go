@@ -125,10 +125,14 @@ func (r *run) stepNew(ctx context.Context) error {
 		if clients < 32 {
 			l.Warmup, l.Duration = r.sz.warmup/2, r.sz.short
 		}
+		meter := r.cpuMeter(map[string]int{"api": r.apis[0].pid(), "stripe fake": r.fake.pid(), "load generator": os.Getpid()})
+		begin := time.Now()
 		res, err := l.Run(ctx)
 		if err != nil {
 			return err
 		}
+		r.report.Findings.CPU = append(r.report.Findings.CPU, meter.perRequest(
+			fmt.Sprintf("api, %d clients", clients), int64(res.Total), time.Since(begin), nil))
 		r.newRides[clients] = res
 		fig := loadFigure("2 new rides", "POST /rides, fresh key", res, "rides/s")
 		r.ratioToLimit(&fig, clients)

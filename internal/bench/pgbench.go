@@ -34,6 +34,8 @@ type pgbenchResult struct {
 	Processed int64
 	Failed    int64
 	LatencyMs float64
+	// ClientCPU is the CPU time pgbench itself used.
+	ClientCPU time.Duration
 }
 
 var (
@@ -105,11 +107,14 @@ func (r *run) pgbench(ctx context.Context, db, script string, clients int, d tim
 		args = append(args, "-D", def)
 	}
 	args = append(args, db)
-	out, err := exec.CommandContext(ctx, pgbenchBin(r.cluster), args...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, pgbenchBin(r.cluster), args...)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return pgbenchResult{}, fmt.Errorf("pgbench -c %d -f %s: %w:\n%s", clients, filepath.Base(script), err, lastLines(string(out), 20))
 	}
-	return parsePgbench(string(out))
+	res, err := parsePgbench(string(out))
+	res.ClientCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	return res, err
 }
 
 // limitDatabase creates db afresh, migrated, with the user pgbench's
@@ -186,7 +191,10 @@ func (r *run) stepLimit(ctx context.Context) error {
 		if clients == 32 {
 			sampler = startWaitSampler(ctx, r.benchURL(limitDB), limitDB)
 		}
+		meter := r.cpuMeter(nil)
+		begin := time.Now()
 		res, err := r.pgbench(ctx, limitDB, script, clients, d, limitDefines(uid, fmt.Sprintf("%s%d", r.runID, i)))
+		elapsed := time.Since(begin)
 		if sampler != nil {
 			r.report.Findings.WaitEvents = append(r.report.Findings.WaitEvents,
 				WaitEvents{Source: "pgbench, 32 clients", Counts: sampler.stop()})
@@ -201,6 +209,9 @@ func (r *run) stepLimit(ctx context.Context) error {
 			}
 			r.report.Findings.PerRide = append(r.report.Findings.PerRide, after.perRide("pgbench, 32 clients", before, res.Processed))
 		}
+		r.report.Findings.CPU = append(r.report.Findings.CPU, meter.perRequest(
+			fmt.Sprintf("pgbench, %d clients", clients), res.Processed, elapsed,
+			map[string]time.Duration{"pgbench": res.ClientCPU}))
 		r.limit[clients] = res.TPS
 		note := fmt.Sprintf("latency avg %.1f ms", res.LatencyMs)
 		if clients == r.report.Machine.APIPoolSize {

@@ -70,6 +70,9 @@ type Findings struct {
 	// PerRide compares what one ride costs the database when pgbench
 	// runs it and when the api does, and what a replay costs.
 	PerRide []PerRide `json:"per_ride,omitempty"`
+	// CPU is the CPU time one request costs each process that serves it,
+	// for pgbench and for the api: the profile of the ratio between them.
+	CPU []CPUPerRequest `json:"cpu_per_request,omitempty"`
 	// WaitEvents is what the database sessions were doing, sampled
 	// during the 32-client steps of pgbench and of the api.
 	WaitEvents []WaitEvents `json:"wait_events,omitempty"`
@@ -95,6 +98,18 @@ type PerRide struct {
 	Requests   int64   `json:"requests"`
 	WriteXacts float64 `json:"write_xacts_per_request"`
 	WALBytes   float64 `json:"wal_bytes_per_request"`
+}
+
+// CPUPerRequest is the CPU time, in milliseconds, that one request cost
+// each process over one step (Postgres counted whole: every backend and
+// worker), and how many of the machine's cores they kept busy together.
+type CPUPerRequest struct {
+	Source   string             `json:"source"`
+	Requests int64              `json:"requests"`
+	Ms       map[string]float64 `json:"ms"`
+	TotalMs  float64            `json:"total_ms"`
+	Cores    float64            `json:"cores"`
+	Note     string             `json:"note,omitempty"`
 }
 
 // WaitEvents is what one step's database sessions were doing.
@@ -250,6 +265,27 @@ func (r *Report) WriteText(w io.Writer) {
 		for _, p := range f.PerRide {
 			t.Rows = append(t.Rows, []string{p.Source, strconv.FormatInt(p.Requests, 10),
 				formatFloat(p.WriteXacts), formatFloat(p.WALBytes)})
+		}
+		fmt.Fprint(w, t.String())
+	}
+	if len(f.CPU) > 0 {
+		fmt.Fprintln(w, "\nCPU per request, ms (all processes on the same cores):")
+		cols := []string{"postgres", "pgbench", "api", "stripe fake", "load generator"}
+		t := Table{Header: append(append([]string{"source", "requests"}, cols...), "total", "cores busy")}
+		for _, c := range f.CPU {
+			row := []string{c.Source, strconv.FormatInt(c.Requests, 10)}
+			for _, col := range cols {
+				cell := ""
+				if v, ok := c.Ms[col]; ok {
+					cell = fmt.Sprintf("%.2f", v)
+				}
+				row = append(row, cell)
+			}
+			row = append(row, fmt.Sprintf("%.2f", c.TotalMs), fmt.Sprintf("%.2f", c.Cores))
+			if c.Note != "" {
+				row = append(row[:2], c.Note)
+			}
+			t.Rows = append(t.Rows, row)
 		}
 		fmt.Fprint(w, t.String())
 	}
