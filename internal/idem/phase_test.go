@@ -1,0 +1,102 @@
+package idem_test
+
+import (
+	"context"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/dbtest"
+	"github.com/rocketrides/rocketrides/internal/idem"
+)
+
+// roundTrips counts what a connection sends: single statements and
+// pipelined batches, one round trip each.
+type roundTrips struct{ queries, batches atomic.Int64 }
+
+func (c *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.queries.Add(1)
+	return ctx
+}
+func (c *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.batches.Add(1)
+	return ctx
+}
+func (c *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+func (c *roundTrips) reset() { c.queries.Store(0); c.batches.Store(0) }
+
+func (c *roundTrips) total() int64 { return c.queries.Load() + c.batches.Load() }
+
+// TestPhaseRoundTrips pins what an atomic phase costs on the wire: the
+// fence goes out with the phase's first statements and COMMIT with its
+// last, so a phase is two round trips whether or not it needed an answer
+// in between.
+func TestPhaseRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1 // one connection, so its statement cache is warm after the first phase
+	counter := &roundTrips{}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	var userID int64
+	require.NoError(t, pool.QueryRow(ctx, `
+		INSERT INTO users (email, stripe_customer_id, api_token_hash)
+		VALUES ('trips@example.com', 'cus_trips', sha256('t')) RETURNING id`).Scan(&userID))
+	store := idem.NewStore(pool, idem.Config{LockTimeout: time.Minute})
+
+	writeOnly := func(next idem.RecoveryPoint) idem.PhaseFunc {
+		return func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('trip', '{}')`)
+			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('trip', '{}')`)
+			return idem.Advance(next), nil
+		}
+	}
+	readThenWrite := func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		var n int
+		tx.Queue(`SELECT count(*) FROM staged_jobs`).QueryRow(func(row pgx.Row) error { return row.Scan(&n) })
+		if err := tx.Flush(ctx); err != nil {
+			return idem.Outcome{}, err
+		}
+		tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('trip', '{}')`)
+		return idem.Respond(201, []byte(`{"jobs": 4}`)), nil
+	}
+
+	claim := func(key string) *idem.Key {
+		t.Helper()
+		k, _, err := store.Claim(ctx, idem.Request{UserID: userID, Key: key, Method: "POST", Path: "/rides",
+			Params: []byte(`{}`), OriginIP: netip.MustParseAddr("192.0.2.1")})
+		require.NoError(t, err)
+		return k
+	}
+	run := func(key *idem.Key) {
+		t.Helper()
+		require.NoError(t, store.Phase(ctx, key, writeOnly("ride_created")))
+		require.NoError(t, store.Phase(ctx, key, writeOnly("charge_created")))
+		require.NoError(t, store.Phase(ctx, key, readThenWrite))
+	}
+	run(claim("warm-up")) // prepares every statement once
+
+	key := claim("measured")
+	for _, phase := range []idem.PhaseFunc{writeOnly("ride_created"), writeOnly("charge_created"), readThenWrite} {
+		from := key.RecoveryPoint
+		counter.reset()
+		require.NoError(t, store.Phase(ctx, key, phase))
+		require.Equal(t, int64(2), counter.total(), "round trips of the phase from %s", from)
+		require.Zero(t, counter.queries.Load(), "statements sent on their own")
+	}
+	require.Equal(t, idem.Finished, key.RecoveryPoint)
+}
