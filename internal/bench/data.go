@@ -393,6 +393,13 @@ func (r *run) explain(ctx context.Context, live keyBatch, keys int64) error {
 			},
 		},
 		{
+			name: "fence, phase started -> ride_created (idem.Phase)",
+			sql: `SELECT 1 FROM idempotency_keys
+WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
+FOR UPDATE`,
+			args: func() []any { return []any{keyID, token, "started"} },
+		},
+		{
 			name: "ride INSERT (rides.insertRide)",
 			sql: `INSERT INTO rides (idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
 	amount, currency, user_id)
@@ -403,7 +410,7 @@ RETURNING id`,
 			},
 		},
 		{
-			name: "fenced UPDATE, started -> ride_created (idem.Phase)",
+			name: "new recovery point, started -> ride_created (idem.Phase)",
 			sql: `UPDATE idempotency_keys
 SET recovery_point = $4,
     response_code  = $5,
