@@ -83,6 +83,10 @@ func run(once bool) error {
 	if err != nil {
 		return err
 	}
+	concurrency, err := config.Int("COMPLETER_CONCURRENCY", completer.DefaultConcurrency)
+	if err != nil {
+		return err
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -112,6 +116,7 @@ func run(once bool) error {
 		RetryInterval: retryInterval,
 		PollInterval:  pollInterval,
 		BatchSize:     batchSize,
+		Concurrency:   concurrency,
 		Logger:        logger,
 	})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/rocketrides/rocketrides/internal/idem"
@@ -37,6 +38,12 @@ const (
 
 	DefaultPollInterval = 10 * time.Second
 	DefaultBatchSize    = 100
+
+	// DefaultConcurrency is how many keys of a batch are worked at once.
+	// A key spends most of its time waiting on Stripe, holding no
+	// database connection, so one at a time would finish about four keys
+	// a second against a Stripe that takes 250 ms.
+	DefaultConcurrency = 16
 )
 
 const (
@@ -74,6 +81,10 @@ type Config struct {
 	// DefaultBatchSize.
 	BatchSize int
 
+	// Concurrency is how many keys of a batch are worked at once.
+	// Defaults to DefaultConcurrency.
+	Concurrency int
+
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -90,6 +101,7 @@ type Completer struct {
 	retryInterval time.Duration
 	pollInterval  time.Duration
 	batchSize     int
+	concurrency   int
 	logger        *slog.Logger
 }
 
@@ -108,6 +120,8 @@ func New(keys *idem.Store, service *rides.Service, config *Config) (*Completer, 
 		return nil, fmt.Errorf("completer poll interval must not be negative, got %s", config.PollInterval)
 	case config.BatchSize < 0:
 		return nil, fmt.Errorf("completer batch size must not be negative, got %d", config.BatchSize)
+	case config.Concurrency < 0:
+		return nil, fmt.Errorf("completer concurrency must not be negative, got %d", config.Concurrency)
 	}
 	return &Completer{
 		keys:          keys,
@@ -116,6 +130,7 @@ func New(keys *idem.Store, service *rides.Service, config *Config) (*Completer, 
 		retryInterval: cmp.Or(config.RetryInterval, DefaultRetryInterval),
 		pollInterval:  cmp.Or(config.PollInterval, DefaultPollInterval),
 		batchSize:     cmp.Or(config.BatchSize, DefaultBatchSize),
+		concurrency:   cmp.Or(config.Concurrency, DefaultConcurrency),
 		logger:        cmp.Or(config.Logger, slog.Default()),
 	}, nil
 }
@@ -128,9 +143,10 @@ func New(keys *idem.Store, service *rides.Service, config *Config) (*Completer, 
 // retry interval. One failing key does not stop the batch; err is
 // reserved for failing to claim one.
 //
-// When ctx is cancelled the key in hand is finished and the rest of the
-// batch is released unworked, so a shutdown is as quick as one key and
-// leaves nothing locked.
+// Up to Concurrency keys are worked at once. When ctx is cancelled the
+// keys in hand are finished and the rest of the batch is released
+// unworked, so a shutdown is as quick as one key and leaves nothing
+// locked.
 func (c *Completer) RunOnce(ctx context.Context) (succeeded, failed int, err error) {
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	keys, err := c.keys.ClaimAbandoned(claimCtx, c.minAge, c.retryInterval, c.batchSize)
@@ -138,17 +154,40 @@ func (c *Completer) RunOnce(ctx context.Context) (succeeded, failed int, err err
 	if err != nil {
 		return 0, 0, err
 	}
-	for i, key := range keys {
-		if ctx.Err() != nil {
-			c.release(ctx, keys[i:])
-			break
-		}
-		if c.complete(ctx, key) {
-			succeeded++
-		} else {
-			failed++
-		}
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		work = make(chan *idem.Key)
+	)
+	for range min(c.concurrency, len(keys)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for key := range work {
+				ok := c.complete(ctx, key)
+				mu.Lock()
+				if ok {
+					succeeded++
+				} else {
+					failed++
+				}
+				mu.Unlock()
+			}
+		}()
 	}
+	for i, key := range keys {
+		if ctx.Err() == nil {
+			select {
+			case work <- key:
+				continue
+			case <-ctx.Done():
+			}
+		}
+		c.release(ctx, keys[i:])
+		break
+	}
+	close(work)
+	wg.Wait()
 	if len(keys) > 0 {
 		c.logger.InfoContext(ctx, "Completed batch of abandoned requests",
 			slog.Int("claimed", len(keys)), slog.Int("succeeded", succeeded), slog.Int("failed", failed))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/apitest"
 	"github.com/rocketrides/rocketrides/internal/completer"
+	"github.com/rocketrides/rocketrides/internal/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
@@ -203,11 +204,8 @@ func TestCompleter(t *testing.T) {
 	t.Run("OneFailureDoesNotStopTheBatch", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		first, firstRow := abandon(t, b, rides.FailAfterClaim)
-		second, secondRow := abandon(t, b, rides.FailAfterClaim)
-		// Keys are worked longest waiting first.
-		backdate(t, b, firstRow.ID, 2*time.Hour, 2*time.Hour)
-		backdate(t, b, secondRow.ID, time.Hour, time.Hour)
+		first, _ := abandonOld(t, b, rides.FailAfterClaim)
+		second, _ := abandonOld(t, b, rides.FailAfterClaim)
 		var once sync.Once
 		b.Fail(rides.FailBeforeCharge, func(context.Context) error {
 			err := error(nil)
@@ -218,8 +216,15 @@ func TestCompleter(t *testing.T) {
 		succeeded, failed := runOnce(t, b)
 		require.Equal(t, 1, succeeded)
 		require.Equal(t, 1, failed)
-		require.Equal(t, rides.RideCreated, b.KeyRow(t, first).RecoveryPoint)
-		requireCompleted(t, b, second)
+		// The keys are worked side by side; whichever came to the
+		// failpoint first stopped, and the other finished.
+		stopped, finished := first, second
+		if b.KeyRow(t, first).RecoveryPoint == idem.Finished {
+			stopped, finished = second, first
+		}
+		require.Equal(t, rides.RideCreated, b.KeyRow(t, stopped).RecoveryPoint)
+		require.Nil(t, b.KeyRow(t, stopped).LockedAt, "the failed key is left unlocked")
+		requireCompleted(t, b, finished)
 	})
 
 	t.Run("IgnoresYoungKeys", func(t *testing.T) {
@@ -371,6 +376,9 @@ func TestCompleter(t *testing.T) {
 	t.Run("ShutdownFinishesKeyInHandAndReleasesTheRest", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
+		// One key in hand at a time, so that one is still waiting when
+		// the shutdown comes.
+		b.completer = newCompleter(t, b.Keys, b.Service, completer.Config{Concurrency: 1})
 		first, firstRow := abandon(t, b, rides.FailAfterClaim)
 		second, secondRow := abandon(t, b, rides.FailAfterClaim)
 		backdate(t, b, firstRow.ID, 2*time.Hour, 2*time.Hour)
@@ -389,6 +397,30 @@ func TestCompleter(t *testing.T) {
 		row := b.KeyRow(t, second)
 		require.Equal(t, idem.Started, row.RecoveryPoint)
 		require.Nil(t, row.LockedAt, "released unworked, not left locked")
+	})
+
+	t.Run("WorksTheKeysOfABatchConcurrently", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		const n, latency = 8, 300 * time.Millisecond
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i], _ = abandonOld(t, b, rides.FailAfterRideCreated)
+		}
+		b.Stripe.SetFaults(fakestripe.Faults{Latency: latency})
+
+		start := time.Now()
+		succeeded, failed, err := b.completer.RunOnce(context.Background())
+		elapsed := time.Since(start)
+		require.NoError(t, err)
+		require.Equal(t, n, succeeded)
+		require.Zero(t, failed)
+		// One at a time the batch would take n times the latency.
+		require.Less(t, elapsed, n*latency/2, "the batch's charges overlapped")
+		for _, key := range keys {
+			requireCompleted(t, b, key)
+		}
+		require.Equal(t, n, b.Stripe.Stats().ChargeRequests, "one charge request per key (the clients failed before theirs)")
 	})
 
 	t.Run("RunCompletesUntilCancelled", func(t *testing.T) {
