@@ -15,9 +15,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/config"
 	"github.com/rocketrides/rocketrides/internal/db"
 	"github.com/rocketrides/rocketrides/internal/failpoint"
-	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/metrics"
-	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
@@ -37,23 +35,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	stripeKey, err := config.Required("STRIPE_API_KEY")
-	if err != nil {
-		return err
-	}
-	lockTimeout, err := config.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout)
-	if err != nil {
-		return err
-	}
-	stripeTimeout, err := config.Duration("STRIPE_TIMEOUT", 20*time.Second)
-	if err != nil {
-		return err
-	}
-	stripeRetention, err := config.Duration("STRIPE_KEY_RETENTION", rides.DefaultStripeKeyRetention)
-	if err != nil {
-		return err
-	}
-	maxChargeAttempts, err := config.Int("MAX_CHARGE_ATTEMPTS", rides.DefaultMaxChargeAttempts)
+	settings, err := rides.SettingsFromEnv()
 	if err != nil {
 		return err
 	}
@@ -78,18 +60,7 @@ func run() error {
 	defer pool.Close()
 
 	reg := metrics.NewRegistry()
-	keys := idem.NewStore(pool, idem.Config{LockTimeout: lockTimeout, Metrics: metrics.NewIdempotency(reg)})
-	svc := rides.NewService(rides.Config{
-		Pool:      pool,
-		Keys:      keys,
-		Payments:  payment.New(payment.Config{APIKey: stripeKey, BaseURL: os.Getenv("STRIPE_API_BASE"), Timeout: stripeTimeout}),
-		Logger:    logger,
-		Failpoint: failpoint.FromEnv(),
-
-		StripeKeyRetention: stripeRetention,
-		MaxChargeAttempts:  maxChargeAttempts,
-		StripeMetrics:      metrics.NewStripe(reg),
-	})
+	svc, _ := settings.NewService(pool, reg, logger)
 	handler := api.NewHandler(api.Config{
 		Pool:     pool,
 		Logger:   logger,
@@ -111,7 +82,7 @@ func run() error {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	logger.Info("listening", "addr", ln.Addr().String(), "stripe_api_base", os.Getenv("STRIPE_API_BASE"),
-		"simulated_errors", simulatedErrors, "lock_timeout", lockTimeout)
+		"simulated_errors", simulatedErrors, "lock_timeout", settings.LockTimeout)
 	err = api.Serve(ctx, api.NewServer(addr, handler, logger), ln, 95*time.Second)
 	logger.Info("stopped", slog.Any("error", err))
 	return err

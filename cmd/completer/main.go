@@ -14,15 +14,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/rocketrides/rocketrides/internal/completer"
 	"github.com/rocketrides/rocketrides/internal/config"
 	"github.com/rocketrides/rocketrides/internal/db"
-	"github.com/rocketrides/rocketrides/internal/failpoint"
-	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/metrics"
-	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
@@ -44,26 +40,10 @@ func run(once bool) error {
 	if err != nil {
 		return err
 	}
-	stripeKey, err := config.Required("STRIPE_API_KEY")
-	if err != nil {
-		return err
-	}
-	stripeTimeout, err := config.Duration("STRIPE_TIMEOUT", 20*time.Second)
-	if err != nil {
-		return err
-	}
 	// The same settings the API runs the ride request with: the
 	// completer must take and respect locks, and settle charges, exactly
 	// as the API does.
-	lockTimeout, err := config.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout)
-	if err != nil {
-		return err
-	}
-	stripeRetention, err := config.Duration("STRIPE_KEY_RETENTION", rides.DefaultStripeKeyRetention)
-	if err != nil {
-		return err
-	}
-	maxChargeAttempts, err := config.Int("MAX_CHARGE_ATTEMPTS", rides.DefaultMaxChargeAttempts)
+	settings, err := rides.SettingsFromEnv()
 	if err != nil {
 		return err
 	}
@@ -99,18 +79,7 @@ func run(once bool) error {
 
 	reg := metrics.NewRegistry()
 	metrics.RegisterPool(reg, pool)
-	keys := idem.NewStore(pool, idem.Config{LockTimeout: lockTimeout, Metrics: metrics.NewIdempotency(reg)})
-	svc := rides.NewService(rides.Config{
-		StripeMetrics: metrics.NewStripe(reg),
-		Pool:          pool,
-		Keys:          keys,
-		Payments:      payment.New(payment.Config{APIKey: stripeKey, BaseURL: os.Getenv("STRIPE_API_BASE"), Timeout: stripeTimeout}),
-		Logger:        logger,
-		Failpoint:     failpoint.FromEnv(),
-
-		StripeKeyRetention: stripeRetention,
-		MaxChargeAttempts:  maxChargeAttempts,
-	})
+	svc, keys := settings.NewService(pool, reg, logger)
 	c, err := completer.New(keys, svc, &completer.Config{
 		MinAge:        minAge,
 		RetryInterval: retryInterval,
@@ -136,7 +105,7 @@ func run(once bool) error {
 		return err
 	}
 	logger.Info("Completer started", "min_age", minAge, "retry_interval", retryInterval,
-		"poll_interval", pollInterval, "batch_size", batchSize, "lock_timeout", lockTimeout)
+		"poll_interval", pollInterval, "batch_size", batchSize, "lock_timeout", settings.LockTimeout)
 	if err := c.Run(ctx); err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/config"
 	"github.com/rocketrides/rocketrides/internal/db"
+	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/reconcile"
 )
 
@@ -51,11 +52,7 @@ func run(once bool, since time.Duration) error {
 	if err != nil {
 		return err
 	}
-	stripeKey, err := config.Required("STRIPE_API_KEY")
-	if err != nil {
-		return err
-	}
-	stripeTimeout, err := config.Duration("STRIPE_TIMEOUT", 20*time.Second)
+	stripe, err := payment.ConfigFromEnv()
 	if err != nil {
 		return err
 	}
@@ -86,9 +83,9 @@ func run(once bool, since time.Duration) error {
 
 	reconciler, err := reconcile.New(reconcile.Config{
 		Pool:          pool,
-		StripeKey:     stripeKey,
-		StripeURL:     os.Getenv("STRIPE_API_BASE"),
-		StripeTimeout: stripeTimeout,
+		StripeKey:     stripe.APIKey,
+		StripeURL:     stripe.BaseURL,
+		StripeTimeout: stripe.Timeout,
 		Window:        window,
 		Interval:      interval,
 		Grace:         grace,
@@ -114,7 +111,7 @@ func run(once bool, since time.Duration) error {
 	}
 
 	logger.Info("Reconciler started", "window", window, "interval", interval, "grace", grace,
-		"stripe_api_base", os.Getenv("STRIPE_API_BASE"))
+		"stripe_api_base", stripe.BaseURL)
 	if err := reconciler.Run(ctx); err != nil {
 		return err
 	}

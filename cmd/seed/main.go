@@ -45,7 +45,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	stripeKey, err := config.Required("STRIPE_API_KEY")
+	stripe, err := payment.ConfigFromEnv()
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func run() error {
 		return err
 	}
 	defer pool.Close()
-	gateway := payment.New(payment.Config{APIKey: stripeKey, BaseURL: os.Getenv("STRIPE_API_BASE")})
+	gateway := payment.New(stripe)
 
 	demo := []struct{ email, source, token string }{
 		{"user@example.com", "tok_visa", *token},

@@ -1,0 +1,30 @@
+package payment
+
+import (
+	"os"
+	"time"
+
+	"github.com/rocketrides/rocketrides/internal/config"
+)
+
+// DefaultTimeout bounds one HTTP attempt at Stripe when STRIPE_TIMEOUT is
+// unset.
+const DefaultTimeout = 20 * time.Second
+
+// ConfigFromEnv reads how to reach Stripe, the same way in every process
+// that talks to it:
+//
+//	STRIPE_API_KEY   required; sk_test_ keys for the local fake
+//	STRIPE_API_BASE  another Stripe than api.stripe.com, such as the fake
+//	STRIPE_TIMEOUT   one HTTP attempt, default DefaultTimeout
+func ConfigFromEnv() (Config, error) {
+	key, err := config.Required("STRIPE_API_KEY")
+	if err != nil {
+		return Config{}, err
+	}
+	timeout, err := config.Duration("STRIPE_TIMEOUT", DefaultTimeout)
+	if err != nil {
+		return Config{}, err
+	}
+	return Config{APIKey: key, BaseURL: os.Getenv("STRIPE_API_BASE"), Timeout: timeout}, nil
+}

@@ -1,0 +1,66 @@
+package rides
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rocketrides/rocketrides/internal/config"
+	"github.com/rocketrides/rocketrides/internal/failpoint"
+	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/metrics"
+	"github.com/rocketrides/rocketrides/internal/payment"
+)
+
+// Settings are what every process that runs ride requests, the api and
+// the completer, reads from its environment. They must agree: a completer
+// on another lock timeout than the api's could take over a live request,
+// and one on another Stripe key retention could repeat a charge Stripe no
+// longer dedupes.
+type Settings struct {
+	Stripe payment.Config // see payment.ConfigFromEnv
+	// IDEMPOTENCY_LOCK_TIMEOUT, default idem.DefaultLockTimeout.
+	LockTimeout time.Duration
+	// STRIPE_KEY_RETENTION, default DefaultStripeKeyRetention.
+	StripeKeyRetention time.Duration
+	// MAX_CHARGE_ATTEMPTS, default DefaultMaxChargeAttempts.
+	MaxChargeAttempts int
+}
+
+// SettingsFromEnv reads Settings from the environment.
+func SettingsFromEnv() (Settings, error) {
+	var s Settings
+	var err error
+	if s.Stripe, err = payment.ConfigFromEnv(); err != nil {
+		return s, err
+	}
+	if s.LockTimeout, err = config.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout); err != nil {
+		return s, err
+	}
+	if s.StripeKeyRetention, err = config.Duration("STRIPE_KEY_RETENTION", DefaultStripeKeyRetention); err != nil {
+		return s, err
+	}
+	if s.MaxChargeAttempts, err = config.Int("MAX_CHARGE_ATTEMPTS", DefaultMaxChargeAttempts); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// NewService builds, for s, the idempotency-key store and the ride
+// service on pool, counting into reg. Failpoints come from FAILPOINTS in
+// binaries built with -tags failpoints.
+func (s Settings) NewService(pool *pgxpool.Pool, reg prometheus.Registerer, logger *slog.Logger) (*Service, *idem.Store) {
+	keys := idem.NewStore(pool, idem.Config{LockTimeout: s.LockTimeout, Metrics: metrics.NewIdempotency(reg)})
+	return NewService(Config{
+		Pool:               pool,
+		Keys:               keys,
+		Payments:           payment.New(s.Stripe),
+		Logger:             logger,
+		Failpoint:          failpoint.FromEnv(),
+		StripeKeyRetention: s.StripeKeyRetention,
+		MaxChargeAttempts:  s.MaxChargeAttempts,
+		StripeMetrics:      metrics.NewStripe(reg),
+	}), keys
+}
