@@ -267,12 +267,6 @@ func (r *run) add(f Figure) {
 	r.logf("  %s", line)
 }
 
-func (r *run) note(format string, args ...any) {
-	n := fmt.Sprintf(format, args...)
-	r.report.Findings.Notes = append(r.report.Findings.Notes, n)
-	r.logf("  note: %s", n)
-}
-
 // setup builds the commands, starts the cluster, migrates the api's
 // database, and starts the Stripe fake and the api.
 func (r *run) setup(ctx context.Context) error {

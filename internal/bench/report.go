@@ -85,8 +85,7 @@ type Findings struct {
 	Explain []Explain `json:"explain,omitempty"`
 	// Profile is the top of the api's CPU profile during the 32-client
 	// step, or why there is none.
-	Profile string   `json:"profile,omitempty"`
-	Notes   []string `json:"notes,omitempty"`
+	Profile string `json:"profile,omitempty"`
 }
 
 // PerRide is the database's work per request (a new ride, or a replay)
@@ -318,9 +317,6 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	for _, e := range f.Explain {
 		fmt.Fprintf(w, "\nEXPLAIN (ANALYZE, BUFFERS) %s:\n%s\n", e.Name, strings.TrimRight(e.Plan, "\n"))
-	}
-	for _, n := range f.Notes {
-		fmt.Fprintf(w, "\nnote: %s\n", n)
 	}
 }
 
