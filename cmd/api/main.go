@@ -31,20 +31,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	databaseURL, err := config.Required("DATABASE_URL")
-	if err != nil {
-		return err
-	}
-	settings, err := rides.SettingsFromEnv()
-	if err != nil {
-		return err
-	}
-	simulatedErrors, err := config.Bool("SIMULATED_ERRORS", false)
-	if err != nil {
-		return err
-	}
-	maxConns, err := config.Int("DATABASE_MAX_CONNS", 0)
-	if err != nil {
+	var env config.Env
+	databaseURL := env.Required("DATABASE_URL")
+	settings := rides.SettingsFromEnv(&env)
+	simulatedErrors := env.Bool("SIMULATED_ERRORS", false)
+	maxConns := env.Int("DATABASE_MAX_CONNS", 0)
+	if err := env.Err(); err != nil {
 		return err
 	}
 	addr := ":" + config.String("PORT", "5000")

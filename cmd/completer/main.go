@@ -36,35 +36,18 @@ func run(once bool) error {
 	if err != nil {
 		return err
 	}
-	databaseURL, err := config.Required("DATABASE_URL")
-	if err != nil {
-		return err
-	}
+	var env config.Env
+	databaseURL := env.Required("DATABASE_URL")
 	// The same settings the API runs the ride request with: the
 	// completer must take and respect locks, and settle charges, exactly
 	// as the API does.
-	settings, err := rides.SettingsFromEnv()
-	if err != nil {
-		return err
-	}
-	minAge, err := config.Duration("COMPLETER_MIN_AGE", completer.DefaultMinAge)
-	if err != nil {
-		return err
-	}
-	retryInterval, err := config.Duration("COMPLETER_RETRY_INTERVAL", completer.DefaultRetryInterval)
-	if err != nil {
-		return err
-	}
-	pollInterval, err := config.Duration("COMPLETER_POLL_INTERVAL", completer.DefaultPollInterval)
-	if err != nil {
-		return err
-	}
-	batchSize, err := config.Int("COMPLETER_BATCH_SIZE", completer.DefaultBatchSize)
-	if err != nil {
-		return err
-	}
-	concurrency, err := config.Int("COMPLETER_CONCURRENCY", completer.DefaultConcurrency)
-	if err != nil {
+	settings := rides.SettingsFromEnv(&env)
+	minAge := env.Duration("COMPLETER_MIN_AGE", completer.DefaultMinAge)
+	retryInterval := env.Duration("COMPLETER_RETRY_INTERVAL", completer.DefaultRetryInterval)
+	pollInterval := env.Duration("COMPLETER_POLL_INTERVAL", completer.DefaultPollInterval)
+	batchSize := env.Int("COMPLETER_BATCH_SIZE", completer.DefaultBatchSize)
+	concurrency := env.Int("COMPLETER_CONCURRENCY", completer.DefaultConcurrency)
+	if err := env.Err(); err != nil {
 		return err
 	}
 

@@ -33,16 +33,11 @@ func run(once bool) error {
 	if err != nil {
 		return err
 	}
-	databaseURL, err := config.Required("DATABASE_URL")
-	if err != nil {
-		return err
-	}
-	pollInterval, err := config.Duration("ENQUEUER_POLL_INTERVAL", jobs.DefaultPollInterval)
-	if err != nil {
-		return err
-	}
-	batchSize, err := config.Int("ENQUEUER_BATCH_SIZE", jobs.DefaultBatchSize)
-	if err != nil {
+	var env config.Env
+	databaseURL := env.Required("DATABASE_URL")
+	pollInterval := env.Duration("ENQUEUER_POLL_INTERVAL", jobs.DefaultPollInterval)
+	batchSize := env.Int("ENQUEUER_BATCH_SIZE", jobs.DefaultBatchSize)
+	if err := env.Err(); err != nil {
 		return err
 	}
 

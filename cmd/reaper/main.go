@@ -35,30 +35,16 @@ func run(once bool) error {
 	if err != nil {
 		return err
 	}
-	databaseURL, err := config.Required("DATABASE_URL")
-	if err != nil {
-		return err
-	}
-	maxAge, err := config.Duration("REAPER_MAX_AGE", reaper.DefaultMaxAge)
-	if err != nil {
-		return err
-	}
-	batchSize, err := config.Int("REAPER_BATCH_SIZE", reaper.DefaultBatchSize)
-	if err != nil {
-		return err
-	}
-	dutyCycle, err := config.Float("REAPER_DUTY_CYCLE", reaper.DefaultDutyCycle)
-	if err != nil {
-		return err
-	}
-	pollInterval, err := config.Duration("REAPER_POLL_INTERVAL", reaper.DefaultPollInterval)
-	if err != nil {
-		return err
-	}
+	var env config.Env
+	databaseURL := env.Required("DATABASE_URL")
+	maxAge := env.Duration("REAPER_MAX_AGE", reaper.DefaultMaxAge)
+	batchSize := env.Int("REAPER_BATCH_SIZE", reaper.DefaultBatchSize)
+	dutyCycle := env.Float("REAPER_DUTY_CYCLE", reaper.DefaultDutyCycle)
+	pollInterval := env.Duration("REAPER_POLL_INTERVAL", reaper.DefaultPollInterval)
 	// The API's setting: a key under a lock younger than this is being
 	// worked and is left for a later pass.
-	lockTimeout, err := config.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout)
-	if err != nil {
+	lockTimeout := env.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout)
+	if err := env.Err(); err != nil {
 		return err
 	}
 

@@ -48,27 +48,16 @@ func run(once bool, since time.Duration) error {
 	if err != nil {
 		return err
 	}
-	databaseURL, err := config.Required("DATABASE_URL")
-	if err != nil {
-		return err
-	}
-	stripe, err := payment.ConfigFromEnv()
-	if err != nil {
-		return err
-	}
-	window, err := config.Duration("RECONCILER_WINDOW", reconcile.DefaultWindow)
-	if err != nil {
-		return err
-	}
+	var env config.Env
+	databaseURL := env.Required("DATABASE_URL")
+	stripe := payment.ConfigFromEnv(&env)
+	window := env.Duration("RECONCILER_WINDOW", reconcile.DefaultWindow)
 	if since > 0 {
 		window = since
 	}
-	interval, err := config.Duration("RECONCILER_INTERVAL", reconcile.DefaultInterval)
-	if err != nil {
-		return err
-	}
-	grace, err := config.Duration("RECONCILER_GRACE", reconcile.DefaultGrace)
-	if err != nil {
+	interval := env.Duration("RECONCILER_INTERVAL", reconcile.DefaultInterval)
+	grace := env.Duration("RECONCILER_GRACE", reconcile.DefaultGrace)
+	if err := env.Err(); err != nil {
 		return err
 	}
 

@@ -41,12 +41,10 @@ func run() error {
 	if _, err := config.Logger("seed"); err != nil {
 		return err
 	}
-	url, err := config.Required("DATABASE_URL")
-	if err != nil {
-		return err
-	}
-	stripe, err := payment.ConfigFromEnv()
-	if err != nil {
+	var env config.Env
+	url := env.Required("DATABASE_URL")
+	stripe := payment.ConfigFromEnv(&env)
+	if err := env.Err(); err != nil {
 		return err
 	}
 	ctx := context.Background()

@@ -56,20 +56,12 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("SIMULATOR_ERROR_RATE=%q is not a number such as 0.5", os.Getenv("SIMULATOR_ERROR_RATE"))
 	}
-	maxPause, err := config.Duration("SIMULATOR_MAX_PAUSE", 2*time.Second)
-	if err != nil {
-		return err
-	}
-	timeout, err := config.Duration("SIMULATOR_TIMEOUT", simulator.DefaultTimeout)
-	if err != nil {
-		return err
-	}
-	attempts, err := config.Int("SIMULATOR_MAX_ATTEMPTS", simulator.DefaultMaxAttempts)
-	if err != nil {
-		return err
-	}
-	maxBackoff, err := config.Duration("SIMULATOR_MAX_BACKOFF", simulator.DefaultMaxDelay)
-	if err != nil {
+	var env config.Env
+	maxPause := env.Duration("SIMULATOR_MAX_PAUSE", 2*time.Second)
+	timeout := env.Duration("SIMULATOR_TIMEOUT", simulator.DefaultTimeout)
+	attempts := env.Int("SIMULATOR_MAX_ATTEMPTS", simulator.DefaultMaxAttempts)
+	maxBackoff := env.Duration("SIMULATOR_MAX_BACKOFF", simulator.DefaultMaxDelay)
+	if err := env.Err(); err != nil {
 		return err
 	}
 

@@ -38,16 +38,11 @@ func run(once bool) error {
 	if err != nil {
 		return err
 	}
-	databaseURL, err := config.Required("DATABASE_URL")
-	if err != nil {
-		return err
-	}
-	shutdownTimeout, err := config.Duration("WORKER_SHUTDOWN_TIMEOUT", 30*time.Second)
-	if err != nil {
-		return err
-	}
-	onceTimeout, err := config.Duration("WORKER_ONCE_TIMEOUT", 30*time.Second)
-	if err != nil {
+	var env config.Env
+	databaseURL := env.Required("DATABASE_URL")
+	shutdownTimeout := env.Duration("WORKER_SHUTDOWN_TIMEOUT", 30*time.Second)
+	onceTimeout := env.Duration("WORKER_ONCE_TIMEOUT", 30*time.Second)
+	if err := env.Err(); err != nil {
 		return err
 	}
 	mailer, err := newMailer(logger)

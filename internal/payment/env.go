@@ -11,20 +11,16 @@ import (
 // unset.
 const DefaultTimeout = 20 * time.Second
 
-// ConfigFromEnv reads how to reach Stripe, the same way in every process
-// that talks to it:
+// ConfigFromEnv reads how to reach Stripe from env, the same way in every
+// process that talks to it:
 //
 //	STRIPE_API_KEY   required; sk_test_ keys for the local fake
 //	STRIPE_API_BASE  another Stripe than api.stripe.com, such as the fake
 //	STRIPE_TIMEOUT   one HTTP attempt, default DefaultTimeout
-func ConfigFromEnv() (Config, error) {
-	key, err := config.Required("STRIPE_API_KEY")
-	if err != nil {
-		return Config{}, err
+func ConfigFromEnv(env *config.Env) Config {
+	return Config{
+		APIKey:  env.Required("STRIPE_API_KEY"),
+		BaseURL: os.Getenv("STRIPE_API_BASE"),
+		Timeout: env.Duration("STRIPE_TIMEOUT", DefaultTimeout),
 	}
-	timeout, err := config.Duration("STRIPE_TIMEOUT", DefaultTimeout)
-	if err != nil {
-		return Config{}, err
-	}
-	return Config{APIKey: key, BaseURL: os.Getenv("STRIPE_API_BASE"), Timeout: timeout}, nil
 }

@@ -29,23 +29,14 @@ type Settings struct {
 	MaxChargeAttempts int
 }
 
-// SettingsFromEnv reads Settings from the environment.
-func SettingsFromEnv() (Settings, error) {
-	var s Settings
-	var err error
-	if s.Stripe, err = payment.ConfigFromEnv(); err != nil {
-		return s, err
+// SettingsFromEnv reads Settings from env.
+func SettingsFromEnv(env *config.Env) Settings {
+	return Settings{
+		Stripe:             payment.ConfigFromEnv(env),
+		LockTimeout:        env.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout),
+		StripeKeyRetention: env.Duration("STRIPE_KEY_RETENTION", DefaultStripeKeyRetention),
+		MaxChargeAttempts:  env.Int("MAX_CHARGE_ATTEMPTS", DefaultMaxChargeAttempts),
 	}
-	if s.LockTimeout, err = config.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout); err != nil {
-		return s, err
-	}
-	if s.StripeKeyRetention, err = config.Duration("STRIPE_KEY_RETENTION", DefaultStripeKeyRetention); err != nil {
-		return s, err
-	}
-	if s.MaxChargeAttempts, err = config.Int("MAX_CHARGE_ATTEMPTS", DefaultMaxChargeAttempts); err != nil {
-		return s, err
-	}
-	return s, nil
 }
 
 // NewService builds, for s, the idempotency-key store and the ride
