@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/rocketrides/rocketrides/internal/api"
-	"github.com/rocketrides/rocketrides/internal/config"
-	"github.com/rocketrides/rocketrides/internal/db"
-	"github.com/rocketrides/rocketrides/internal/failpoint"
-	"github.com/rocketrides/rocketrides/internal/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
+	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
+	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/rocketrides/rocketrides/internal/bench"
+	"github.com/rocketrides/rocketrides/internal/proof/bench"
 )
 
 func main() {

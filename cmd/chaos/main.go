@@ -1,4 +1,4 @@
-// Command chaos runs the soak (internal/chaos): every Rocket Rides process
+// Command chaos runs the soak (internal/proof/chaos): every Rocket Rides process
 // against a scratch Postgres cluster and the Stripe fake, a fleet of
 // retrying clients, and for -duration SIGKILLs, Postgres restarts and
 // Stripe faults; then the drain and the invariant check. It prints the
@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rocketrides/rocketrides/internal/chaos"
+	"github.com/rocketrides/rocketrides/internal/proof/chaos"
 )
 
 func main() { os.Exit(run()) }

@@ -16,9 +16,9 @@ import (
 	"syscall"
 
 	"github.com/rocketrides/rocketrides/internal/completer"
-	"github.com/rocketrides/rocketrides/internal/config"
-	"github.com/rocketrides/rocketrides/internal/db"
-	"github.com/rocketrides/rocketrides/internal/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
+	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 

@@ -13,10 +13,10 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/rocketrides/rocketrides/internal/config"
-	"github.com/rocketrides/rocketrides/internal/db"
 	"github.com/rocketrides/rocketrides/internal/jobs"
-	"github.com/rocketrides/rocketrides/internal/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
+	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 )
 
 func main() {

@@ -1,4 +1,4 @@
-// Command fakestripe serves the local Stripe fake (internal/fakestripe) so
+// Command fakestripe serves the local Stripe fake (internal/dev/fakestripe) so
 // that the API and worker processes, and black-box tests, can charge cards
 // without a network or a Stripe account. Point a stripe-go client at it with
 // STRIPE_API_BASE=http://localhost:12111 and any sk_test_ key.
@@ -8,7 +8,7 @@
 //	PORT                       port to listen on (default 12111)
 //	FAKESTRIPE_KEY_RETENTION   how long idempotency keys are remembered, a Go
 //	                           duration such as 24h or 90s (default 24h)
-//	LOG_LEVEL, LOG_FORMAT      as for every process (see internal/config)
+//	LOG_LEVEL, LOG_FORMAT      as for every process (see internal/platform/config)
 //
 // Its state lives in memory and is gone when it stops.
 package main
@@ -24,8 +24,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rocketrides/rocketrides/internal/config"
-	"github.com/rocketrides/rocketrides/internal/fakestripe"
+	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
+	"github.com/rocketrides/rocketrides/internal/platform/config"
 )
 
 // shutdownTimeout bounds how long in-flight requests (a charge sleeping

@@ -1,5 +1,5 @@
 // Command localpg manages the project-local PostgreSQL cluster under .data/
-// (see internal/localpg) for the Makefile and for developers:
+// (see internal/dev/localpg) for the Makefile and for developers:
 //
 //	go run ./cmd/localpg start
 //	DATABASE_URL=$(go run ./cmd/localpg url rocketrides)
@@ -12,7 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/rocketrides/rocketrides/internal/localpg"
+	"github.com/rocketrides/rocketrides/internal/dev/localpg"
 )
 
 const usage = `usage: go run ./cmd/localpg <command>

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/rocketrides/rocketrides/internal/config"
-	"github.com/rocketrides/rocketrides/internal/db"
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
 )
 
 const usage = "usage: migrate up|down|version  (DATABASE_URL names the database)"

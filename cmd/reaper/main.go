@@ -15,9 +15,9 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/rocketrides/rocketrides/internal/config"
-	"github.com/rocketrides/rocketrides/internal/db"
 	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/reaper"
 )
 

@@ -20,9 +20,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rocketrides/rocketrides/internal/config"
-	"github.com/rocketrides/rocketrides/internal/db"
 	"github.com/rocketrides/rocketrides/internal/payment"
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/reconcile"
 )
 

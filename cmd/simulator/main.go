@@ -2,7 +2,7 @@
 // does: a ride every 0-2 s as the demo user, under a fresh idempotency key,
 // about half of them asking the API to fail on purpose so that the
 // completer has something to recover. It prints one line per attempt and
-// retries like a good client (see internal/simulator).
+// retries like a good client (see internal/dev/simulator).
 //
 // Settings, from the environment or the flags (flags win):
 //
@@ -33,8 +33,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rocketrides/rocketrides/internal/config"
-	"github.com/rocketrides/rocketrides/internal/simulator"
+	"github.com/rocketrides/rocketrides/internal/dev/simulator"
+	"github.com/rocketrides/rocketrides/internal/platform/config"
 )
 
 // defaultToken is the token cmd/seed gives user@example.com by default.

@@ -22,9 +22,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rocketrides/rocketrides/docs"
-	"github.com/rocketrides/rocketrides/internal/logctx"
-	"github.com/rocketrides/rocketrides/internal/metrics"
-	"github.com/rocketrides/rocketrides/internal/problem"
+	"github.com/rocketrides/rocketrides/internal/platform/logctx"
+	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/problem"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/user"
 )

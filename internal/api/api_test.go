@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rocketrides/rocketrides/internal/apitest"
+	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 )
 
 func TestRouting(t *testing.T) {

@@ -17,8 +17,8 @@ import (
 
 	"github.com/rocketrides/rocketrides/docs"
 	"github.com/rocketrides/rocketrides/internal/api"
-	"github.com/rocketrides/rocketrides/internal/apitest"
-	"github.com/rocketrides/rocketrides/internal/fakestripe"
+	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
+	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 )
 
 func TestMetrics(t *testing.T) {

@@ -11,11 +11,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rocketrides/rocketrides/internal/apitest"
 	"github.com/rocketrides/rocketrides/internal/completer"
-	"github.com/rocketrides/rocketrides/internal/fakestripe"
+	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/rides"
+	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 )
 
 func TestCompleter(t *testing.T) {

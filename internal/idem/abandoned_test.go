@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rocketrides/rocketrides/internal/dbtest"
+	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 )
 
 const (

@@ -39,9 +39,9 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/rocketrides/rocketrides/internal/db"
-	"github.com/rocketrides/rocketrides/internal/logctx"
-	"github.com/rocketrides/rocketrides/internal/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
+	"github.com/rocketrides/rocketrides/internal/platform/logctx"
+	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 )
 
 // RecoveryPoint names the last atomic phase a request completed. Endpoints

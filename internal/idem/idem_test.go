@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rocketrides/rocketrides/internal/dbtest"
 	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 )
 
 const halfway idem.RecoveryPoint = "ride_created"

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/rocketrides/rocketrides/internal/dbtest"
 	"github.com/rocketrides/rocketrides/internal/jobs"
+	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 )
 
 func TestEnqueuer(t *testing.T) {

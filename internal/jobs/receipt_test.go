@@ -18,8 +18,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/rocketrides/rocketrides/internal/dbtest"
 	"github.com/rocketrides/rocketrides/internal/jobs"
+	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 )
 
 func TestReceiptWorker(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/rocketrides/rocketrides/internal/config"
+	"github.com/rocketrides/rocketrides/internal/platform/config"
 )
 
 // DefaultTimeout bounds one HTTP attempt at Stripe when STRIPE_TIMEOUT is

@@ -12,10 +12,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rocketrides/rocketrides/internal/apitest"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/reaper"
 	"github.com/rocketrides/rocketrides/internal/rides"
+	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 )
 
 // expired is safely past the default max age.

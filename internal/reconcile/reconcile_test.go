@@ -16,8 +16,8 @@ import (
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
 
-	"github.com/rocketrides/rocketrides/internal/apitest"
-	"github.com/rocketrides/rocketrides/internal/fakestripe/fakestripetest"
+	"github.com/rocketrides/rocketrides/internal/dev/fakestripe/fakestripetest"
+	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 )
 
 func TestReconcile(t *testing.T) {

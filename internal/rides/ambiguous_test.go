@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rocketrides/rocketrides/internal/apitest"
-	"github.com/rocketrides/rocketrides/internal/fakestripe"
+	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/rides"
+	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 )
 
 // The third state of a foreign call: it may or may not have happened.

@@ -11,10 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rocketrides/rocketrides/internal/apitest"
 	"github.com/rocketrides/rocketrides/internal/completer"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/rides"
+	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 )
 
 // TestCrashMatrix crashes a request at every seam of the DAG and recovers
@@ -22,7 +22,7 @@ import (
 // the completer finishes it. A crash is the request's goroutine ending on
 // the spot (runtime.Goexit): no error handling runs, the key keeps its
 // lock until the lock goes stale, exactly as if the process had died.
-// (internal/e2e repeats the matrix with real processes and SIGKILL.)
+// (internal/proof/e2e repeats the matrix with real processes and SIGKILL.)
 func TestCrashMatrix(t *testing.T) {
 	t.Parallel()
 

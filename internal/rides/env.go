@@ -7,11 +7,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rocketrides/rocketrides/internal/config"
-	"github.com/rocketrides/rocketrides/internal/failpoint"
 	"github.com/rocketrides/rocketrides/internal/idem"
-	"github.com/rocketrides/rocketrides/internal/metrics"
 	"github.com/rocketrides/rocketrides/internal/payment"
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
+	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 )
 
 // Settings are what every process that runs ride requests, the api and

@@ -14,10 +14,10 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/rocketrides/rocketrides/internal/failpoint"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/payment"
-	"github.com/rocketrides/rocketrides/internal/problem"
+	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
+	"github.com/rocketrides/rocketrides/internal/platform/problem"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 

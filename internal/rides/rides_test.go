@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rocketrides/rocketrides/internal/apitest"
-	"github.com/rocketrides/rocketrides/internal/fakestripe"
+	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/rides"
+	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 

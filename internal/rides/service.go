@@ -29,13 +29,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rocketrides/rocketrides/internal/audit"
-	"github.com/rocketrides/rocketrides/internal/failpoint"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/jobs"
-	"github.com/rocketrides/rocketrides/internal/logctx"
-	"github.com/rocketrides/rocketrides/internal/metrics"
 	"github.com/rocketrides/rocketrides/internal/payment"
-	"github.com/rocketrides/rocketrides/internal/problem"
+	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
+	"github.com/rocketrides/rocketrides/internal/platform/logctx"
+	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/problem"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rocketrides/rocketrides/internal/apitest"
+	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 )
 
 // TestAgainstStripeMock runs a ride through Stripe's official stripe-mock,

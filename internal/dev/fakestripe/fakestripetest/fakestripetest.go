@@ -1,0 +1,43 @@
+// Package fakestripetest starts a fakestripe.Server for a test and points a
+// stripe-go client at it. It is separate from fakestripe so that binaries
+// serving the fake don't link package testing.
+package fakestripetest
+
+import (
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/client"
+
+	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
+)
+
+// APIKey is a secret key the fake accepts, for tests that need one.
+const APIKey = "sk_test_fakestripe"
+
+// Start serves a new fakestripe.Server on a local port for the duration of
+// the test and returns it with its base URL (http://127.0.0.1:port, no
+// trailing slash).
+func Start(tb testing.TB, opts fakestripe.Options) (*fakestripe.Server, string) {
+	tb.Helper()
+
+	server := fakestripe.New(opts)
+	httpServer := httptest.NewServer(server)
+	tb.Cleanup(httpServer.Close)
+	return server, httpServer.URL
+}
+
+// NewClient returns a stripe-go client that talks to the fake at baseURL
+// with apiKey. It never retries and never logs: a test decides itself when
+// to retry, and sees every failure the fake injects.
+func NewClient(baseURL, apiKey string) *client.API {
+	backends := &stripe.Backends{
+		API: stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
+			URL:               stripe.String(baseURL),
+			MaxNetworkRetries: stripe.Int64(0),
+			LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
+		}),
+	}
+	return client.New(apiKey, backends)
+}

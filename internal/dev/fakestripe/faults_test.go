@@ -1,0 +1,270 @@
+package fakestripe_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
+)
+
+func TestFaults(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		fake     *fake
+		customer *stripe.Customer
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		fake := startFake(t, fakestripe.Options{})
+		return &testBundle{fake: fake, customer: fake.createCustomer(t, "rider@example.com", fakestripe.TokenVisa)}
+	}
+
+	t.Run("FailNextFailsBeforeExecuting", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		bundle.fake.server.SetFaults(fakestripe.Faults{FailNext: 1})
+
+		_, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
+		requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+		require.Empty(t, bundle.fake.server.Charges())
+		require.Zero(t, bundle.fake.server.Faults().FailNext, "the fault fired once")
+
+		// Nothing was stored against the key, so the retry executes.
+		charge, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
+		require.NoError(t, err)
+		require.Empty(t, charge.LastResponse.Header.Get("Idempotent-Replayed"))
+
+		replayed, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
+		require.NoError(t, err)
+		require.Equal(t, charge.ID, replayed.ID)
+		require.Len(t, bundle.fake.server.Charges(), 1)
+	})
+
+	t.Run("FailNextUsesFailStatus", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		bundle.fake.server.SetFaults(fakestripe.Faults{FailNext: 2, FailStatus: http.StatusServiceUnavailable})
+
+		for range 2 {
+			_, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, ""))
+			requireStripeError(t, err, http.StatusServiceUnavailable, stripe.ErrorTypeAPI, "")
+		}
+		_, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, ""))
+		require.NoError(t, err)
+	})
+
+	t.Run("DropAfterCommitLeavesClientInTheDark", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		// setup's customer request left a kept-alive connection in the
+		// client's pool; the charge reuses it, the case where Go's transport
+		// would resend a request whose connection closed cleanly.
+		bundle.fake.server.SetFaults(fakestripe.Faults{DropAfterCommitNext: 1})
+
+		_, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
+		require.Error(t, err)
+		require.True(t, isConnectionError(err), "want a connection error, got %v", err)
+
+		// The charge happened all the same.
+		charges := bundle.fake.server.Charges()
+		require.Len(t, charges, 1)
+		require.Equal(t, 1, bundle.fake.server.Stats().ChargeRequests, "the transport did not resend the request")
+
+		// Retrying with the same key finds out what happened.
+		charge, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
+		require.NoError(t, err)
+		require.Equal(t, charges[0].ID, charge.ID)
+		require.Equal(t, "true", charge.LastResponse.Header.Get("Idempotent-Replayed"))
+		require.Len(t, bundle.fake.server.Charges(), 1)
+	})
+
+	t.Run("StoreFailureReplaysInternalError", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		bundle.fake.server.SetFaults(fakestripe.Faults{StoreFailureNext: 1})
+
+		_, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
+		first := requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+		require.Empty(t, first.LastResponse.Header.Get("Idempotent-Replayed"))
+
+		_, err = bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
+		second := requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+		require.Equal(t, "true", second.LastResponse.Header.Get("Idempotent-Replayed"))
+		require.Empty(t, bundle.fake.server.Charges())
+
+		// Only a new key gets through.
+		_, err = bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1-retry"))
+		require.NoError(t, err)
+		require.Len(t, bundle.fake.server.Charges(), 1)
+	})
+
+	t.Run("StoreFailureSkipsRequestsWithoutKey", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		bundle.fake.server.SetFaults(fakestripe.Faults{StoreFailureNext: 1})
+
+		resp := bundle.fake.do(t, http.MethodPost, "/v1/charges", testAPIKey, "",
+			"amount=2000&currency=usd&customer="+bundle.customer.ID)
+		require.Equal(t, http.StatusOK, resp.status)
+		require.Equal(t, 1, bundle.fake.server.Faults().StoreFailureNext)
+	})
+
+	t.Run("LatencyDelaysCharges", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		bundle.fake.server.SetFaults(fakestripe.Faults{Latency: 200 * time.Millisecond})
+
+		start := time.Now()
+		_, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, ""))
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
+	})
+
+	t.Run("LatencyStopsWhenClientGivesUp", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		bundle.fake.server.SetFaults(fakestripe.Faults{Latency: time.Minute})
+
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		params := chargeParams(bundle.customer.ID, 2000, "ride-1")
+		params.Context = ctx
+		_, err := bundle.fake.client.Charges.New(params)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+
+		// The abandoned request releases its key without executing; until
+		// the server notices the client left, the key reads as in use.
+		bundle.fake.server.ClearFaults()
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			charge, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
+			if assert.NoError(c, err) {
+				assert.Empty(c, charge.LastResponse.Header.Get("Idempotent-Replayed"))
+			}
+		}, 5*time.Second, 20*time.Millisecond)
+		require.Len(t, bundle.fake.server.Charges(), 1)
+	})
+
+	t.Run("FaultsTouchOnlyCharges", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		bundle.fake.server.SetFaults(fakestripe.Faults{FailNext: 1, DropAfterCommitNext: 1, StoreFailureNext: 1})
+
+		bundle.fake.createCustomer(t, "other@example.com", fakestripe.TokenVisa)
+		_, err := bundle.fake.client.Charges.Get("ch_missing", nil)
+		requireStripeError(t, err, http.StatusNotFound, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing)
+		require.Equal(t, fakestripe.Faults{FailNext: 1, DropAfterCommitNext: 1, StoreFailureNext: 1}, bundle.fake.server.Faults())
+	})
+}
+
+func TestFaultsEndpoint(t *testing.T) {
+	t.Parallel()
+
+	type faults struct {
+		FailNext            int   `json:"fail_next"`
+		FailStatus          int   `json:"fail_status"`
+		LatencyMS           int64 `json:"latency_ms"`
+		DropAfterCommitNext int   `json:"drop_after_commit_next"`
+		StoreFailureNext    int   `json:"store_failure_next"`
+	}
+
+	type testBundle struct {
+		fake *fake
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		return &testBundle{fake: startFake(t, fakestripe.Options{})}
+	}
+
+	postFaults := func(t *testing.T, bundle *testBundle, body string) rawResponse {
+		t.Helper()
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodPost,
+			bundle.fake.baseURL+"/_fake/faults", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		return send(t, req)
+	}
+
+	t.Run("PatchesOnlyFieldsGiven", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		resp := postFaults(t, bundle, `{"fail_next": 2, "fail_status": 503}`)
+		require.Equal(t, http.StatusOK, resp.status, string(resp.body))
+		require.Equal(t, faults{FailNext: 2, FailStatus: 503}, decode[faults](t, resp.body))
+
+		resp = postFaults(t, bundle, `{"latency_ms": 50, "drop_after_commit_next": 1, "store_failure_next": 3}`)
+		require.Equal(t, http.StatusOK, resp.status)
+		want := faults{FailNext: 2, FailStatus: 503, LatencyMS: 50, DropAfterCommitNext: 1, StoreFailureNext: 3}
+		require.Equal(t, want, decode[faults](t, resp.body))
+
+		resp = bundle.fake.do(t, http.MethodGet, "/_fake/faults", "", "", "")
+		require.Equal(t, want, decode[faults](t, resp.body))
+		require.Equal(t, fakestripe.Faults{
+			FailNext: 2, FailStatus: 503, Latency: 50 * time.Millisecond, DropAfterCommitNext: 1, StoreFailureNext: 3,
+		}, bundle.fake.server.Faults())
+	})
+
+	t.Run("DeleteClearsFaults", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		require.Equal(t, http.StatusOK, postFaults(t, bundle, `{"fail_next": 2, "latency_ms": 10}`).status)
+		resp := bundle.fake.do(t, http.MethodDelete, "/_fake/faults", "", "", "")
+		require.Equal(t, http.StatusOK, resp.status)
+		require.Equal(t, faults{FailStatus: 500}, decode[faults](t, resp.body))
+		require.Equal(t, fakestripe.Faults{}, bundle.fake.server.Faults())
+	})
+
+	t.Run("RejectsInvalidFaults", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		for _, body := range []string{
+			`{"fail_nxt": 1}`,
+			`{"fail_next": -1}`,
+			`{"latency_ms": -5}`,
+			`{"fail_status": 200}`,
+			`not json`,
+		} {
+			require.Equal(t, http.StatusBadRequest, postFaults(t, bundle, body).status, body)
+		}
+		require.Equal(t, fakestripe.Faults{}, bundle.fake.server.Faults())
+	})
+
+	t.Run("InjectsFaultsIntoCharges", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		customer := bundle.fake.createCustomer(t, "rider@example.com", fakestripe.TokenVisa)
+
+		require.Equal(t, http.StatusOK, postFaults(t, bundle, `{"fail_next": 1}`).status)
+		_, err := bundle.fake.client.Charges.New(chargeParams(customer.ID, 2000, "ride-1"))
+		requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+		_, err = bundle.fake.client.Charges.New(chargeParams(customer.ID, 2000, "ride-1"))
+		require.NoError(t, err)
+	})
+
+	t.Run("CountsInStats", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		customer := bundle.fake.createCustomer(t, "rider@example.com", fakestripe.TokenVisa)
+
+		bundle.fake.server.SetFaults(fakestripe.Faults{FailNext: 1})
+		for range 3 {
+			_, _ = bundle.fake.client.Charges.New(chargeParams(customer.ID, 2000, "ride-1"))
+		}
+
+		resp := bundle.fake.do(t, http.MethodGet, "/_fake/stats", "", "", "")
+		require.Equal(t, http.StatusOK, resp.status)
+		require.JSONEq(t, `{"charges": 1, "customers": 1, "charge_requests": 3, "replays": 1}`, string(resp.body))
+	})
+}

@@ -1,0 +1,407 @@
+// Package chaos is the soak: the whole of Rocket Rides as real processes
+// (three api instances, two completers, two enqueuers, a worker) under a
+// fleet of clients that retry like good clients, while the soak SIGKILLs
+// and restarts api instances and completers, restarts Postgres and makes
+// Stripe fail, stall and drop its answers after charging. Then the faults
+// stop, the clients and completers finish what is left, and the result is
+// judged against the design's promise (package invariant): one charge per
+// ride, no charge without a ride, no request wedged, one receipt per paid
+// ride.
+//
+// It runs against a Postgres cluster of its own under .data/, because it
+// restarts it; cmd/chaos is its command line, and the package's test runs
+// a short soak.
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rocketrides/rocketrides/internal/dev/localpg"
+	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
+	"github.com/rocketrides/rocketrides/internal/testkit/invariant"
+)
+
+// Config configures a soak.
+type Config struct {
+	// Duration of the chaos phase, before the drain. Default 60s.
+	Duration time.Duration
+	// Clients posting rides at once. Default 16.
+	Clients int
+	// Seed of the random choices (which instance, which fault, when).
+	// Timing still varies from run to run. Zero means a random seed.
+	Seed int64
+	// Keep leaves the scratch cluster running with its database, and the
+	// processes' logs, for inspection.
+	Keep bool
+	// DrainTimeout bounds the wait, after the chaos, for every key to
+	// finish and every receipt to go out. Default 2m.
+	DrainTimeout time.Duration
+	// Progress receives a line per event as the soak runs; nil discards.
+	Progress io.Writer
+}
+
+// The soak's settings for the processes.
+const (
+	stripeKey = "sk_test_chaos"
+	// lockTimeout is short so that the key of a killed request is taken
+	// over within seconds; it also makes a slow request lose its lock to
+	// a retry now and then, which the fencing must survive.
+	lockTimeout = 3 * time.Second
+	// The completers work keys their clients left alone for a second
+	// or two: they race the clients' retries.
+	completerMinAge        = 2 * time.Second
+	completerRetryInterval = time.Second
+)
+
+// Run runs a soak and returns its summary. The error is for a soak that
+// could not run (no Postgres binaries, a binary that does not build, an
+// interrupt); what the soak found is in the Summary.
+func Run(ctx context.Context, cfg Config) (summary Summary, err error) {
+	if cfg.Duration <= 0 {
+		cfg.Duration = 60 * time.Second
+	}
+	if cfg.Clients <= 0 {
+		cfg.Clients = 16
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = rand.Int64()
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 2 * time.Minute
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	s := &soak{cfg: cfg, start: time.Now(), traffic: newTraffic(), faults: newFaults()}
+	s.summary = Summary{Duration: cfg.Duration, Clients: cfg.Clients, Seed: cfg.Seed}
+	defer func() {
+		s.collect()
+		s.teardown()
+		summary = s.summary
+	}()
+	if err := s.setUp(ctx); err != nil {
+		return s.summary, err
+	}
+	s.chaos(ctx)
+	if ctx.Err() != nil {
+		return s.summary, fmt.Errorf("soak interrupted: %w", ctx.Err())
+	}
+	if err := s.judge(ctx); err != nil {
+		return s.summary, err
+	}
+	return s.summary, nil
+}
+
+// soak is one run.
+type soak struct {
+	cfg     Config
+	start   time.Time
+	summary Summary
+	traffic *traffic
+	faults  *faults
+
+	root       string
+	dir        string // .data/chaos-<ts>: cluster, logs, mail
+	cluster    *localpg.Cluster
+	dbURL      string
+	pool       *pgxpool.Pool
+	fleet      *fleet.Fleet
+	stripe     *fleet.Process
+	apis       []*fleet.Process
+	completers []*fleet.Process
+	token      string
+	badToken   string
+}
+
+func (s *soak) progress(format string, args ...any) {
+	fmt.Fprintf(s.cfg.Progress, "%7.1fs  %s\n", time.Since(s.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// setUp starts a scratch cluster, a database, the fake, the seed and
+// every process.
+func (s *soak) setUp(ctx context.Context) error {
+	var err error
+	if s.root, err = fleet.ModuleRoot(); err != nil {
+		return err
+	}
+	ts := s.start.UTC().Format("20060102_150405")
+	s.dir = filepath.Join(s.root, ".data", "chaos-"+ts+"-"+uuid.NewString()[:4])
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", s.dir, err)
+	}
+	s.summary.Dir = s.dir
+
+	port, err := fleet.FreePort()
+	if err != nil {
+		return err
+	}
+	s.progress("starting a scratch Postgres cluster in %s", s.dir)
+	// The cluster is torn down even when Ensure fails half way.
+	c, err := localpg.New(localpg.Options{DataDir: filepath.Join(s.dir, "postgres"), Port: port})
+	if err != nil {
+		return err
+	}
+	s.cluster = &c
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	dbName := "rocketrides_chaos_" + ts
+	if err := c.CreateDatabase(ctx, dbName); err != nil {
+		return err
+	}
+	s.dbURL = c.DatabaseURL(dbName)
+	s.summary.DatabaseURL = s.dbURL
+
+	s.progress("building the binaries")
+	s.fleet, err = fleet.New(fleet.Options{
+		LogDir: filepath.Join(s.dir, "logs"),
+		Env: []string{
+			"DATABASE_URL=" + s.dbURL,
+			"STRIPE_API_KEY=" + stripeKey,
+			"IDEMPOTENCY_LOCK_TIMEOUT=" + lockTimeout.String(),
+			"STRIPE_TIMEOUT=5s",
+		},
+	})
+	if err != nil {
+		return err
+	}
+	s.summary.LogDir = s.fleet.LogDir()
+	if _, err := s.fleet.Run(ctx, "migrate", nil, "up"); err != nil {
+		return err
+	}
+	if s.stripe, err = s.fleet.Start(ctx, "fakestripe"); err != nil {
+		return err
+	}
+	s.fleet.AddEnv("STRIPE_API_BASE=" + s.stripe.URL)
+	s.token, s.badToken = "chaos-"+uuid.NewString(), "chaos-bad-"+uuid.NewString()
+	if _, err := s.fleet.Run(ctx, "seed", []string{"SEED_USER_TOKEN=" + s.token, "SEED_BAD_SOURCE_TOKEN=" + s.badToken}); err != nil {
+		return err
+	}
+
+	for range 3 {
+		api, err := s.fleet.Start(ctx, "api")
+		if err != nil {
+			return err
+		}
+		s.apis = append(s.apis, api)
+	}
+	if s.fleet.Has("completer") {
+		for range 2 {
+			p, err := s.fleet.Start(ctx, "completer",
+				"COMPLETER_MIN_AGE="+completerMinAge.String(),
+				"COMPLETER_RETRY_INTERVAL="+completerRetryInterval.String(),
+				"COMPLETER_POLL_INTERVAL=500ms")
+			if err != nil {
+				return err
+			}
+			s.completers = append(s.completers, p)
+		}
+	} else {
+		s.progress("no cmd/completer: keys the clients give up on stay unfinished")
+	}
+	for range 2 {
+		if _, err := s.fleet.Start(ctx, "enqueuer"); err != nil {
+			return err
+		}
+	}
+	if _, err := s.fleet.Start(ctx, "worker", "MAIL_DIR="+filepath.Join(s.dir, "mail")); err != nil {
+		return err
+	}
+
+	cfg, err := pgxpool.ParseConfig(s.dbURL)
+	if err != nil {
+		return fmt.Errorf("parse database url: %w", err)
+	}
+	cfg.MaxConns = 4
+	// The soak restarts Postgres under this pool too.
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return true }
+	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return fmt.Errorf("open database pool: %w", err)
+	}
+	s.progress("running: 3 api, %d completers, 2 enqueuers, 1 worker, %d clients, seed %d",
+		len(s.completers), s.cfg.Clients, s.cfg.Seed)
+	return nil
+}
+
+// chaos runs the clients and the monkeys for the duration, then stops the
+// faults and lets the clients finish the keys in hand.
+func (s *soak) chaos(ctx context.Context) {
+	apis := make([]string, len(s.apis))
+	for i, p := range s.apis {
+		apis[i] = p.URL
+	}
+	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: s.cfg.Clients}}
+	stopClients := make(chan struct{})
+	var clients sync.WaitGroup
+	for i := range s.cfg.Clients {
+		r := &rider{
+			http: httpClient, apis: apis, token: s.token, badToken: s.badToken,
+			rng:     rand.New(rand.NewPCG(uint64(s.cfg.Seed), uint64(i+1))),
+			traffic: s.traffic,
+		}
+		clients.Go(func() { r.run(ctx, stopClients) })
+	}
+
+	stopChaos := make(chan struct{})
+	var monkeys sync.WaitGroup
+	newMonkey := func(stream uint64) *monkey {
+		return &monkey{rng: rand.New(rand.NewPCG(uint64(s.cfg.Seed), 1000+stream)), faults: s.faults, progress: s.progress}
+	}
+	monkeys.Go(func() {
+		newMonkey(1).killProcesses(ctx, stopChaos, s.apis, 2*time.Second, 5*time.Second,
+			func(f *faults) { f.apiKills++ })
+	})
+	if len(s.completers) > 0 {
+		monkeys.Go(func() {
+			newMonkey(2).killProcesses(ctx, stopChaos, s.completers, 6*time.Second, 12*time.Second,
+				func(f *faults) { f.completerKills++ })
+		})
+	}
+	// Mid-run, and once more late in a long soak.
+	restarts := []time.Duration{s.cfg.Duration * 2 / 5}
+	if s.cfg.Duration >= 45*time.Second {
+		restarts = append(restarts, s.cfg.Duration*3/4)
+	}
+	monkeys.Go(func() { newMonkey(3).restartPostgres(ctx, stopChaos, *s.cluster, time.Now(), restarts) })
+	monkeys.Go(func() {
+		newMonkey(4).injectStripeFaults(ctx, stopChaos, s.stripe.URL, 1500*time.Millisecond, 4*time.Second)
+	})
+
+	sleep(ctx, nil, s.cfg.Duration)
+	close(stopChaos)
+	monkeys.Wait()
+	if err := setFaults(context.WithoutCancel(ctx), s.stripe.URL, nil); err != nil {
+		s.faults.problem("clear Stripe faults: %v", err)
+	}
+	s.progress("chaos over; clients finish the keys in hand")
+	close(stopClients)
+	done := make(chan struct{})
+	go func() { clients.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.DrainTimeout):
+		s.faults.problem("clients still retrying after %s", s.cfg.DrainTimeout)
+	}
+}
+
+// judge waits for the completers and the receipt pipeline to drain, runs
+// the reconciler and checks the invariants.
+func (s *soak) judge(ctx context.Context) error {
+	s.progress("draining: waiting for unfinished keys and pending receipt jobs")
+	if err := s.drain(ctx); err != nil {
+		s.faults.problem("%v", err)
+	}
+	if s.fleet.Has("reconciler") {
+		// RECONCILER_GRACE: the soak is drained, so nothing may still be
+		// in flight; 1ms because zero means the 15m default.
+		out, err := s.fleet.Run(ctx, "reconciler", []string{"RECONCILER_GRACE=1ms", "RECONCILER_WINDOW=24h"}, "-once")
+		s.summary.Reconciler = firstLine(out)
+		if err != nil {
+			s.summary.ReconcilerFailed = true
+			s.summary.Reconciler = fmt.Sprintf("%s (%v)", out, firstLine(err.Error()))
+		}
+	}
+	report, err := invariant.Check(ctx, s.pool, invariant.NewStripeClient(s.stripe.URL, stripeKey),
+		invariant.Options{ReceiptsDrained: true, LockTimeout: lockTimeout})
+	if err != nil {
+		return err
+	}
+	s.summary.Report = report
+	s.summary.Judged = true
+	return nil
+}
+
+// drain waits until no key is unfinished (other than those set aside for
+// a human, which the check reports) and no receipt job is pending.
+func (s *soak) drain(ctx context.Context) error {
+	deadline := time.Now().Add(s.cfg.DrainTimeout)
+	var unfinished, pending int
+	for {
+		err := s.pool.QueryRow(ctx, `
+			SELECT (SELECT count(*) FROM idempotency_keys
+			        WHERE recovery_point <> 'finished' AND attention_reason IS NULL),
+			       (SELECT count(*) FROM staged_jobs)
+			     + (SELECT count(*) FROM river_job
+			        WHERE state NOT IN ('completed', 'discarded', 'cancelled'))`).Scan(&unfinished, &pending)
+		if err == nil && unfinished == 0 && pending == 0 {
+			s.progress("drained")
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not drained after %s: %d keys unfinished, %d receipt jobs pending (last error: %v)",
+				s.cfg.DrainTimeout, unfinished, pending, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// collect copies the counters into the summary.
+func (s *soak) collect() {
+	s.traffic.mu.Lock()
+	s.summary.Requests = s.traffic.requests
+	s.summary.Answers = s.traffic.answers
+	s.summary.Keys = s.traffic.keys
+	s.summary.KeyOutcomes = s.traffic.final
+	s.summary.KeysGivenUp = s.traffic.abandoned
+	s.summary.OddAnswers = s.traffic.odd
+	s.traffic.mu.Unlock()
+
+	s.faults.mu.Lock()
+	s.summary.APIKills = s.faults.apiKills
+	s.summary.CompleterKills = s.faults.completerKills
+	s.summary.PostgresRestarts = s.faults.pgRestarts
+	s.summary.StripeFaults = s.faults.stripe
+	s.summary.StripeFaultRequests = s.faults.stripeRequests
+	s.summary.Problems = s.faults.problems
+	s.faults.mu.Unlock()
+}
+
+// teardown stops everything and, unless Keep, deletes the scratch data.
+func (s *soak) teardown() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if s.pool != nil {
+		s.pool.Close()
+	}
+	var errs []error
+	if s.fleet != nil {
+		errs = append(errs, s.fleet.Stop(ctx))
+	}
+	if s.cluster != nil && !s.cfg.Keep {
+		errs = append(errs, s.cluster.Stop(ctx))
+	}
+	if s.dir != "" && !s.cfg.Keep {
+		errs = append(errs, os.RemoveAll(s.dir))
+	}
+	if err := errors.Join(errs...); err != nil {
+		fmt.Fprintf(s.cfg.Progress, "teardown: %v\n", err)
+	}
+	if s.cfg.Keep && s.cluster != nil {
+		s.summary.KeptCluster = *s.cluster
+	}
+}
+
+func firstLine(s string) string {
+	for i, r := range s {
+		if r == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}

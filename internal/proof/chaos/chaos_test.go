@@ -1,0 +1,50 @@
+package chaos_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/proof/chaos"
+)
+
+// TestSoak runs a short soak, so that every run of the suite puts the
+// whole system through kills, a Postgres restart and Stripe faults.
+// `go run ./cmd/chaos` runs the long one.
+func TestSoak(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs every process for half a minute")
+	}
+
+	t.Run("KeepsEveryPromiseUnderFaults", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		summary, err := chaos.Run(ctx, chaos.Config{
+			Duration:     15 * time.Second,
+			Clients:      8,
+			Seed:         1,
+			DrainTimeout: time.Minute,
+			Progress:     t.Output(),
+		})
+		require.NoError(t, err)
+		t.Logf("\n%s", summary)
+		require.True(t, summary.OK(), "\n%s", summary)
+		require.Positive(t, summary.APIKills)
+		require.Positive(t, summary.PostgresRestarts)
+		require.NotEmpty(t, summary.StripeFaults)
+		require.Positive(t, summary.Report.Charges)
+		require.Equal(t, summary.Report.KeysCreated, summary.Report.Charges, "one charge per ride")
+
+		_, err = os.Stat(summary.Dir)
+		require.ErrorIs(t, err, os.ErrNotExist, "the scratch cluster and its data are gone")
+		leftovers, err := filepath.Glob(summary.Dir + "*")
+		require.NoError(t, err)
+		require.Empty(t, leftovers)
+	})
+}

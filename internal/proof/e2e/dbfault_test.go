@@ -1,0 +1,247 @@
+package e2e_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/dev/localpg"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
+	"github.com/rocketrides/rocketrides/internal/rides"
+	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
+	"github.com/rocketrides/rocketrides/internal/testkit/fleet/fleettest"
+	"github.com/rocketrides/rocketrides/internal/testkit/invariant"
+)
+
+// scratchCluster starts a Postgres cluster of the test's own, under the
+// project's .data/ (which the server's user can reach, unlike t.TempDir
+// when we are root), on a free port. Restarting or stopping it touches no
+// other test: the shared test cluster must never be restarted. It is
+// stopped and deleted when the test ends.
+func scratchCluster(t *testing.T) localpg.Cluster {
+	t.Helper()
+	root, err := fleet.ModuleRoot()
+	require.NoError(t, err)
+	var random [4]byte
+	_, err = rand.Read(random[:])
+	require.NoError(t, err)
+	port, err := fleet.FreePort()
+	require.NoError(t, err)
+	opts := localpg.Options{DataDir: filepath.Join(root, ".data", "scratch-"+hex.EncodeToString(random[:])), Port: port}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := localpg.Ensure(ctx, opts)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := c.Stop(ctx); err != nil {
+			t.Errorf("stop scratch cluster: %v", err)
+		}
+		for _, path := range []string{c.DataDir, c.LogFile, c.DataDir + ".lock"} {
+			if err := os.RemoveAll(path); err != nil {
+				t.Errorf("remove scratch cluster: %v", err)
+			}
+		}
+	})
+	require.NoError(t, err)
+	return c
+}
+
+// readiness records the answers of an api's GET /readyz, collapsing
+// repeats: [200 503 200] is a database that went away and came back.
+type readiness struct {
+	mu      sync.Mutex
+	changes []int
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func watchReadiness(url string) *readiness {
+	r := &readiness{stop: make(chan struct{}), done: make(chan struct{})}
+	client := &http.Client{Timeout: 3 * time.Second}
+	go func() {
+		defer close(r.done)
+		for {
+			status := 0 // no answer at all
+			if resp, err := client.Get(url + "/readyz"); err == nil {
+				status = resp.StatusCode
+				resp.Body.Close()
+			}
+			r.mu.Lock()
+			if len(r.changes) == 0 || r.changes[len(r.changes)-1] != status {
+				r.changes = append(r.changes, status)
+			}
+			r.mu.Unlock()
+			select {
+			case <-r.stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return r
+}
+
+func (r *readiness) Stop() []int {
+	close(r.stop)
+	<-r.done
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.changes)
+}
+
+// TestDatabaseFaults takes the key store away from a running api: a
+// restart of Postgres under load, then Postgres stopped outright. The api
+// keeps running, answers promptly with 5xx instead of hanging, never
+// calls Stripe without a committed claim, and every key its clients keep
+// retrying finishes with exactly one charge once Postgres is back.
+func TestDatabaseFaults(t *testing.T) {
+	t.Parallel()
+
+	// A short lock timeout: a request cut off by the restart may fail to
+	// unlock its key, and its retry must not wait 90s.
+	const (
+		lockTimeout   = time.Second
+		clientTimeout = 10 * time.Second
+	)
+	cluster := scratchCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, cluster.CreateDatabase(ctx, "rocketrides"))
+	dbURL := cluster.DatabaseURL("rocketrides")
+	require.NoError(t, db.MigrateUp(ctx, dbURL, slog.New(slog.DiscardHandler)))
+
+	s := newStack(t, dbURL)
+	s.fleet.AddEnv("IDEMPOTENCY_LOCK_TIMEOUT=" + lockTimeout.String())
+	api := fleettest.Start(t, s.fleet, "api")
+	c := newClient(s.token, clientTimeout)
+
+	// The subtests share the cluster and run in order, each on the state
+	// the one before left behind.
+
+	t.Run("RestartUnderLoadFailsCleanlyAndRecovers", func(t *testing.T) {
+		ready := watchReadiness(api.URL)
+		var (
+			mu      sync.Mutex
+			keys    []string
+			replies []reply
+			errs    []error
+			wg      sync.WaitGroup
+		)
+		stopNew := make(chan struct{})
+		for range 4 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stopNew:
+						return
+					default:
+					}
+					key := uuid.NewString()
+					keyCtx, cancel := context.WithTimeout(ctx, 45*time.Second)
+					rs, err := c.retryUntilFinal(keyCtx, []string{api.URL}, key)
+					cancel()
+					mu.Lock()
+					keys = append(keys, key)
+					replies = append(replies, rs...)
+					if err != nil {
+						errs = append(errs, err)
+					}
+					mu.Unlock()
+				}
+			})
+		}
+
+		time.Sleep(time.Second)
+		require.NoError(t, cluster.Restart(ctx))
+		time.Sleep(1500 * time.Millisecond)
+		close(stopNew)
+		wg.Wait()
+		changes := ready.Stop()
+
+		require.Empty(t, errs, "every key finishes")
+		failed := 0
+		for _, r := range replies {
+			require.NoError(t, r.Err, "the api keeps running and answers: %s", r)
+			require.Less(t, r.Took, clientTimeout, "%s", r)
+			require.Contains(t, []int{http.StatusCreated, http.StatusConflict, http.StatusInternalServerError, http.StatusServiceUnavailable},
+				r.Status, "%s", r)
+			if r.Status != http.StatusCreated {
+				failed++
+			}
+		}
+		t.Logf("%d keys, %d requests, %d answered 409 or 5xx; /readyz went %v", len(keys), len(replies), failed, changes)
+		require.Positive(t, failed, "some requests ran into the restart")
+		require.Equal(t, http.StatusOK, changes[0], "/readyz: %v", changes)
+		require.Greater(t, len(changes), 2, "/readyz goes red during the restart: %v", changes)
+		require.NotContains(t, changes, 0, "/readyz always answers: %v", changes)
+		require.Equal(t, http.StatusOK, changes[len(changes)-1], "/readyz: %v", changes)
+
+		report := s.check(t, invariant.Options{LockTimeout: lockTimeout})
+		require.Equal(t, len(keys), report.KeysCreated)
+		require.Equal(t, len(keys), report.Charges)
+	})
+
+	t.Run("KeyStoreDownFailsClosed", func(t *testing.T) {
+		// A key left at ride_created, as after a request that failed
+		// before its charge: the next attempt would charge.
+		failing := fleettest.Start(t, s.fleet, "api", "FAILPOINTS="+rides.FailBeforeCharge+"=error")
+		started := uuid.NewString()
+		r := c.postRide(ctx, failing.URL, started)
+		require.Equal(t, http.StatusInternalServerError, r.Status, "%s", r)
+		require.NoError(t, failing.Stop(ctx))
+		row := s.keyRow(t, started)
+		require.Equal(t, "ride_created", row.RecoveryPoint)
+		require.False(t, row.Locked)
+
+		chargeRequests := s.stripeStats(t)["charge_requests"]
+		require.NoError(t, cluster.Stop(ctx))
+
+		ready := watchReadiness(api.URL)
+		keys := []string{started, uuid.NewString(), uuid.NewString(), uuid.NewString()}
+		for _, key := range keys {
+			r := c.postRide(ctx, api.URL, key)
+			require.NoError(t, r.Err, "the api answers without its database: %s", r)
+			require.GreaterOrEqual(t, r.Status, 500, "%s", r)
+			require.Less(t, r.Took, clientTimeout, "%s", r)
+		}
+		require.Equal(t, chargeRequests, s.stripeStats(t)["charge_requests"],
+			"no Stripe call without a committed claim: fail closed")
+
+		require.NoError(t, cluster.Start(ctx))
+		waitFor(t, 15*time.Second, "/readyz to recover", func() bool {
+			resp, err := http.Get(api.URL + "/readyz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
+		require.Equal(t, []int{http.StatusServiceUnavailable, http.StatusOK}, ready.Stop()[:2])
+
+		for _, key := range keys {
+			keyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			rs, err := c.retryUntilFinal(keyCtx, []string{api.URL}, key)
+			cancel()
+			require.NoError(t, err)
+			final := rs[len(rs)-1]
+			require.Equal(t, http.StatusCreated, final.Status, "%s", final)
+			require.False(t, final.Replayed, "%s", final)
+		}
+		report := s.check(t, invariant.Options{LockTimeout: lockTimeout})
+		require.Equal(t, report.Keys, report.KeysCreated)
+		require.Equal(t, chargeRequests+len(keys), s.stripeStats(t)["charge_requests"], "one charge request per key")
+	})
+}
