@@ -23,7 +23,7 @@ export SIMULATED_ERRORS ?= true
 FUZZTIME ?= 20000x
 FUZZ_TARGETS := FuzzParams FuzzEquivalentEncodings FuzzIdempotencyKey
 
-.PHONY: dev test fuzz chaos bench build db migrate seed vet fmt clean
+.PHONY: dev test lint fuzz chaos bench build db migrate seed vet fmt clean
 
 ## dev: local Postgres, migrations, then every Procfile process (Ctrl-C stops them all)
 dev: build
@@ -75,6 +75,10 @@ migrate: build
 
 vet:
 	$(GO) vet ./...
+
+## lint: golangci-lint with the project's rules (.golangci.yml), pinned in tools/lint/go.mod
+lint:
+	$(GO) tool -modfile=tools/lint/go.mod golangci-lint run ./...
 
 fmt:
 	gofmt -l -w .
