@@ -223,15 +223,14 @@ var currencySymbols = map[string]string{
 
 // FormatAmount renders an amount in a currency's smallest unit for people:
 // FormatAmount(2000, "usd") is "$20.00 USD".
+//
+// It takes a ride's amount and currency as rides stores them, and rides
+// holds nothing else: a positive amount and a lower-case ISO 4217 code
+// (its CHECKs refuse the rest), so there is no sign or case to handle.
 func FormatAmount(amount int64, currency string) string {
-	currency = strings.ToLower(currency)
-	sign := ""
-	if amount < 0 {
-		sign, amount = "-", -amount
-	}
 	number := strconv.FormatInt(amount, 10)
 	if !zeroDecimal[currency] {
 		number = fmt.Sprintf("%d.%02d", amount/100, amount%100)
 	}
-	return sign + currencySymbols[currency] + number + " " + strings.ToUpper(currency)
+	return currencySymbols[currency] + number + " " + strings.ToUpper(currency)
 }

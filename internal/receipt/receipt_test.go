@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -220,21 +221,67 @@ func TestReceiptWorker(t *testing.T) {
 
 func TestFormatAmount(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		amount   int64
-		currency string
-		want     string
-	}{
-		{20_00, "usd", "$20.00 USD"},
-		{5, "usd", "$0.05 USD"},
-		{1234_56, "eur", "€1234.56 EUR"},
-		{500, "jpy", "¥500 JPY"},
-		{99_90, "chf", "99.90 CHF"},
-	} {
-		if got := receipt.FormatAmount(tc.amount, tc.currency); got != tc.want {
-			t.Errorf("FormatAmount(%d, %q) = %q, want %q", tc.amount, tc.currency, got, tc.want)
+
+	t.Run("Formats", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			amount   int64
+			currency string
+			want     string
+		}{
+			{20_00, "usd", "$20.00 USD"},
+			{5, "usd", "$0.05 USD"},
+			{1234_56, "eur", "€1234.56 EUR"},
+			{500, "jpy", "¥500 JPY"},
+			{99_90, "chf", "99.90 CHF"},
+		} {
+			if got := receipt.FormatAmount(tc.amount, tc.currency); got != tc.want {
+				t.Errorf("FormatAmount(%d, %q) = %q, want %q", tc.amount, tc.currency, got, tc.want)
+			}
 		}
-	}
+	})
+
+	// A receipt's amount and currency are the ride's, as rides returned
+	// them (staged by the ride's last phase). FormatAmount handles neither
+	// a sign nor upper case because rides cannot hold them.
+	t.Run("RidesHoldOnlyPositiveAmountsInLowerCase", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := dbtest.New(t)
+		var userID int64
+		if err := pool.QueryRow(ctx, `
+			INSERT INTO users (email, stripe_customer_id, api_token_hash)
+			VALUES ('amounts@example.com', 'cus_amounts', sha256('amounts-token'))
+			RETURNING id`,
+		).Scan(&userID); err != nil {
+			t.Fatalf("insert user: %v", err)
+		}
+		insertRide := func(amount int64, currency string) error {
+			_, err := pool.Exec(ctx, `
+				INSERT INTO rides (origin_lat, origin_lon, target_lat, target_lon, amount, currency, user_id)
+				VALUES (37.77, -122.42, 37.80, -122.27, $1, $2, $3)`, amount, currency, userID)
+			return err
+		}
+		for _, tc := range []struct {
+			amount     int64
+			currency   string
+			constraint string
+		}{
+			{-20_00, "usd", "rides_amount_check"},
+			{0, "usd", "rides_amount_check"},
+			{20_00, "USD", "rides_currency_check"},
+			{20_00, "Usd", "rides_currency_check"},
+		} {
+			err := insertRide(tc.amount, tc.currency)
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "23514" || pgErr.ConstraintName != tc.constraint {
+				t.Errorf("ride of %d %q: err = %v, want check_violation of %s", tc.amount, tc.currency, err, tc.constraint)
+			}
+		}
+		if err := insertRide(1, "usd"); err != nil {
+			t.Errorf("ride of 1 usd: %v", err)
+		}
+	})
 }
 
 // countingMailer counts the messages it delivers.
