@@ -13,10 +13,11 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/rocketrides/rocketrides/internal/jobs"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/receipt"
+	"github.com/rocketrides/rocketrides/internal/staged"
 )
 
 func main() {
@@ -35,8 +36,8 @@ func run(once bool) error {
 	}
 	var env config.Env
 	databaseURL := env.Required("DATABASE_URL")
-	pollInterval := env.Duration("ENQUEUER_POLL_INTERVAL", jobs.DefaultPollInterval)
-	batchSize := env.Int("ENQUEUER_BATCH_SIZE", jobs.DefaultBatchSize)
+	pollInterval := env.Duration("ENQUEUER_POLL_INTERVAL", staged.DefaultPollInterval)
+	batchSize := env.Int("ENQUEUER_BATCH_SIZE", staged.DefaultBatchSize)
 	if err := env.Err(); err != nil {
 		return err
 	}
@@ -53,7 +54,9 @@ func run(once bool) error {
 	reg := metrics.NewRegistry()
 	metrics.RegisterPool(reg, pool)
 	enqueued := metrics.NewEnqueued(reg)
-	enqueuer, err := jobs.NewEnqueuer(pool, &jobs.EnqueuerConfig{
+	enqueuer, err := staged.New(&staged.Config{
+		Pool:         pool,
+		Kinds:        receipt.Kinds(),
 		BatchSize:    batchSize,
 		PollInterval: pollInterval,
 		Logger:       logger,

@@ -18,10 +18,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rocketrides/rocketrides/internal/jobs"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
+	"github.com/rocketrides/rocketrides/internal/platform/mail"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/receipt"
 )
 
 func main() {
@@ -59,7 +60,7 @@ func run(once bool) error {
 	}
 	defer pool.Close()
 
-	client, err := jobs.NewWorkerClient(pool, mailer, logger)
+	client, err := receipt.NewClient(&receipt.ClientConfig{Pool: pool, Mailer: mailer, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -67,7 +68,7 @@ func run(once bool) error {
 	if once {
 		onceCtx, cancel := context.WithTimeout(ctx, onceTimeout)
 		defer cancel()
-		worked, err := jobs.WorkAvailable(onceCtx, client)
+		worked, err := receipt.WorkAvailable(onceCtx, client)
 		if err != nil {
 			return err
 		}
@@ -112,10 +113,10 @@ func run(once bool) error {
 
 // newMailer sends through SMTP_URL when it is set and otherwise writes
 // .eml files into MAIL_DIR.
-func newMailer(logger *slog.Logger) (jobs.Mailer, error) {
-	from := config.String("RECEIPT_FROM", jobs.DefaultFrom)
+func newMailer(logger *slog.Logger) (mail.Mailer, error) {
+	from := config.String("RECEIPT_FROM", receipt.DefaultFrom)
 	if smtpURL := config.String("SMTP_URL", ""); smtpURL != "" {
-		mailer, err := jobs.NewSMTPMailer(smtpURL, from)
+		mailer, err := mail.NewSMTP(&mail.SMTPConfig{URL: smtpURL, From: from})
 		if err != nil {
 			return nil, fmt.Errorf("SMTP_URL: %w", err)
 		}
@@ -126,7 +127,7 @@ func newMailer(logger *slog.Logger) (jobs.Mailer, error) {
 	if dir == "" {
 		dir = filepath.Join(projectRoot(), ".data", "mail")
 	}
-	mailer, err := jobs.NewDirMailer(dir, from)
+	mailer, err := mail.NewDir(&mail.DirConfig{Dir: dir, From: from})
 	if err != nil {
 		return nil, fmt.Errorf("MAIL_DIR: %w", err)
 	}

@@ -113,13 +113,13 @@ func TestClaimAbandoned(t *testing.T) {
 		b := setupAbandoned(t)
 		attention := "charge outcome unknown"
 		unlocked := insertKey(t, b, keyState{point: Started, age: time.Hour, idle: time.Hour})
-		stale := insertKey(t, b, keyState{point: "ride_created", age: time.Hour, idle: time.Hour, lockedAgo: ago(2 * testLockTimeout)})
+		stale := insertKey(t, b, keyState{point: "halfway", age: time.Hour, idle: time.Hour, lockedAgo: ago(2 * testLockTimeout)})
 		ignored := []*Key{
-			insertKey(t, b, keyState{point: Started, age: time.Minute, idle: time.Hour}),                             // too young
-			insertKey(t, b, keyState{point: Started, age: time.Hour, idle: 10 * time.Second}),                        // ran recently
-			insertKey(t, b, keyState{point: Finished, age: time.Hour, idle: time.Hour}),                              // finished
-			insertKey(t, b, keyState{point: Started, age: time.Hour, idle: time.Hour, lockedAgo: ago(time.Second)}),  // live lock
-			insertKey(t, b, keyState{point: "ride_created", age: time.Hour, idle: time.Hour, attention: &attention}), // set aside for a human
+			insertKey(t, b, keyState{point: Started, age: time.Minute, idle: time.Hour}),                            // too young
+			insertKey(t, b, keyState{point: Started, age: time.Hour, idle: 10 * time.Second}),                       // ran recently
+			insertKey(t, b, keyState{point: Finished, age: time.Hour, idle: time.Hour}),                             // finished
+			insertKey(t, b, keyState{point: Started, age: time.Hour, idle: time.Hour, lockedAgo: ago(time.Second)}), // live lock
+			insertKey(t, b, keyState{point: "halfway", age: time.Hour, idle: time.Hour, attention: &attention}),     // set aside for a human
 		}
 
 		keys := claim(t, b, 100)
@@ -131,7 +131,7 @@ func TestClaimAbandoned(t *testing.T) {
 			require.WithinDuration(t, time.Now(), k.LastRunAt, 10*time.Second)
 			if k.ID == stale.ID {
 				require.NotEqual(t, *stale.LockToken, *k.LockToken, "the stale lock's holder is fenced off")
-				require.Equal(t, RecoveryPoint("ride_created"), k.RecoveryPoint)
+				require.Equal(t, RecoveryPoint("halfway"), k.RecoveryPoint)
 			}
 		}
 
@@ -214,7 +214,7 @@ func TestClaimAbandoned(t *testing.T) {
 
 		keys := claim(t, b, 10)
 		require.Len(t, keys, 1)
-		advance := func(context.Context, *Tx) (Outcome, error) { return Advance("ride_created"), nil }
+		advance := func(context.Context, *Tx) (Outcome, error) { return Advance("halfway"), nil }
 		require.ErrorIs(t, b.store.Phase(ctx, stalled, advance), ErrLockLost)
 		require.NoError(t, b.store.Phase(ctx, keys[0], advance))
 	})
@@ -281,7 +281,7 @@ func TestReap(t *testing.T) {
 		t.Parallel()
 		b := setupAbandoned(t)
 		oldFinished := insertKey(t, b, keyState{point: Finished, age: old, idle: old})
-		oldUnfinished := insertKey(t, b, keyState{point: "ride_created", age: old, idle: 2 * time.Hour})
+		oldUnfinished := insertKey(t, b, keyState{point: "halfway", age: old, idle: 2 * time.Hour})
 		newFinished := insertKey(t, b, keyState{point: Finished, age: time.Hour, idle: time.Hour})
 		newUnfinished := insertKey(t, b, keyState{point: Started, age: time.Hour, idle: time.Hour})
 
@@ -318,7 +318,7 @@ func TestReap(t *testing.T) {
 		require.Equal(t, "POST", got.RequestMethod)
 		require.Equal(t, "/rides", got.RequestPath)
 		require.JSONEq(t, `{"a": 1}`, string(got.RequestParams))
-		require.Equal(t, RecoveryPoint("ride_created"), got.RecoveryPoint)
+		require.Equal(t, RecoveryPoint("halfway"), got.RecoveryPoint)
 		require.True(t, oldUnfinished.CreatedAt.Equal(got.CreatedAt))
 		require.True(t, oldUnfinished.LastRunAt.Equal(got.LastRunAt))
 		require.WithinDuration(t, time.Now(), got.ReapedAt, 10*time.Second)
@@ -329,7 +329,7 @@ func TestReap(t *testing.T) {
 		t.Parallel()
 		b := setupAbandoned(t)
 		attention := "charge outcome still unknown after 10 attempts"
-		insertKey(t, b, keyState{point: "ride_created", age: old, idle: old, attention: &attention})
+		insertKey(t, b, keyState{point: "halfway", age: old, idle: old, attention: &attention})
 
 		reaped := reap(t, b, 100)
 		require.Len(t, reaped, 1)
@@ -340,8 +340,8 @@ func TestReap(t *testing.T) {
 	t.Run("LeavesKeysUnderALiveLock", func(t *testing.T) {
 		t.Parallel()
 		b := setupAbandoned(t)
-		live := insertKey(t, b, keyState{point: "ride_created", age: old, idle: time.Second, lockedAgo: ago(time.Second)})
-		stale := insertKey(t, b, keyState{point: "ride_created", age: old, idle: old, lockedAgo: ago(2 * testLockTimeout)})
+		live := insertKey(t, b, keyState{point: "halfway", age: old, idle: time.Second, lockedAgo: ago(time.Second)})
+		stale := insertKey(t, b, keyState{point: "halfway", age: old, idle: old, lockedAgo: ago(2 * testLockTimeout)})
 
 		require.Equal(t, []int64{stale.ID}, reapedIDs(reap(t, b, 100)))
 		require.Equal(t, []int64{live.ID}, remaining(t, b))

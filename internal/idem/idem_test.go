@@ -3,11 +3,13 @@ package idem_test
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -15,7 +17,10 @@ import (
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 )
 
-const halfway idem.RecoveryPoint = "ride_created"
+// halfway is a recovery point of this test's own endpoint: every endpoint
+// declares its points between Started and Finished, and the schema takes
+// them without knowing them.
+const halfway idem.RecoveryPoint = "halfway"
 
 func TestStore(t *testing.T) {
 	t.Parallel()
@@ -209,6 +214,30 @@ func TestStore(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, replayed)
 		require.Equal(t, halfway, resumed.RecoveryPoint)
+	})
+
+	// The table is shared by every endpoint, so its check asks only that a
+	// recovery point be a name, and refuses anything else.
+	t.Run("SchemaRefusesMalformedRecoveryPoint", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+		key, _, err := b.store.Claim(ctx, b.req)
+		require.NoError(t, err)
+		setPoint := func(point string) error {
+			_, err := b.pool.Exec(ctx, `UPDATE idempotency_keys SET recovery_point = $2 WHERE id = $1`, key.ID, point)
+			return err
+		}
+		for _, bad := range []string{"", "Halfway", "half way", "1st_phase", "halfway;", strings.Repeat("a", 51)} {
+			err := setPoint(bad)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr, "recovery point %q", bad)
+			require.Equal(t, "23514", pgErr.Code, "recovery point %q (want check_violation)", bad)
+			require.Equal(t, "idempotency_keys_recovery_point_check", pgErr.ConstraintName, "recovery point %q", bad)
+		}
+		for _, good := range []string{"payment_authorized", "step2", strings.Repeat("a", 50)} {
+			require.NoError(t, setPoint(good), "recovery point %q", good)
+		}
 	})
 
 	t.Run("ConcurrentClaimsOneWinner", func(t *testing.T) {

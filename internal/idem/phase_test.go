@@ -84,14 +84,14 @@ func TestPhaseRoundTrips(t *testing.T) {
 	}
 	run := func(key *idem.Key) {
 		t.Helper()
-		require.NoError(t, store.Phase(ctx, key, writeOnly("ride_created")))
-		require.NoError(t, store.Phase(ctx, key, writeOnly("charge_created")))
+		require.NoError(t, store.Phase(ctx, key, writeOnly("halfway")))
+		require.NoError(t, store.Phase(ctx, key, writeOnly("almost_done")))
 		require.NoError(t, store.Phase(ctx, key, readThenWrite))
 	}
 	run(claim("warm-up")) // prepares every statement once
 
 	key := claim("measured")
-	for _, phase := range []idem.PhaseFunc{writeOnly("ride_created"), writeOnly("charge_created"), readThenWrite} {
+	for _, phase := range []idem.PhaseFunc{writeOnly("halfway"), writeOnly("almost_done"), readThenWrite} {
 		from := key.RecoveryPoint
 		counter.reset()
 		require.NoError(t, store.Phase(ctx, key, phase))

@@ -30,12 +30,13 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/audit"
 	"github.com/rocketrides/rocketrides/internal/idem"
-	"github.com/rocketrides/rocketrides/internal/jobs"
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
 	"github.com/rocketrides/rocketrides/internal/platform/logctx"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/platform/problem"
+	"github.com/rocketrides/rocketrides/internal/receipt"
+	"github.com/rocketrides/rocketrides/internal/staged"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 
@@ -428,7 +429,7 @@ func (s *Service) stageReceipt(u user.User, key *idem.Key, ride *Ride) idem.Phas
 		if ride.StripeChargeID == nil {
 			return idem.Outcome{}, fmt.Errorf("bug: key %d is at %s but ride %d has no charge", key.ID, ChargeCreated, ride.ID)
 		}
-		if err := jobs.Stage(tx, jobs.ReceiptArgs{
+		if err := staged.Stage(tx, receipt.Args{
 			RideID:         ride.ID,
 			UserID:         u.ID,
 			Amount:         ride.Amount,

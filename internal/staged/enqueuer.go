@@ -1,4 +1,4 @@
-package jobs
+package staged
 
 import (
 	"cmp"
@@ -41,17 +41,8 @@ const (
 	unknownKindsInterval = time.Minute
 )
 
-// knownKinds are the jobs this package has workers for, with the insert
-// options each kind asks for. The enqueuer moves only these.
-//
-// A job nobody can work is refused rather than inserted: River would
-// error it on every attempt until it is discarded, long after anyone
-// looked. Left in staged_jobs it waits, visible and logged, for an
-// enqueuer and worker that know it (for instance when the API was
-// deployed with a new kind ahead of the workers).
-var knownKinds = kindOpts(ReceiptArgs{})
-
-func kindOpts(args ...river.JobArgs) map[string]river.InsertOpts {
+// kindOpts maps each kind to the insert options it asks for.
+func kindOpts(args []river.JobArgs) map[string]river.InsertOpts {
 	kinds := make(map[string]river.InsertOpts, len(args))
 	for _, a := range args {
 		var opts river.InsertOpts
@@ -63,15 +54,31 @@ func kindOpts(args ...river.JobArgs) map[string]river.InsertOpts {
 	return kinds
 }
 
-// EnqueuerConfig configures an Enqueuer. The zero value is usable.
-type EnqueuerConfig struct {
+// Config configures an Enqueuer.
+type Config struct {
+	// Pool is the database the jobs are staged in, and whose River queue
+	// they are moved into. Required.
+	Pool *pgxpool.Pool
+
+	// Kinds are the jobs a worker exists for, one value of each args type
+	// (such as receipt.Args{}); a type implementing
+	// river.JobArgsWithInsertOpts brings its insert options. Required.
+	//
+	// The enqueuer moves only these kinds. A job nobody can work is
+	// refused rather than inserted: River would error it on every attempt
+	// until it is discarded, long after anyone looked. Left in staged_jobs
+	// it waits, visible and logged, for an enqueuer and worker that know
+	// it (for instance when the API was deployed with a new kind ahead of
+	// the workers).
+	Kinds []river.JobArgs
+
 	// BatchSize is the most staged jobs moved in one transaction.
 	// Defaults to DefaultBatchSize.
 	BatchSize int
 
 	// PollInterval is how long an idle enqueuer waits for a NOTIFY on
-	// StagedChannel before looking anyway, which covers a notification
-	// lost while the listening connection was down. Defaults to
+	// Channel before looking anyway, which covers a notification lost
+	// while the listening connection was down. Defaults to
 	// DefaultPollInterval.
 	PollInterval time.Duration
 
@@ -81,6 +88,22 @@ type EnqueuerConfig struct {
 	// OnMoved, when set, is told how many jobs each committed batch
 	// moved (for metrics).
 	OnMoved func(n int)
+}
+
+func (c *Config) validate() error {
+	if c.Pool == nil {
+		return errors.New("staged: Config.Pool must be set")
+	}
+	if len(c.Kinds) == 0 {
+		return errors.New("staged: Config.Kinds must list at least one job kind")
+	}
+	if c.BatchSize < 0 {
+		return fmt.Errorf("staged: Config.BatchSize must not be negative, got %d", c.BatchSize)
+	}
+	if c.PollInterval < 0 {
+		return fmt.Errorf("staged: Config.PollInterval must not be negative, got %s", c.PollInterval)
+	}
+	return nil
 }
 
 // Enqueuer moves staged jobs into River once the transaction that staged
@@ -105,17 +128,14 @@ type Enqueuer struct {
 	lastUnknownReport time.Time
 }
 
-// NewEnqueuer returns an enqueuer moving jobs staged in pool's database
+// New returns an enqueuer moving jobs staged in config.Pool's database
 // into the River queue of the same database.
-func NewEnqueuer(pool *pgxpool.Pool, config *EnqueuerConfig) (*Enqueuer, error) {
+func New(config *Config) (*Enqueuer, error) {
 	if config == nil {
-		config = &EnqueuerConfig{}
+		config = &Config{}
 	}
-	if config.BatchSize < 0 {
-		return nil, fmt.Errorf("enqueuer batch size must not be negative, got %d", config.BatchSize)
-	}
-	if config.PollInterval < 0 {
-		return nil, fmt.Errorf("enqueuer poll interval must not be negative, got %s", config.PollInterval)
+	if err := config.validate(); err != nil {
+		return nil, err
 	}
 	logger := config.Logger
 	if logger == nil {
@@ -123,19 +143,20 @@ func NewEnqueuer(pool *pgxpool.Pool, config *EnqueuerConfig) (*Enqueuer, error) 
 	}
 	// Without Queues the client only inserts: it starts no producers and
 	// needs no Start.
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
+	client, err := river.NewClient(riverpgxv5.New(config.Pool), &river.Config{Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("create river insert client: %w", err)
 	}
+	kinds := kindOpts(config.Kinds)
 	return &Enqueuer{
-		pool:         pool,
+		pool:         config.Pool,
 		river:        client,
 		batchSize:    cmp.Or(config.BatchSize, DefaultBatchSize),
 		onMoved:      config.OnMoved,
 		pollInterval: cmp.Or(config.PollInterval, DefaultPollInterval),
 		logger:       logger,
-		kinds:        slices.Sorted(maps.Keys(knownKinds)),
-		opts:         knownKinds,
+		kinds:        slices.Sorted(maps.Keys(kinds)),
+		opts:         kinds,
 	}, nil
 }
 
@@ -333,7 +354,7 @@ func (e *Enqueuer) reportUnknownKinds(ctx context.Context) {
 // progress when ctx is cancelled is finished, not abandoned.
 //
 // While there is work it moves batch after batch. When idle it waits for
-// a NOTIFY on StagedChannel, so a job reaches River right after the
+// a NOTIFY on Channel, so a job reaches River right after the
 // transaction that staged it commits, and polls every PollInterval in case
 // a notification was missed. Database errors, including losing the
 // listening connection when Postgres restarts, are logged and retried
@@ -372,7 +393,7 @@ func (e *Enqueuer) Run(ctx context.Context) error {
 	return nil
 }
 
-// listener holds the connection LISTENing on StagedChannel. It is taken
+// listener holds the connection LISTENing on Channel. It is taken
 // out of the pool for good (a LISTEN is session state that must not leak
 // to another user of the pool) and reconnected when it breaks.
 type listener struct {
@@ -413,9 +434,9 @@ func (l *listener) listen(ctx context.Context) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("acquire listen connection: %w", err)
 	}
 	conn := pooled.Hijack()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{StagedChannel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
 		l.closeConn(ctx, conn)
-		return nil, fmt.Errorf("listen on %s: %w", StagedChannel, err)
+		return nil, fmt.Errorf("listen on %s: %w", Channel, err)
 	}
 	return conn, nil
 }

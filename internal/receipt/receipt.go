@@ -1,4 +1,11 @@
-package jobs
+// Package receipt owns ride receipts: the send_ride_receipt job (Args),
+// the worker that mails it, the River client that runs that worker, and
+// the ride_receipts table that makes sending idempotent.
+//
+// A ride's receipt is staged (package staged) in the atomic phase that
+// finishes the ride request, moved into River by the enqueuer once that
+// phase has committed, and worked here.
+package receipt
 
 import (
 	"context"
@@ -12,25 +19,53 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+
+	"github.com/rocketrides/rocketrides/internal/platform/mail"
 )
 
-// ReceiptSubject is the subject line of every ride receipt.
-const ReceiptSubject = "Your Rocket Rides receipt"
+// Args are the arguments of a send_ride_receipt job: everything a receipt
+// shows, captured when the charge was recorded.
+type Args struct {
+	RideID         int64  `json:"ride_id"`
+	UserID         int64  `json:"user_id"`
+	Amount         int64  `json:"amount"`
+	Currency       string `json:"currency"`
+	StripeChargeID string `json:"stripe_charge_id"`
+}
+
+// Kind is the job's name in staged_jobs and in River.
+func (Args) Kind() string { return "send_ride_receipt" }
+
+// InsertOpts makes a receipt job unique per set of args, and so per ride:
+// every field is fixed once the ride's charge is recorded. Should a ride's
+// receipt ever be staged twice, River keeps only one job while the first
+// is queued, running or recently completed, so two workers never race to
+// send the same receipt. The ride_receipts check in the worker is what
+// stops a second send after that (see Worker).
+func (Args) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
+}
+
+// DefaultFrom is the sender of receipts unless configured otherwise.
+const DefaultFrom = "Rocket Rides <receipts@rocketrides.local>"
+
+// Subject is the subject line of every ride receipt.
+const Subject = "Your Rocket Rides receipt"
 
 // recordTimeout bounds recording a sent receipt. The record is written
 // even when the job's own context has just ended: a send that is not
 // recorded is sent again on retry.
 const recordTimeout = 10 * time.Second
 
-// ReceiptMessageID is the Message-ID of ride rideID's receipt. It is
+// MessageID is the Message-ID of ride rideID's receipt. It is
 // derived from the ride rather than random so that every attempt at the
 // same receipt carries the same ID, and a duplicate that does get out can
 // be recognised (and dropped) by whatever receives it.
-func ReceiptMessageID(rideID int64) string {
+func MessageID(rideID int64) string {
 	return "ride-" + strconv.FormatInt(rideID, 10) + ".receipt@rocketrides.local"
 }
 
-// ReceiptWorker mails the receipt of a charged ride.
+// Worker mails the receipt of a charged ride.
 //
 // Mailing is a foreign state mutation: once an SMTP server has accepted a
 // message it cannot be taken back, and River retries a job whose attempt
@@ -44,32 +79,61 @@ func ReceiptMessageID(rideID int64) string {
 // the send and the row cannot share a transaction, and recording before
 // sending would turn the same crash into a receipt that is never sent.
 // The duplicate has the same Message-ID as the original (see
-// ReceiptMessageID), so mail servers and clients that deduplicate on it
+// MessageID), so mail servers and clients that deduplicate on it
 // show one receipt.
 //
-// Two workers cannot race on one ride: ReceiptArgs are unique in River
-// (see ReceiptArgs.InsertOpts), so there is only ever one job per ride to
-// work.
-type ReceiptWorker struct {
-	river.WorkerDefaults[ReceiptArgs]
+// Two workers cannot race on one ride: Args are unique in River (see
+// Args.InsertOpts), so there is only ever one job per ride to work.
+type Worker struct {
+	river.WorkerDefaults[Args]
 
 	pool   *pgxpool.Pool
-	mailer Mailer
+	mailer mail.Mailer
 	logger *slog.Logger
 }
 
-// NewReceiptWorker returns a worker mailing receipts through mailer.
-func NewReceiptWorker(pool *pgxpool.Pool, mailer Mailer, logger *slog.Logger) *ReceiptWorker {
+// WorkerConfig configures a Worker.
+type WorkerConfig struct {
+	// Pool is the database holding rides, users and ride_receipts.
+	// Required.
+	Pool *pgxpool.Pool
+
+	// Mailer delivers the receipts. Required.
+	Mailer mail.Mailer
+
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *WorkerConfig) validate() error {
+	if c.Pool == nil {
+		return errors.New("receipt: WorkerConfig.Pool must be set")
+	}
+	if c.Mailer == nil {
+		return errors.New("receipt: WorkerConfig.Mailer must be set")
+	}
+	return nil
+}
+
+// NewWorker returns a worker mailing receipts through config.Mailer.
+func NewWorker(config *WorkerConfig) (*Worker, error) {
+	if config == nil {
+		config = &WorkerConfig{}
+	}
+	if err := config.validate(); err != nil {
+		return nil, err
+	}
+	logger := config.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &ReceiptWorker{pool: pool, mailer: mailer, logger: logger}
+	return &Worker{pool: config.Pool, mailer: config.Mailer, logger: logger}, nil
 }
 
 // Work sends the receipt for job's ride unless it was sent before.
-func (w *ReceiptWorker) Work(ctx context.Context, job *river.Job[ReceiptArgs]) error {
+func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	args := job.Args
-	messageID := ReceiptMessageID(args.RideID)
+	messageID := MessageID(args.RideID)
 
 	var sent bool
 	if err := w.pool.QueryRow(ctx,
@@ -106,19 +170,19 @@ func (w *ReceiptWorker) Work(ctx context.Context, job *river.Job[ReceiptArgs]) e
 		return fmt.Errorf("look up recipient of ride %d: %w", args.RideID, err)
 	}
 
-	msg := &Message{
+	msg := &mail.Message{
 		ID:      messageID,
 		To:      email,
-		Subject: ReceiptSubject,
+		Subject: Subject,
 		Date:    time.Now(),
-		Body:    receiptBody(args, riddenAt),
+		Body:    body(args, riddenAt),
 	}
 	if err := w.mailer.Send(ctx, msg); err != nil {
 		return fmt.Errorf("send receipt of ride %d: %w", args.RideID, err)
 	}
 
 	// The receipt is out. Record it even if ctx ends now: a cancelled
-	// record is the duplicate-send window described on ReceiptWorker.
+	// record is the duplicate-send window described on Worker.
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	if _, err := w.pool.Exec(recordCtx, `
@@ -134,7 +198,7 @@ func (w *ReceiptWorker) Work(ctx context.Context, job *river.Job[ReceiptArgs]) e
 	return nil
 }
 
-func receiptBody(args ReceiptArgs, riddenAt time.Time) string {
+func body(args Args, riddenAt time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Thanks for riding with Rocket Rides!\n\n")
 	fmt.Fprintf(&b, "Ride:    #%d\n", args.RideID)
@@ -159,15 +223,14 @@ var currencySymbols = map[string]string{
 
 // FormatAmount renders an amount in a currency's smallest unit for people:
 // FormatAmount(2000, "usd") is "$20.00 USD".
+//
+// It takes a ride's amount and currency as rides stores them, and rides
+// holds nothing else: a positive amount and a lower-case ISO 4217 code
+// (its CHECKs refuse the rest), so there is no sign or case to handle.
 func FormatAmount(amount int64, currency string) string {
-	currency = strings.ToLower(currency)
-	sign := ""
-	if amount < 0 {
-		sign, amount = "-", -amount
-	}
 	number := strconv.FormatInt(amount, 10)
 	if !zeroDecimal[currency] {
 		number = fmt.Sprintf("%d.%02d", amount/100, amount%100)
 	}
-	return sign + currencySymbols[currency] + number + " " + strings.ToUpper(currency)
+	return currencySymbols[currency] + number + " " + strings.ToUpper(currency)
 }

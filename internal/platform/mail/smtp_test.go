@@ -1,31 +1,31 @@
-package jobs_test
+package mail_test
 
 import (
 	"bufio"
 	"encoding/base64"
 	"net"
-	"net/mail"
+	netmail "net/mail"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/rocketrides/rocketrides/internal/jobs"
+	"github.com/rocketrides/rocketrides/internal/platform/mail"
 )
 
 func TestSMTPMailer(t *testing.T) {
 	t.Parallel()
 
-	send := func(t *testing.T, smtpURL string) *jobs.Message {
+	send := func(t *testing.T, smtpURL string) *mail.Message {
 		t.Helper()
-		mailer, err := jobs.NewSMTPMailer(smtpURL, jobs.DefaultFrom)
+		mailer, err := mail.NewSMTP(&mail.SMTPConfig{URL: smtpURL, From: testFrom})
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg := &jobs.Message{
-			ID:      jobs.ReceiptMessageID(9),
+		msg := &mail.Message{
+			ID:      "ride-9.receipt@rocketrides.local",
 			To:      "rider@example.com",
-			Subject: jobs.ReceiptSubject,
+			Subject: "Your Rocket Rides receipt",
 			Date:    time.Now(),
 			Body:    "Amount:  $20.00 USD\n",
 		}
@@ -45,7 +45,7 @@ func TestSMTPMailer(t *testing.T) {
 		if got.from != "receipts@rocketrides.local" || len(got.rcpt) != 1 || got.rcpt[0] != msg.To {
 			t.Errorf("envelope from=%q rcpt=%q, want receipts@rocketrides.local -> %s", got.from, got.rcpt, msg.To)
 		}
-		parsed, err := mail.ReadMessage(strings.NewReader(got.data))
+		parsed, err := netmail.ReadMessage(strings.NewReader(got.data))
 		if err != nil {
 			t.Fatalf("parse delivered message: %v", err)
 		}
@@ -70,11 +70,33 @@ func TestSMTPMailer(t *testing.T) {
 
 	t.Run("RejectsOtherSchemes", func(t *testing.T) {
 		t.Parallel()
-		if _, err := jobs.NewSMTPMailer("http://localhost:25", jobs.DefaultFrom); err == nil {
-			t.Fatal("NewSMTPMailer accepted an http URL")
+		if _, err := mail.NewSMTP(&mail.SMTPConfig{URL: "http://localhost:25", From: testFrom}); err == nil {
+			t.Fatal("NewSMTP accepted an http URL")
+		}
+	})
+
+	t.Run("RejectsMissingSettings", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			config *mail.SMTPConfig
+			field  string
+		}{
+			{nil, "SMTPConfig.URL"},
+			{&mail.SMTPConfig{From: testFrom}, "SMTPConfig.URL"},
+			{&mail.SMTPConfig{URL: "smtp://localhost"}, "SMTPConfig.From"},
+			{&mail.SMTPConfig{URL: "smtp://localhost", From: "not an address"}, "SMTPConfig.From"},
+			{&mail.SMTPConfig{URL: "smtp://localhost", From: testFrom, Timeout: -time.Second}, "SMTPConfig.Timeout"},
+		} {
+			_, err := mail.NewSMTP(tc.config)
+			if err == nil || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("NewSMTP(%+v) = %v, want an error naming %s", tc.config, err, tc.field)
+			}
 		}
 	})
 }
+
+// testFrom is the sender of the messages these tests send.
+const testFrom = "Rocket Rides <receipts@rocketrides.local>"
 
 // smtpServer is just enough of an SMTP server on loopback to accept one
 // message: no TLS, AUTH PLAIN accepted with any credentials.

@@ -1,7 +1,9 @@
-package jobs
+package receipt
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -11,31 +13,75 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/rocketrides/rocketrides/internal/platform/mail"
 )
 
-// NewWorkers returns the River workers of this package, one per kind the
-// enqueuer moves (see knownKinds).
-func NewWorkers(pool *pgxpool.Pool, mailer Mailer, logger *slog.Logger) *river.Workers {
-	workers := river.NewWorkers()
-	river.AddWorker(workers, NewReceiptWorker(pool, mailer, logger))
-	return workers
+// Kinds are the jobs the workers of NewClient handle, and so the kinds an
+// enqueuer feeding them moves (staged.Config.Kinds).
+func Kinds() []river.JobArgs {
+	return []river.JobArgs{Args{}}
 }
 
-// workerConcurrency is how many jobs one worker process runs at once.
-// Receipts spend their time waiting on the mail server, so a handful of
-// goroutines keeps one relay busy without flooding it.
-const workerConcurrency = 10
+// DefaultMaxWorkers is how many jobs one worker process runs at once
+// unless ClientConfig.MaxWorkers says otherwise. Receipts spend their time
+// waiting on the mail server, so a handful of goroutines keeps one relay
+// busy without flooding it.
+const DefaultMaxWorkers = 10
 
-// NewWorkerClient returns a River client that works this package's jobs
-// from the default queue once started.
-func NewWorkerClient(pool *pgxpool.Pool, mailer Mailer, logger *slog.Logger) (*river.Client[pgx.Tx], error) {
+// ClientConfig configures the River client that works receipts.
+type ClientConfig struct {
+	// Pool is the database holding River's queue and the tables the
+	// workers read and write. Required.
+	Pool *pgxpool.Pool
+
+	// Mailer delivers the receipts. Required.
+	Mailer mail.Mailer
+
+	// MaxWorkers is how many jobs run at once. Defaults to
+	// DefaultMaxWorkers.
+	MaxWorkers int
+
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *ClientConfig) validate() error {
+	if c.Pool == nil {
+		return errors.New("receipt: ClientConfig.Pool must be set")
+	}
+	if c.Mailer == nil {
+		return errors.New("receipt: ClientConfig.Mailer must be set")
+	}
+	if c.MaxWorkers < 0 {
+		return fmt.Errorf("receipt: ClientConfig.MaxWorkers must not be negative, got %d", c.MaxWorkers)
+	}
+	return nil
+}
+
+// NewClient returns a River client that works receipts (every kind in
+// Kinds) from the default queue once started.
+func NewClient(config *ClientConfig) (*river.Client[pgx.Tx], error) {
+	if config == nil {
+		config = &ClientConfig{}
+	}
+	if err := config.validate(); err != nil {
+		return nil, err
+	}
+	logger := config.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+	worker, err := NewWorker(&WorkerConfig{Pool: config.Pool, Mailer: config.Mailer, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, worker)
+	client, err := river.NewClient(riverpgxv5.New(config.Pool), &river.Config{
 		Logger:  logger,
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workerConcurrency}},
-		Workers: NewWorkers(pool, mailer, logger),
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cmp.Or(config.MaxWorkers, DefaultMaxWorkers)}},
+		Workers: workers,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create river worker client: %w", err)

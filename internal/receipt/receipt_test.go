@@ -1,11 +1,12 @@
-package jobs_test
+package receipt_test
 
 import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"mime/quotedprintable"
-	"net/mail"
+	netmail "net/mail"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,11 +15,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/rocketrides/rocketrides/internal/jobs"
+	"github.com/rocketrides/rocketrides/internal/platform/mail"
+	"github.com/rocketrides/rocketrides/internal/receipt"
+	"github.com/rocketrides/rocketrides/internal/staged"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 )
 
@@ -30,7 +35,7 @@ func TestReceiptWorker(t *testing.T) {
 		pool    *pgxpool.Pool
 		mailDir string
 		mailer  *countingMailer
-		args    jobs.ReceiptArgs // a charged ride's receipt
+		args    receipt.Args // a charged ride's receipt
 		email   string
 	}
 
@@ -39,7 +44,7 @@ func TestReceiptWorker(t *testing.T) {
 		ctx := t.Context()
 		pool := dbtest.New(t)
 		mailDir := filepath.Join(t.TempDir(), "mail")
-		dir, err := jobs.NewDirMailer(mailDir, jobs.DefaultFrom)
+		dir, err := mail.NewDir(&mail.DirConfig{Dir: mailDir, From: receipt.DefaultFrom})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,17 +71,20 @@ func TestReceiptWorker(t *testing.T) {
 			pool:    pool,
 			mailDir: mailDir,
 			mailer:  &countingMailer{Mailer: dir},
-			args: jobs.ReceiptArgs{
+			args: receipt.Args{
 				RideID: rideID, UserID: userID, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_receipt",
 			},
 			email: email,
 		}
 	}
 
-	work := func(t *testing.T, bundle *testBundle, mailer jobs.Mailer, args jobs.ReceiptArgs) error {
+	work := func(t *testing.T, bundle *testBundle, mailer mail.Mailer, args receipt.Args) error {
 		t.Helper()
-		w := jobs.NewReceiptWorker(bundle.pool, mailer, testLogger(t))
-		return w.Work(bundle.ctx, &river.Job[jobs.ReceiptArgs]{
+		w, err := receipt.NewWorker(&receipt.WorkerConfig{Pool: bundle.pool, Mailer: mailer, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w.Work(bundle.ctx, &river.Job[receipt.Args]{
 			JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, Kind: args.Kind()},
 			Args:   args,
 		})
@@ -87,7 +95,7 @@ func TestReceiptWorker(t *testing.T) {
 		bundle := setup(t)
 		stage(t, bundle.pool, bundle.args)
 
-		e, err := jobs.NewEnqueuer(bundle.pool, &jobs.EnqueuerConfig{Logger: testLogger(t)})
+		e, err := staged.New(&staged.Config{Pool: bundle.pool, Kinds: receipt.Kinds(), Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,13 +103,13 @@ func TestReceiptWorker(t *testing.T) {
 			t.Fatalf("RunOnce = %d, %v; want 1, nil", moved, err)
 		}
 
-		client, err := jobs.NewWorkerClient(bundle.pool, bundle.mailer, testLogger(t))
+		client, err := receipt.NewClient(&receipt.ClientConfig{Pool: bundle.pool, Mailer: bundle.mailer, Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(bundle.ctx, 30*time.Second)
 		defer cancel()
-		worked, err := jobs.WorkAvailable(ctx, client)
+		worked, err := receipt.WorkAvailable(ctx, client)
 		if err != nil {
 			t.Fatalf("WorkAvailable: %v", err)
 		}
@@ -120,9 +128,9 @@ func TestReceiptWorker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantID := jobs.ReceiptMessageID(bundle.args.RideID)
-		if len(entries) != 1 || entries[0].Name() != jobs.MessageFileName(wantID) {
-			t.Fatalf("mail directory holds %v, want only %s", entries, jobs.MessageFileName(wantID))
+		wantID := receipt.MessageID(bundle.args.RideID)
+		if len(entries) != 1 || entries[0].Name() != mail.FileName(wantID) {
+			t.Fatalf("mail directory holds %v, want only %s", entries, mail.FileName(wantID))
 		}
 		msg, body := readMessage(t, filepath.Join(bundle.mailDir, entries[0].Name()))
 		if got := msg.Header.Get("Message-ID"); got != "<"+wantID+">" {
@@ -131,8 +139,8 @@ func TestReceiptWorker(t *testing.T) {
 		if got := msg.Header.Get("To"); !strings.Contains(got, bundle.email) {
 			t.Errorf("To = %q, want %s", got, bundle.email)
 		}
-		if got := msg.Header.Get("Subject"); got != jobs.ReceiptSubject {
-			t.Errorf("Subject = %q, want %q", got, jobs.ReceiptSubject)
+		if got := msg.Header.Get("Subject"); got != receipt.Subject {
+			t.Errorf("Subject = %q, want %q", got, receipt.Subject)
 		}
 		if got := msg.Header.Get("From"); !strings.Contains(got, "receipts@rocketrides.local") {
 			t.Errorf("From = %q, want the default sender", got)
@@ -213,75 +221,76 @@ func TestReceiptWorker(t *testing.T) {
 
 func TestFormatAmount(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		amount   int64
-		currency string
-		want     string
-	}{
-		{20_00, "usd", "$20.00 USD"},
-		{5, "usd", "$0.05 USD"},
-		{1234_56, "eur", "€1234.56 EUR"},
-		{500, "jpy", "¥500 JPY"},
-		{99_90, "chf", "99.90 CHF"},
-	} {
-		if got := jobs.FormatAmount(tc.amount, tc.currency); got != tc.want {
-			t.Errorf("FormatAmount(%d, %q) = %q, want %q", tc.amount, tc.currency, got, tc.want)
-		}
-	}
-}
 
-func TestDirMailer(t *testing.T) {
-	t.Parallel()
-
-	t.Run("SameMessageIDReplacesTheFile", func(t *testing.T) {
+	t.Run("Formats", func(t *testing.T) {
 		t.Parallel()
-		dir := filepath.Join(t.TempDir(), "nested", "mail")
-		mailer, err := jobs.NewDirMailer(dir, jobs.DefaultFrom)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg := &jobs.Message{
-			ID:      jobs.ReceiptMessageID(42),
-			To:      "rider@example.com",
-			Subject: jobs.ReceiptSubject,
-			Date:    time.Now(),
-			Body:    "first",
-		}
-		if err := mailer.Send(t.Context(), msg); err != nil {
-			t.Fatal(err)
-		}
-		msg.Body = "second"
-		if err := mailer.Send(t.Context(), msg); err != nil {
-			t.Fatal(err)
-		}
-
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(entries) != 1 {
-			t.Fatalf("mail directory holds %d files, want 1 (no temporary files left either)", len(entries))
-		}
-		if _, body := readMessage(t, filepath.Join(dir, entries[0].Name())); !strings.Contains(body, "second") {
-			t.Errorf("body = %q, want the later send", body)
+		for _, tc := range []struct {
+			amount   int64
+			currency string
+			want     string
+		}{
+			{20_00, "usd", "$20.00 USD"},
+			{5, "usd", "$0.05 USD"},
+			{1234_56, "eur", "€1234.56 EUR"},
+			{500, "jpy", "¥500 JPY"},
+			{99_90, "chf", "99.90 CHF"},
+		} {
+			if got := receipt.FormatAmount(tc.amount, tc.currency); got != tc.want {
+				t.Errorf("FormatAmount(%d, %q) = %q, want %q", tc.amount, tc.currency, got, tc.want)
+			}
 		}
 	})
 
-	t.Run("RejectsBadSender", func(t *testing.T) {
+	// A receipt's amount and currency are the ride's, as rides returned
+	// them (staged by the ride's last phase). FormatAmount handles neither
+	// a sign nor upper case because rides cannot hold them.
+	t.Run("RidesHoldOnlyPositiveAmountsInLowerCase", func(t *testing.T) {
 		t.Parallel()
-		if _, err := jobs.NewDirMailer(t.TempDir(), "not an address"); err == nil {
-			t.Fatal("NewDirMailer accepted a malformed sender")
+		ctx := t.Context()
+		pool := dbtest.New(t)
+		var userID int64
+		if err := pool.QueryRow(ctx, `
+			INSERT INTO users (email, stripe_customer_id, api_token_hash)
+			VALUES ('amounts@example.com', 'cus_amounts', sha256('amounts-token'))
+			RETURNING id`,
+		).Scan(&userID); err != nil {
+			t.Fatalf("insert user: %v", err)
+		}
+		insertRide := func(amount int64, currency string) error {
+			_, err := pool.Exec(ctx, `
+				INSERT INTO rides (origin_lat, origin_lon, target_lat, target_lon, amount, currency, user_id)
+				VALUES (37.77, -122.42, 37.80, -122.27, $1, $2, $3)`, amount, currency, userID)
+			return err
+		}
+		for _, tc := range []struct {
+			amount     int64
+			currency   string
+			constraint string
+		}{
+			{-20_00, "usd", "rides_amount_check"},
+			{0, "usd", "rides_amount_check"},
+			{20_00, "USD", "rides_currency_check"},
+			{20_00, "Usd", "rides_currency_check"},
+		} {
+			err := insertRide(tc.amount, tc.currency)
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "23514" || pgErr.ConstraintName != tc.constraint {
+				t.Errorf("ride of %d %q: err = %v, want check_violation of %s", tc.amount, tc.currency, err, tc.constraint)
+			}
+		}
+		if err := insertRide(1, "usd"); err != nil {
+			t.Errorf("ride of 1 usd: %v", err)
 		}
 	})
 }
 
 // countingMailer counts the messages it delivers.
 type countingMailer struct {
-	jobs.Mailer
+	mail.Mailer
 	sent atomic.Int64
 }
 
-func (m *countingMailer) Send(ctx context.Context, msg *jobs.Message) error {
+func (m *countingMailer) Send(ctx context.Context, msg *mail.Message) error {
 	if err := m.Mailer.Send(ctx, msg); err != nil {
 		return err
 	}
@@ -293,17 +302,17 @@ var errMailDown = errors.New("mail server unavailable")
 
 type failingMailer struct{}
 
-func (failingMailer) Send(context.Context, *jobs.Message) error { return errMailDown }
+func (failingMailer) Send(context.Context, *mail.Message) error { return errMailDown }
 
 // readMessage parses an .eml file and returns it with its decoded body.
-func readMessage(t *testing.T, path string) (*mail.Message, string) {
+func readMessage(t *testing.T, path string) (*netmail.Message, string) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	msg, err := mail.ReadMessage(f)
+	msg, err := netmail.ReadMessage(f)
 	if err != nil {
 		t.Fatalf("parse %s: %v", path, err)
 	}
@@ -316,4 +325,85 @@ func readMessage(t *testing.T, path string) (*mail.Message, string) {
 		t.Fatalf("read body of %s: %v", path, err)
 	}
 	return msg, string(body)
+}
+
+// stage commits args as staged jobs in one transaction, as an atomic phase
+// would.
+func stage(t *testing.T, pool *pgxpool.Pool, args ...river.JobArgs) {
+	t.Helper()
+	err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		var b pgx.Batch
+		for _, a := range args {
+			if err := staged.Stage(&b, a); err != nil {
+				return err
+			}
+		}
+		return tx.SendBatch(t.Context(), &b).Close()
+	})
+	if err != nil {
+		t.Fatalf("stage %d jobs: %v", len(args), err)
+	}
+}
+
+func countRows(t *testing.T, pool *pgxpool.Pool, table string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&n); err != nil {
+		t.Fatalf("count %s: %v", table, err)
+	}
+	return n
+}
+
+// testLogger writes through t.Log, so a failing test shows what the code
+// under test logged.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+
+	t.Run("WorkerRefusesMissingDependencies", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.New(t)
+		for _, tc := range []struct {
+			config *receipt.WorkerConfig
+			field  string
+		}{
+			{nil, "WorkerConfig.Pool"},
+			{&receipt.WorkerConfig{Mailer: failingMailer{}}, "WorkerConfig.Pool"},
+			{&receipt.WorkerConfig{Pool: pool}, "WorkerConfig.Mailer"},
+		} {
+			_, err := receipt.NewWorker(tc.config)
+			if err == nil || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("NewWorker(%+v) = %v, want an error naming %s", tc.config, err, tc.field)
+			}
+		}
+	})
+
+	t.Run("ClientRefusesBadConfig", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.New(t)
+		for _, tc := range []struct {
+			config *receipt.ClientConfig
+			field  string
+		}{
+			{nil, "ClientConfig.Pool"},
+			{&receipt.ClientConfig{Mailer: failingMailer{}}, "ClientConfig.Pool"},
+			{&receipt.ClientConfig{Pool: pool}, "ClientConfig.Mailer"},
+			{&receipt.ClientConfig{Pool: pool, Mailer: failingMailer{}, MaxWorkers: -1}, "ClientConfig.MaxWorkers"},
+		} {
+			_, err := receipt.NewClient(tc.config)
+			if err == nil || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("NewClient(%+v) = %v, want an error naming %s", tc.config, err, tc.field)
+			}
+		}
+	})
 }

@@ -1,0 +1,51 @@
+// Package staged owns staged jobs (the staged_jobs table): jobs recorded
+// inside an atomic phase's transaction, and the enqueuer that moves them
+// into River once that transaction has committed.
+//
+// Staging is what makes a job part of an atomic phase. Inserting straight
+// into a queue from inside a transaction would let a worker pick up a job
+// whose transaction later rolls back, or never see a job whose
+// transaction committed after the queue insert failed; a staged job
+// exists if and only if the phase that staged it committed.
+//
+// The package knows no particular job: the kinds it moves are the ones
+// its Config lists (package receipt has the only one today).
+package staged
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+)
+
+// Channel is the NOTIFY channel a phase signals after staging a job, so
+// that an idle enqueuer wakes at commit instead of on its next poll.
+const Channel = "staged_jobs"
+
+// Queuer takes statements to send later, pipelined with others: an
+// atomic phase's transaction (idem.Tx) or a pgx.Batch.
+type Queuer interface {
+	Queue(sql string, args ...any) *pgx.QueuedQuery
+}
+
+// Stage queues the recording of a job on q. The job becomes visible to the
+// enqueuer, and so to River, only when the transaction that q's
+// statements run in commits.
+func Stage(q Queuer, args river.JobArgs) error {
+	payload, err := json.Marshal(args)
+	if err != nil {
+		return fmt.Errorf("encode %s job args: %w", args.Kind(), err)
+	}
+	// The NOTIFY is delivered only if tx commits, and at most once per
+	// transaction however many jobs it stages. One statement does both, so
+	// staging adds one statement to the phase.
+	q.Queue(`
+		WITH staged AS (
+			INSERT INTO staged_jobs (job_name, job_args) VALUES ($1, $2) RETURNING id
+		)
+		SELECT pg_notify($3, '') FROM staged`,
+		args.Kind(), payload, Channel)
+	return nil
+}

@@ -1,5 +1,0 @@
-DROP TABLE staged_jobs;
-DROP TABLE rides;
-DROP TABLE audit_records;
-DROP TABLE idempotency_keys;
-DROP TABLE users;
