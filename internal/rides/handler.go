@@ -1,6 +1,7 @@
 package rides
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,22 +41,44 @@ type Handler struct {
 
 // HandlerConfig configures a Handler.
 type HandlerConfig struct {
+	// Service runs the ride requests. Required.
 	Service *Service
-	Pool    *pgxpool.Pool
-	Logger  *slog.Logger
+	// Pool is where rides are read for GET. Required.
+	Pool *pgxpool.Pool
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
 	// SimulatedErrors accepts raise_error=true, which fails a request on
 	// purpose after its ride is created.
 	SimulatedErrors bool
-	Failpoint       failpoint.Func
+	// Failpoint is called at FailBeforeResponse; nil injects nothing.
+	Failpoint failpoint.Func
 }
 
-// NewHandler returns a Handler.
-func NewHandler(cfg HandlerConfig) *Handler {
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
+func (c *HandlerConfig) validate() error {
+	switch {
+	case c.Service == nil:
+		return errors.New("rides: HandlerConfig.Service is required")
+	case c.Pool == nil:
+		return errors.New("rides: HandlerConfig.Pool is required")
 	}
-	return &Handler{svc: cfg.Service, pool: cfg.Pool, logger: logger, simulatedErrors: cfg.SimulatedErrors, fail: cfg.Failpoint}
+	return nil
+}
+
+// NewHandler returns a Handler for config.
+func NewHandler(config *HandlerConfig) (*Handler, error) {
+	if config == nil {
+		config = &HandlerConfig{}
+	}
+	if err := config.validate(); err != nil {
+		return nil, err
+	}
+	return &Handler{
+		svc:             config.Service,
+		pool:            config.Pool,
+		logger:          cmp.Or(config.Logger, slog.Default()),
+		simulatedErrors: config.SimulatedErrors,
+		fail:            config.Failpoint,
+	}, nil
 }
 
 // Mount adds the ride routes to r. They expect an authenticated user in

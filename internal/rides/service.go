@@ -16,6 +16,7 @@
 package rides
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,7 +35,6 @@ import (
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
 	"github.com/rocketrides/rocketrides/internal/platform/logctx"
-	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/platform/problem"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
@@ -76,7 +76,7 @@ const Path = "/rides"
 // same on every retry of the request.
 func StripeKey(keyID int64) string { return "rocket-rides-" + strconv.FormatInt(keyID, 10) }
 
-// Defaults for Config.
+// Defaults of ServiceConfig.
 const (
 	// DefaultStripeKeyRetention is how long Stripe remembers an
 	// idempotency key.
@@ -87,23 +87,45 @@ const (
 	DefaultMaxChargeAttempts = 10
 )
 
-// Config configures a Service.
-type Config struct {
-	Pool      *pgxpool.Pool
-	Keys      *idem.Store
-	Payments  *payment.Gateway
-	Logger    *slog.Logger
+// ServiceConfig configures a Service.
+type ServiceConfig struct {
+	// Pool is the database of rides and idempotency keys. Required.
+	Pool *pgxpool.Pool
+	// Keys is the idempotency-key store the requests' keys live in.
+	// Required.
+	Keys *idem.Store
+	// Payments charges the rides. Required.
+	Payments *payment.Gateway
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Failpoint is called at every seam (the Fail* constants); nil
+	// injects nothing.
 	Failpoint failpoint.Func
 
-	// StripeKeyRetention: past it, a retried charge is first looked up
-	// at Stripe (Stripe no longer dedupes it). Zero means
-	// DefaultStripeKeyRetention.
+	// StripeKeyRetention is how long Stripe remembers an idempotency
+	// key: past it, a retried charge is first looked up at Stripe, which
+	// no longer dedupes it. Zero means DefaultStripeKeyRetention.
 	StripeKeyRetention time.Duration
-	// MaxChargeAttempts: zero means DefaultMaxChargeAttempts.
+	// MaxChargeAttempts is how many charge attempts of a request may end
+	// with an unknown outcome before the key is set aside for a human.
+	// Zero means DefaultMaxChargeAttempts.
 	MaxChargeAttempts int
-	// StripeMetrics counts and times the calls to Stripe; nil records
-	// nothing.
-	StripeMetrics *metrics.Stripe
+}
+
+func (c *ServiceConfig) validate() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("rides: ServiceConfig.Pool is required")
+	case c.Keys == nil:
+		return errors.New("rides: ServiceConfig.Keys is required")
+	case c.Payments == nil:
+		return errors.New("rides: ServiceConfig.Payments is required")
+	case c.StripeKeyRetention < 0:
+		return fmt.Errorf("rides: ServiceConfig.StripeKeyRetention must not be negative, got %s", c.StripeKeyRetention)
+	case c.MaxChargeAttempts < 0:
+		return fmt.Errorf("rides: ServiceConfig.MaxChargeAttempts must not be negative, got %d", c.MaxChargeAttempts)
+	}
+	return nil
 }
 
 // Service runs ride requests, for the API and for the completer alike.
@@ -115,26 +137,25 @@ type Service struct {
 	fail              failpoint.Func
 	stripeRetention   time.Duration
 	maxChargeAttempts int
-	stripeMetrics     *metrics.Stripe
 }
 
-// NewService returns a Service.
-func NewService(cfg Config) *Service {
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
+// NewService returns a Service for config.
+func NewService(config *ServiceConfig) (*Service, error) {
+	if config == nil {
+		config = &ServiceConfig{}
 	}
-	if cfg.StripeKeyRetention <= 0 {
-		cfg.StripeKeyRetention = DefaultStripeKeyRetention
-	}
-	if cfg.MaxChargeAttempts <= 0 {
-		cfg.MaxChargeAttempts = DefaultMaxChargeAttempts
+	if err := config.validate(); err != nil {
+		return nil, err
 	}
 	return &Service{
-		pool: cfg.Pool, keys: cfg.Keys, payments: cfg.Payments, logger: logger, fail: cfg.Failpoint,
-		stripeRetention: cfg.StripeKeyRetention, maxChargeAttempts: cfg.MaxChargeAttempts,
-		stripeMetrics: cfg.StripeMetrics,
-	}
+		pool:              config.Pool,
+		keys:              config.Keys,
+		payments:          config.Payments,
+		logger:            cmp.Or(config.Logger, slog.Default()),
+		fail:              config.Failpoint,
+		stripeRetention:   cmp.Or(config.StripeKeyRetention, DefaultStripeKeyRetention),
+		maxChargeAttempts: cmp.Or(config.MaxChargeAttempts, DefaultMaxChargeAttempts),
+	}, nil
 }
 
 // CreateRequest is one POST /rides.
@@ -281,7 +302,7 @@ func (s *Service) chargeRide(ctx context.Context, u user.User, key *idem.Key, kn
 	}
 
 	if s.stripeMayHaveForgotten(key) {
-		chargeID, found, err := s.findCharge(ctx, u.StripeCustomerID,
+		chargeID, found, err := s.payments.FindCharge(ctx, u.StripeCustomerID,
 			"idempotency_key_id", strconv.FormatInt(key.ID, 10), key.FirstForeignAttemptAt.Add(-time.Hour))
 		if err != nil {
 			return fmt.Errorf("look up earlier charge of ride %d: %w", ride.ID, err)
@@ -293,7 +314,7 @@ func (s *Service) chargeRide(ctx context.Context, u user.User, key *idem.Key, kn
 		}
 	}
 
-	chargeID, err := s.charge(ctx, payment.ChargeRequest{
+	chargeID, err := s.payments.Charge(ctx, payment.ChargeRequest{
 		Customer:    u.StripeCustomerID,
 		Amount:      ride.Amount,
 		Currency:    ride.Currency,
@@ -304,21 +325,22 @@ func (s *Service) chargeRide(ctx context.Context, u user.User, key *idem.Key, kn
 		},
 		IdempotencyKey: StripeKey(key.ID),
 	})
-	var (
-		declined *payment.DeclinedError
-		rejected *payment.RejectedError
-	)
-	switch {
-	case errors.As(err, &declined):
+	switch payment.OutcomeOf(err) {
+	case payment.Declined:
 		// Final: the card will be declined on every retry, so the answer
 		// is stored and replayed.
-		body := problem.New(http.StatusPaymentRequired, "card_declined", declined.Message).JSON()
+		body := problem.New(http.StatusPaymentRequired, "card_declined", payment.Message(err)).JSON()
 		return s.keys.Phase(ctx, key, respond(http.StatusPaymentRequired, body))
-	case errors.As(err, &rejected):
+	case payment.Rejected:
 		body := problem.New(http.StatusBadGateway, "payment_rejected",
-			"The payment provider rejected the charge: "+rejected.Message).JSON()
+			"The payment provider rejected the charge: "+payment.Message(err)).JSON()
 		return s.keys.Phase(ctx, key, respond(http.StatusBadGateway, body))
-	case errors.Is(err, payment.ErrOutcomeUnknown):
+	case payment.Unavailable:
+		if !errors.Is(err, payment.ErrOutcomeUnknown) {
+			// The charge may exist. Nothing is recorded, and the retry
+			// asks Stripe again with the same key, which settles it.
+			return fmt.Errorf("charge ride %d: %w", ride.ID, err)
+		}
 		// Stripe stored an error for this key and will replay it to every
 		// retry: asking again cannot tell whether the charge happened.
 		// Give it a bounded number of tries, then a human.
@@ -330,51 +352,12 @@ func (s *Service) chargeRide(ctx context.Context, u user.User, key *idem.Key, kn
 			return s.setAside(ctx, u, key, ride.ID, n)
 		}
 		return fmt.Errorf("charge ride %d (unknown outcome %d of %d): %w", ride.ID, n, s.maxChargeAttempts, err)
-	case err != nil:
-		// Unavailable: the charge may exist. Nothing is recorded, and the
-		// retry asks Stripe again with the same key, which settles it.
-		return fmt.Errorf("charge ride %d: %w", ride.ID, err)
 	}
 	if err := s.fail.At(ctx, FailAfterCharge); err != nil {
 		return err
 	}
 
 	return s.keys.Phase(ctx, key, s.recordCharge(ride, chargeID))
-}
-
-// charge is s.payments.Charge, counted and timed by outcome.
-func (s *Service) charge(ctx context.Context, req payment.ChargeRequest) (string, error) {
-	start := time.Now()
-	chargeID, err := s.payments.Charge(ctx, req)
-	s.stripeMetrics.Call(metrics.StripeCreateCharge, stripeOutcome(err), start)
-	return chargeID, err
-}
-
-// findCharge is s.payments.FindCharge, counted and timed by outcome.
-func (s *Service) findCharge(ctx context.Context, customer, metadataKey, value string, since time.Time) (string, bool, error) {
-	start := time.Now()
-	chargeID, found, err := s.payments.FindCharge(ctx, customer, metadataKey, value, since)
-	s.stripeMetrics.Call(metrics.StripeListCharges, stripeOutcome(err), start)
-	return chargeID, found, err
-}
-
-// stripeOutcome sorts a Stripe call's error the way chargeRide acts on
-// it.
-func stripeOutcome(err error) metrics.StripeOutcome {
-	var (
-		declined *payment.DeclinedError
-		rejected *payment.RejectedError
-	)
-	switch {
-	case err == nil:
-		return metrics.StripeSucceeded
-	case errors.As(err, &declined):
-		return metrics.StripeDeclined
-	case errors.As(err, &rejected):
-		return metrics.StripeRejected
-	default:
-		return metrics.StripeUnavailable
-	}
 }
 
 // setAside flags key for a human after n unknown outcomes of its charge.
