@@ -337,3 +337,70 @@ func (g *Gateway) FindCharge(ctx context.Context, customer, metadataKey, value s
 func (g *Gateway) record(op metrics.StripeOperation, start time.Time, err *error) {
 	g.metrics.Call(op, OutcomeOf(*err), start)
 }
+
+// Charge is a charge as Stripe reports it.
+type Charge struct {
+	ID       string
+	Amount   int64
+	Currency string
+	Customer string // empty for a charge of a bare card
+	Created  time.Time
+	Metadata map[string]string
+	Status   string // succeeded, pending or failed
+	Refunded bool   // fully refunded
+}
+
+func fromStripe(c *stripe.Charge) *Charge {
+	out := &Charge{
+		ID:       c.ID,
+		Amount:   c.Amount,
+		Currency: string(c.Currency),
+		Created:  time.Unix(c.Created, 0),
+		Metadata: c.Metadata,
+		Status:   string(c.Status),
+		Refunded: c.Refunded,
+	}
+	if c.Customer != nil {
+		out.Customer = c.Customer.ID
+	}
+	return out
+}
+
+// ListCharges returns every charge created in [since, until], of every
+// customer and in every status, asking Stripe for pageSize (1-100) at a
+// time.
+func (g *Gateway) ListCharges(ctx context.Context, since, until time.Time, pageSize int64) ([]*Charge, error) {
+	params := &stripe.ChargeListParams{
+		CreatedRange: &stripe.RangeQueryParams{
+			GreaterThanOrEqual: since.Unix(),
+			LesserThanOrEqual:  until.Unix(),
+		},
+	}
+	params.Context = ctx
+	params.Limit = stripe.Int64(pageSize)
+	var charges []*Charge
+	iter := g.api.Charges.List(params)
+	for iter.Next() {
+		charges = append(charges, fromStripe(iter.Charge()))
+	}
+	if err := iter.Err(); err != nil {
+		return nil, classify("list charges", err)
+	}
+	return charges, nil
+}
+
+// GetCharge returns the charge id; found is false when Stripe has no such
+// charge.
+func (g *Gateway) GetCharge(ctx context.Context, id string) (c *Charge, found bool, err error) {
+	params := &stripe.ChargeParams{}
+	params.Context = ctx
+	sc, err := g.api.Charges.Get(id, params)
+	var stripeErr *stripe.Error
+	if errors.As(err, &stripeErr) && stripeErr.HTTPStatusCode == http.StatusNotFound {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, classify("get charge "+id, err)
+	}
+	return fromStripe(sc), true, nil
+}
