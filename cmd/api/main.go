@@ -52,18 +52,25 @@ func run() error {
 	defer pool.Close()
 
 	reg := metrics.NewRegistry()
-	svc, _ := settings.NewService(pool, reg, logger)
+	svc, _, err := settings.NewService(pool, reg, logger)
+	if err != nil {
+		return err
+	}
+	ridesHandler, err := rides.NewHandler(&rides.HandlerConfig{
+		Service:         svc,
+		Pool:            pool,
+		Logger:          logger,
+		SimulatedErrors: simulatedErrors,
+		Failpoint:       failpoint.FromEnv(),
+	})
+	if err != nil {
+		return err
+	}
 	handler := api.NewHandler(api.Config{
 		Pool:     pool,
 		Logger:   logger,
 		Registry: reg,
-		Rides: rides.NewHandler(rides.HandlerConfig{
-			Service:         svc,
-			Pool:            pool,
-			Logger:          logger,
-			SimulatedErrors: simulatedErrors,
-			Failpoint:       failpoint.FromEnv(),
-		}),
+		Rides:    ridesHandler,
 	})
 
 	if err := api.ServeDebug(ctx, debugAddr, logger); err != nil {

@@ -62,7 +62,10 @@ func run(once bool) error {
 
 	reg := metrics.NewRegistry()
 	metrics.RegisterPool(reg, pool)
-	svc, keys := settings.NewService(pool, reg, logger)
+	svc, keys, err := settings.NewService(pool, reg, logger)
+	if err != nil {
+		return err
+	}
 	c, err := completer.New(keys, svc, &completer.Config{
 		MinAge:        minAge,
 		RetryInterval: retryInterval,

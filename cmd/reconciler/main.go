@@ -51,12 +51,12 @@ func run(once bool, since time.Duration) error {
 	var env config.Env
 	databaseURL := env.Required("DATABASE_URL")
 	stripe := payment.ConfigFromEnv(&env)
-	window := env.Duration("RECONCILER_WINDOW", reconcile.DefaultWindow)
+	window := env.PositiveDuration("RECONCILER_WINDOW", reconcile.DefaultWindow)
 	if since > 0 {
 		window = since
 	}
-	interval := env.Duration("RECONCILER_INTERVAL", reconcile.DefaultInterval)
-	grace := env.Duration("RECONCILER_GRACE", reconcile.DefaultGrace)
+	interval := env.PositiveDuration("RECONCILER_INTERVAL", reconcile.DefaultInterval)
+	grace := env.PositiveDuration("RECONCILER_GRACE", reconcile.DefaultGrace)
 	if err := env.Err(); err != nil {
 		return err
 	}
@@ -70,15 +70,17 @@ func run(once bool, since time.Duration) error {
 	}
 	defer pool.Close()
 
-	reconciler, err := reconcile.New(reconcile.Config{
-		Pool:          pool,
-		StripeKey:     stripe.APIKey,
-		StripeURL:     stripe.BaseURL,
-		StripeTimeout: stripe.Timeout,
-		Window:        window,
-		Interval:      interval,
-		Grace:         grace,
-		Logger:        logger,
+	payments, err := payment.New(&stripe)
+	if err != nil {
+		return err
+	}
+	reconciler, err := reconcile.New(&reconcile.Config{
+		Pool:     pool,
+		Payments: payments,
+		Window:   window,
+		Interval: interval,
+		Grace:    grace,
+		Logger:   logger,
 	})
 	if err != nil {
 		return err

@@ -53,7 +53,10 @@ func run() error {
 		return err
 	}
 	defer pool.Close()
-	gateway := payment.New(stripe)
+	gateway, err := payment.New(&stripe)
+	if err != nil {
+		return err
+	}
 
 	demo := []struct{ email, source, token string }{
 		{"user@example.com", "tok_visa", *token},

@@ -331,10 +331,11 @@ func TestCompleter(t *testing.T) {
 		require.NoError(t, err)
 
 		otherKeys := idem.NewStore(b.Pool, idem.Config{})
+		otherService, err := rides.NewService(&rides.ServiceConfig{Pool: b.Pool, Keys: otherKeys, Payments: b.Gateway})
+		require.NoError(t, err)
 		completers := []*completer.Completer{
 			newCompleter(t, b.Keys, b.Service, completer.Config{BatchSize: 3}),
-			newCompleter(t, otherKeys, rides.NewService(rides.Config{Pool: b.Pool, Keys: otherKeys, Payments: b.Gateway}),
-				completer.Config{BatchSize: 3}),
+			newCompleter(t, otherKeys, otherService, completer.Config{BatchSize: 3}),
 		}
 		var (
 			wg                sync.WaitGroup

@@ -11,6 +11,7 @@
 package payment
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
+
+	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 )
 
 // ErrUnavailable means Stripe could not be reached or answered with a
@@ -53,52 +56,141 @@ func (e *RejectedError) Error() string {
 	return fmt.Sprintf("payment rejected (status %d): %s", e.Status, e.Message)
 }
 
+// Outcome is how a call to Stripe ended, sorted by what the caller does
+// next. It is also the outcome label of the Stripe metrics.
+type Outcome = metrics.StripeOutcome
+
+// The outcomes of a call to Stripe.
+const (
+	// Succeeded: Stripe did what was asked.
+	Succeeded = metrics.StripeSucceeded
+	// Declined: the card said no (a *DeclinedError). Final.
+	Declined = metrics.StripeDeclined
+	// Rejected: Stripe refused the request itself (a *RejectedError).
+	// Final.
+	Rejected = metrics.StripeRejected
+	// Unavailable: no usable answer (ErrUnavailable). The call may or may
+	// not have happened; repeating it with the same idempotency key
+	// settles which, unless the error is also ErrOutcomeUnknown.
+	Unavailable = metrics.StripeUnavailable
+)
+
+// OutcomeOf sorts err, as returned by a Gateway, into its Outcome.
+func OutcomeOf(err error) Outcome {
+	var (
+		declined *DeclinedError
+		rejected *RejectedError
+	)
+	switch {
+	case err == nil:
+		return Succeeded
+	case errors.As(err, &declined):
+		return Declined
+	case errors.As(err, &rejected):
+		return Rejected
+	default:
+		return Unavailable
+	}
+}
+
+// Message is Stripe's message for a Declined or Rejected call, which is
+// meant to be shown to the customer; empty for any other error.
+func Message(err error) string {
+	var (
+		declined *DeclinedError
+		rejected *RejectedError
+	)
+	switch {
+	case errors.As(err, &declined):
+		return declined.Message
+	case errors.As(err, &rejected):
+		return rejected.Message
+	default:
+		return ""
+	}
+}
+
+// DefaultTimeout bounds one HTTP attempt at Stripe when Config.Timeout is
+// zero.
+const DefaultTimeout = 20 * time.Second
+
 // Config configures a Gateway.
 type Config struct {
 	// APIKey is a Stripe secret key (sk_test_... in development).
+	// Required.
 	APIKey string
 	// BaseURL points the client elsewhere than api.stripe.com, such as the
-	// local Stripe fake. Without /v1.
+	// local Stripe fake. Without /v1. Empty means api.stripe.com.
 	BaseURL string
-	// Timeout bounds one HTTP attempt. Zero means 30s.
+	// Timeout bounds one HTTP attempt. Zero means DefaultTimeout.
 	Timeout time.Duration
 	// MaxNetworkRetries is how often stripe-go itself repeats a request
 	// that failed on the network or with 409/429/503, reusing the same
 	// idempotency key. Nil keeps stripe-go's default (2).
 	MaxNetworkRetries *int64
+	// Metrics counts and times the calls of a ride's charge step (Charge
+	// and FindCharge) by Outcome. Nil records nothing.
+	Metrics *metrics.Stripe
 }
 
-// Gateway is a Stripe client.
+func (c *Config) validate() error {
+	switch {
+	case c.APIKey == "":
+		return errors.New("payment: Config.APIKey is required")
+	case c.Timeout < 0:
+		return fmt.Errorf("payment: Config.Timeout must not be negative, got %s", c.Timeout)
+	case c.MaxNetworkRetries != nil && *c.MaxNetworkRetries < 0:
+		return fmt.Errorf("payment: Config.MaxNetworkRetries must not be negative, got %d", *c.MaxNetworkRetries)
+	}
+	return nil
+}
+
+// Gateway is the project's Stripe client: every call to Stripe goes
+// through one.
 type Gateway struct {
-	api *client.API
+	api     *client.API
+	metrics *metrics.Stripe
 }
 
-// New returns a Gateway for cfg.
-func New(cfg Config) *Gateway {
-	timeout := cfg.Timeout
-	if timeout == 0 {
-		timeout = 30 * time.Second
+// New returns a Gateway for config.
+func New(config *Config) (*Gateway, error) {
+	api, err := NewStripeClient(config)
+	if err != nil {
+		return nil, err
+	}
+	return &Gateway{api: api, metrics: config.Metrics}, nil
+}
+
+// NewStripeClient returns the stripe-go client a Gateway built from config
+// wraps (Metrics aside), for code that must speak Stripe's whole API
+// rather than the Gateway's few calls: the Stripe fake's own tests.
+// Product code goes through a Gateway.
+func NewStripeClient(config *Config) (*client.API, error) {
+	if config == nil {
+		config = &Config{}
+	}
+	if err := config.validate(); err != nil {
+		return nil, err
 	}
 	backendConfig := &stripe.BackendConfig{
-		HTTPClient: &http.Client{Timeout: timeout, Transport: newTransport()},
+		HTTPClient: &http.Client{Timeout: cmp.Or(config.Timeout, DefaultTimeout), Transport: newTransport()},
 		// Failures come back as errors and are logged by the caller
 		// with the request's context; stripe-go's own lines would only
 		// repeat them without it.
 		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
-		MaxNetworkRetries: cfg.MaxNetworkRetries,
+		MaxNetworkRetries: config.MaxNetworkRetries,
 		// Telemetry headers would report timings to Stripe; the fake has
 		// no use for them.
 		EnableTelemetry: stripe.Bool(false),
 	}
-	if cfg.BaseURL != "" {
-		backendConfig.URL = stripe.String(cfg.BaseURL)
+	if config.BaseURL != "" {
+		backendConfig.URL = stripe.String(config.BaseURL)
 	}
-	api := client.New(cfg.APIKey, &stripe.Backends{
+	return client.New(config.APIKey, &stripe.Backends{
 		API:     stripe.GetBackendWithConfig(stripe.APIBackend, backendConfig),
 		Connect: stripe.GetBackendWithConfig(stripe.ConnectBackend, backendConfig),
 		Uploads: stripe.GetBackendWithConfig(stripe.UploadsBackend, backendConfig),
-	})
-	return &Gateway{api: api}
+	}), nil
 }
 
 // maxIdleConnsPerHost is how many idle connections to Stripe the
@@ -130,8 +222,10 @@ type ChargeRequest struct {
 	IdempotencyKey string
 }
 
-// Charge creates a charge and returns its id.
-func (g *Gateway) Charge(ctx context.Context, req ChargeRequest) (string, error) {
+// Charge creates a charge and returns its id. It is the ride's foreign
+// state mutation.
+func (g *Gateway) Charge(ctx context.Context, req ChargeRequest) (chargeID string, err error) {
+	defer g.record(metrics.StripeCreateCharge, time.Now(), &err)
 	params := &stripe.ChargeParams{
 		Amount:      stripe.Int64(req.Amount),
 		Currency:    stripe.String(req.Currency),
@@ -217,7 +311,8 @@ func (g *Gateway) CustomerExists(ctx context.Context, id string) (bool, error) {
 // asks Stripe whether an earlier attempt charged, once Stripe may have
 // forgotten the attempt's idempotency key: the metadata names our request,
 // so it identifies the charge whatever key it was made with.
-func (g *Gateway) FindCharge(ctx context.Context, customer, metadataKey, value string, since time.Time) (string, bool, error) {
+func (g *Gateway) FindCharge(ctx context.Context, customer, metadataKey, value string, since time.Time) (chargeID string, found bool, err error) {
+	defer g.record(metrics.StripeListCharges, time.Now(), &err)
 	params := &stripe.ChargeListParams{
 		Customer:     stripe.String(customer),
 		CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()},
@@ -235,4 +330,77 @@ func (g *Gateway) FindCharge(ctx context.Context, customer, metadataKey, value s
 		return "", false, classify(fmt.Sprintf("list charges of %s", customer), err)
 	}
 	return "", false, nil
+}
+
+// record counts and times a call to Stripe that started at start and
+// ended with *err.
+func (g *Gateway) record(op metrics.StripeOperation, start time.Time, err *error) {
+	g.metrics.Call(op, OutcomeOf(*err), start)
+}
+
+// Charge is a charge as Stripe reports it.
+type Charge struct {
+	ID       string
+	Amount   int64
+	Currency string
+	Customer string // empty for a charge of a bare card
+	Created  time.Time
+	Metadata map[string]string
+	Status   string // succeeded, pending or failed
+	Refunded bool   // fully refunded
+}
+
+func fromStripe(c *stripe.Charge) *Charge {
+	out := &Charge{
+		ID:       c.ID,
+		Amount:   c.Amount,
+		Currency: string(c.Currency),
+		Created:  time.Unix(c.Created, 0),
+		Metadata: c.Metadata,
+		Status:   string(c.Status),
+		Refunded: c.Refunded,
+	}
+	if c.Customer != nil {
+		out.Customer = c.Customer.ID
+	}
+	return out
+}
+
+// ListCharges returns every charge created in [since, until], of every
+// customer and in every status, asking Stripe for pageSize (1-100) at a
+// time.
+func (g *Gateway) ListCharges(ctx context.Context, since, until time.Time, pageSize int64) ([]*Charge, error) {
+	params := &stripe.ChargeListParams{
+		CreatedRange: &stripe.RangeQueryParams{
+			GreaterThanOrEqual: since.Unix(),
+			LesserThanOrEqual:  until.Unix(),
+		},
+	}
+	params.Context = ctx
+	params.Limit = stripe.Int64(pageSize)
+	var charges []*Charge
+	iter := g.api.Charges.List(params)
+	for iter.Next() {
+		charges = append(charges, fromStripe(iter.Charge()))
+	}
+	if err := iter.Err(); err != nil {
+		return nil, classify("list charges", err)
+	}
+	return charges, nil
+}
+
+// GetCharge returns the charge id; found is false when Stripe has no such
+// charge.
+func (g *Gateway) GetCharge(ctx context.Context, id string) (c *Charge, found bool, err error) {
+	params := &stripe.ChargeParams{}
+	params.Context = ctx
+	sc, err := g.api.Charges.Get(id, params)
+	var stripeErr *stripe.Error
+	if errors.As(err, &stripeErr) && stripeErr.HTTPStatusCode == http.StatusNotFound {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, classify("get charge "+id, err)
+	}
+	return fromStripe(sc), true, nil
 }

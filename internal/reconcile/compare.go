@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rocketrides/rocketrides/internal/payment"
 )
 
 // Metadata keys every Rocket Rides charge carries (internal/rides): the
@@ -18,24 +20,15 @@ const (
 
 const statusSucceeded = "succeeded"
 
-// charge is what reconciliation needs of a Stripe charge.
-type charge struct {
-	ID       string
-	Amount   int64
-	Currency string
-	Customer string // empty for a charge of a bare card
-	Created  time.Time
-	Metadata map[string]string
-	Status   string
-	Refunded bool // fully refunded
-}
+// charge is a Stripe charge as payment reads it.
+type charge = payment.Charge
 
 // tookMoney reports whether c counts. A declined charge is kept by Stripe
 // as a failed charge object but moved no money. A fully refunded one gave
 // the money back, and a refund is how a person settles a double charge:
 // were refunded charges counted, a settled discrepancy would be reported
 // forever.
-func (c *charge) tookMoney() bool {
+func tookMoney(c *charge) bool {
 	return c.Status == statusSucceeded && !c.Refunded
 }
 
@@ -96,7 +89,7 @@ func compare(s snapshot, now time.Time, grace time.Duration) *Report {
 
 	attributed := make(map[int64][]*charge)
 	for _, c := range s.listed {
-		if !c.tookMoney() {
+		if !tookMoney(c) {
 			continue
 		}
 		_, hasRide := c.Metadata[metadataRideID]

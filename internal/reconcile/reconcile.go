@@ -19,15 +19,14 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/http"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stripe/stripe-go/v76"
-	"github.com/stripe/stripe-go/v76/client"
+
+	"github.com/rocketrides/rocketrides/internal/payment"
 )
 
 // Defaults of Config.
@@ -40,31 +39,25 @@ const (
 
 // Config configures a Reconciler.
 type Config struct {
-	// Pool is the Rocket Rides database. Only read.
+	// Pool is the Rocket Rides database. Only read. Required.
 	Pool *pgxpool.Pool
-
-	// StripeKey is a Stripe secret key; a restricted key with read access
-	// to charges is enough.
-	StripeKey string
-	// StripeURL points the client elsewhere than api.stripe.com, such as
-	// the local Stripe fake. Without /v1.
-	StripeURL string
-	// StripeTimeout bounds one HTTP request to Stripe. Zero means 30s.
-	StripeTimeout time.Duration
+	// Payments is how Stripe is read. Required. Its API key may be a
+	// restricted key with read access to charges.
+	Payments *payment.Gateway
 
 	// Window is how far back a run looks: charges and rides created in the
-	// last Window are compared. Defaults to DefaultWindow.
+	// last Window are compared. Zero means DefaultWindow.
 	Window time.Duration
-	// Interval is the time between runs in Run. Defaults to
+	// Interval is the time between runs in Run. Zero means
 	// DefaultInterval.
 	Interval time.Duration
 	// Grace is how long a charge may go unrecorded by the ride it names
 	// before it is reported: until its request's last atomic phase has
 	// run (or the completer has finished it), a ride without its charge
-	// is normal. Defaults to DefaultGrace.
+	// is normal. Zero means DefaultGrace.
 	Grace time.Duration
 	// PageSize is the number of charges asked for per list request, at
-	// most 100. Defaults to DefaultPageSize.
+	// most 100. Zero means DefaultPageSize.
 	PageSize int64
 
 	// Now is the clock; nil means time.Now.
@@ -73,10 +66,28 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+func (c *Config) validate() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("reconcile: Config.Pool is required")
+	case c.Payments == nil:
+		return errors.New("reconcile: Config.Payments is required")
+	case c.Window < 0:
+		return fmt.Errorf("reconcile: Config.Window must not be negative, got %s", c.Window)
+	case c.Interval < 0:
+		return fmt.Errorf("reconcile: Config.Interval must not be negative, got %s", c.Interval)
+	case c.Grace < 0:
+		return fmt.Errorf("reconcile: Config.Grace must not be negative, got %s", c.Grace)
+	case c.PageSize < 0 || c.PageSize > 100:
+		return fmt.Errorf("reconcile: Config.PageSize must be between 1 and 100, got %d", c.PageSize)
+	}
+	return nil
+}
+
 // Reconciler compares Stripe's charges with the rides table.
 type Reconciler struct {
 	pool     *pgxpool.Pool
-	stripe   *client.API
+	payments *payment.Gateway
 	window   time.Duration
 	interval time.Duration
 	grace    time.Duration
@@ -85,49 +96,27 @@ type Reconciler struct {
 	logger   *slog.Logger
 }
 
-// New returns a Reconciler for cfg.
-func New(cfg Config) (*Reconciler, error) {
-	switch {
-	case cfg.Pool == nil:
-		return nil, errors.New("reconcile: Config.Pool is required")
-	case cfg.StripeKey == "":
-		return nil, errors.New("reconcile: Config.StripeKey is required")
-	case cfg.Window < 0, cfg.Interval < 0, cfg.Grace < 0:
-		return nil, fmt.Errorf("reconcile: window (%s), interval (%s) and grace (%s) must not be negative",
-			cfg.Window, cfg.Interval, cfg.Grace)
-	case cfg.PageSize < 0 || cfg.PageSize > 100:
-		return nil, fmt.Errorf("reconcile: page size must be between 1 and 100, got %d", cfg.PageSize)
+// New returns a Reconciler for config.
+func New(config *Config) (*Reconciler, error) {
+	if config == nil {
+		config = &Config{}
 	}
-	backendConfig := &stripe.BackendConfig{
-		HTTPClient: &http.Client{Timeout: cmp.Or(cfg.StripeTimeout, 30*time.Second)},
-		// Failures come back as errors and end the run with one message
-		// saying what was being looked up; stripe-go's lines would repeat
-		// them without that.
-		LeveledLogger:   &stripe.LeveledLogger{Level: stripe.LevelNull},
-		EnableTelemetry: stripe.Bool(false),
+	if err := config.validate(); err != nil {
+		return nil, err
 	}
-	if cfg.StripeURL != "" {
-		backendConfig.URL = stripe.String(cfg.StripeURL)
-	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	now := cfg.Now
+	now := config.Now
 	if now == nil {
 		now = time.Now
 	}
 	return &Reconciler{
-		pool: cfg.Pool,
-		stripe: client.New(cfg.StripeKey, &stripe.Backends{
-			API: stripe.GetBackendWithConfig(stripe.APIBackend, backendConfig),
-		}),
-		window:   cmp.Or(cfg.Window, DefaultWindow),
-		interval: cmp.Or(cfg.Interval, DefaultInterval),
-		grace:    cmp.Or(cfg.Grace, DefaultGrace),
-		pageSize: cmp.Or(cfg.PageSize, DefaultPageSize),
+		pool:     config.Pool,
+		payments: config.Payments,
+		window:   cmp.Or(config.Window, DefaultWindow),
+		interval: cmp.Or(config.Interval, DefaultInterval),
+		grace:    cmp.Or(config.Grace, DefaultGrace),
+		pageSize: cmp.Or(config.PageSize, DefaultPageSize),
 		now:      now,
-		logger:   logger,
+		logger:   cmp.Or(config.Logger, slog.Default()),
 	}, nil
 }
 
@@ -141,9 +130,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) (*Report, error) {
 	// Charges first, rides second: a ride that records its charge after
 	// the list was taken is still read with its charge id, and that charge
 	// is then fetched by id below instead of being taken for missing.
-	listed, err := r.listCharges(ctx, since, until)
+	listed, err := r.payments.ListCharges(ctx, since, until, r.pageSize)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list charges created since %s: %w", since.UTC().Format(time.RFC3339), err)
 	}
 	var rideIDs []int64
 	chargeIDs := make([]string, 0, len(listed))
@@ -151,7 +140,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (*Report, error) {
 	for _, c := range listed {
 		// Failed charges too: a ride that records one is a mismatch.
 		chargeIDs = append(chargeIDs, c.ID)
-		if !c.tookMoney() {
+		if !tookMoney(c) {
 			continue
 		}
 		if id, err := strconv.ParseInt(c.Metadata[metadataRideID], 10, 64); err == nil {
@@ -179,69 +168,16 @@ func (r *Reconciler) RunOnce(ctx context.Context) (*Report, error) {
 		if rd.StripeChargeID == nil || listedIDs[*rd.StripeChargeID] {
 			continue
 		}
-		c, err := r.getCharge(ctx, *rd.StripeChargeID)
+		c, _, err := r.payments.GetCharge(ctx, *rd.StripeChargeID)
 		if err != nil {
 			return nil, fmt.Errorf("look up charge %s of ride %d: %w", *rd.StripeChargeID, rd.ID, err)
 		}
-		fetched[*rd.StripeChargeID] = c
+		fetched[*rd.StripeChargeID] = c // nil when Stripe has no such charge
 	}
 
 	rep := compare(snapshot{listed: listed, rides: rides, customers: customers, fetched: fetched}, until, r.grace)
 	rep.Since, rep.Until = since, until
 	return rep, nil
-}
-
-// listCharges returns every charge created in [since, until], a page at a
-// time.
-func (r *Reconciler) listCharges(ctx context.Context, since, until time.Time) ([]*charge, error) {
-	params := &stripe.ChargeListParams{
-		CreatedRange: &stripe.RangeQueryParams{
-			GreaterThanOrEqual: since.Unix(),
-			LesserThanOrEqual:  until.Unix(),
-		},
-	}
-	params.Context = ctx
-	params.Limit = stripe.Int64(r.pageSize)
-	var charges []*charge
-	iter := r.stripe.Charges.List(params)
-	for iter.Next() {
-		charges = append(charges, fromStripe(iter.Charge()))
-	}
-	if err := iter.Err(); err != nil {
-		return nil, fmt.Errorf("list charges created since %s: %w", since.UTC().Format(time.RFC3339), err)
-	}
-	return charges, nil
-}
-
-// getCharge fetches one charge; nil, nil means Stripe has no such charge.
-func (r *Reconciler) getCharge(ctx context.Context, id string) (*charge, error) {
-	params := &stripe.ChargeParams{}
-	params.Context = ctx
-	c, err := r.stripe.Charges.Get(id, params)
-	var stripeErr *stripe.Error
-	if errors.As(err, &stripeErr) && stripeErr.HTTPStatusCode == http.StatusNotFound {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return fromStripe(c), nil
-}
-
-func fromStripe(c *stripe.Charge) *charge {
-	out := &charge{
-		ID:       c.ID,
-		Amount:   c.Amount,
-		Currency: string(c.Currency),
-		Created:  time.Unix(c.Created, 0),
-		Metadata: c.Metadata,
-		Status:   string(c.Status),
-		Refunded: c.Refunded,
-	}
-	if c.Customer != nil {
-		out.Customer = c.Customer.ID
-	}
-	return out
 }
 
 // loadRides reads the rides created since since, and those that rideIDs

@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
 
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe/fakestripetest"
+	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 )
 
@@ -58,8 +60,8 @@ func TestReconcile(t *testing.T) {
 	}
 	reconcile := func(t *testing.T, b *testBundle, cfg Config) *Report {
 		t.Helper()
-		cfg.Pool, cfg.StripeKey, cfg.StripeURL = b.Pool, apitest.StripeKey, b.StripeURL
-		r, err := New(cfg)
+		cfg.Pool, cfg.Payments = b.Pool, b.Gateway
+		r, err := New(&cfg)
 		require.NoError(t, err)
 		rep, err := r.RunOnce(context.Background())
 		require.NoError(t, err)
@@ -321,8 +323,8 @@ func TestReconcile(t *testing.T) {
 		exec(t, b, `UPDATE rides SET amount = 2500 WHERE id = $1`, ride.ID)
 
 		logs := &syncBuffer{}
-		r, err := New(Config{
-			Pool: b.Pool, StripeKey: apitest.StripeKey, StripeURL: b.StripeURL, Interval: 10 * time.Millisecond,
+		r, err := New(&Config{
+			Pool: b.Pool, Payments: b.Gateway, Interval: 10 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		})
 		require.NoError(t, err)
@@ -343,11 +345,39 @@ func TestReconcile(t *testing.T) {
 	t.Run("StripeUnreachableIsAnError", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 0)
-		r, err := New(Config{Pool: b.Pool, StripeKey: apitest.StripeKey, StripeURL: "http://127.0.0.1:1"})
+		unreachable, err := payment.New(&payment.Config{APIKey: apitest.StripeKey, BaseURL: "http://127.0.0.1:1"})
+		require.NoError(t, err)
+		r, err := New(&Config{Pool: b.Pool, Payments: unreachable})
 		require.NoError(t, err)
 		_, err = r.RunOnce(context.Background())
 		require.ErrorContains(t, err, "list charges created since")
 	})
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+
+	payments, err := payment.New(&payment.Config{APIKey: apitest.StripeKey})
+	require.NoError(t, err)
+	pool := &pgxpool.Pool{} // never used: New only checks that it is there
+	for _, tc := range []struct {
+		name   string
+		config *Config
+		want   string
+	}{
+		{"NilNeedsAPool", nil, "reconcile: Config.Pool is required"},
+		{"NeedsPayments", &Config{Pool: pool}, "reconcile: Config.Payments is required"},
+		{"NegativeWindow", &Config{Pool: pool, Payments: payments, Window: -time.Hour}, "reconcile: Config.Window must not be negative, got -1h0m0s"},
+		{"NegativeInterval", &Config{Pool: pool, Payments: payments, Interval: -time.Hour}, "reconcile: Config.Interval must not be negative, got -1h0m0s"},
+		{"NegativeGrace", &Config{Pool: pool, Payments: payments, Grace: -time.Hour}, "reconcile: Config.Grace must not be negative, got -1h0m0s"},
+		{"PageTooLarge", &Config{Pool: pool, Payments: payments, PageSize: 101}, "reconcile: Config.PageSize must be between 1 and 100, got 101"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := New(tc.config)
+			require.EqualError(t, err, tc.want)
+		})
+	}
 }
 
 // TestCompare covers what the Stripe fake cannot produce.

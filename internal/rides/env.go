@@ -23,9 +23,11 @@ type Settings struct {
 	Stripe payment.Config // see payment.ConfigFromEnv
 	// IDEMPOTENCY_LOCK_TIMEOUT, default idem.DefaultLockTimeout.
 	LockTimeout time.Duration
-	// STRIPE_KEY_RETENTION, default DefaultStripeKeyRetention.
+	// STRIPE_KEY_RETENTION, default DefaultStripeKeyRetention; 0 is
+	// refused.
 	StripeKeyRetention time.Duration
-	// MAX_CHARGE_ATTEMPTS, default DefaultMaxChargeAttempts.
+	// MAX_CHARGE_ATTEMPTS, default DefaultMaxChargeAttempts; 0 is
+	// refused.
 	MaxChargeAttempts int
 }
 
@@ -34,24 +36,30 @@ func SettingsFromEnv(env *config.Env) Settings {
 	return Settings{
 		Stripe:             payment.ConfigFromEnv(env),
 		LockTimeout:        env.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout),
-		StripeKeyRetention: env.Duration("STRIPE_KEY_RETENTION", DefaultStripeKeyRetention),
-		MaxChargeAttempts:  env.Int("MAX_CHARGE_ATTEMPTS", DefaultMaxChargeAttempts),
+		StripeKeyRetention: env.PositiveDuration("STRIPE_KEY_RETENTION", DefaultStripeKeyRetention),
+		MaxChargeAttempts:  env.PositiveInt("MAX_CHARGE_ATTEMPTS", DefaultMaxChargeAttempts),
 	}
 }
 
 // NewService builds, for s, the idempotency-key store and the ride
 // service on pool, counting into reg. Failpoints come from FAILPOINTS in
 // binaries built with -tags failpoints.
-func (s Settings) NewService(pool *pgxpool.Pool, reg prometheus.Registerer, logger *slog.Logger) (*Service, *idem.Store) {
+func (s Settings) NewService(pool *pgxpool.Pool, reg prometheus.Registerer, logger *slog.Logger) (*Service, *idem.Store, error) {
 	keys := idem.NewStore(pool, idem.Config{LockTimeout: s.LockTimeout, Metrics: metrics.NewIdempotency(reg)})
-	return NewService(Config{
+	stripe := s.Stripe
+	stripe.Metrics = metrics.NewStripe(reg)
+	payments, err := payment.New(&stripe)
+	if err != nil {
+		return nil, nil, err
+	}
+	svc, err := NewService(&ServiceConfig{
 		Pool:               pool,
 		Keys:               keys,
-		Payments:           payment.New(s.Stripe),
+		Payments:           payments,
 		Logger:             logger,
 		Failpoint:          failpoint.FromEnv(),
 		StripeKeyRetention: s.StripeKeyRetention,
 		MaxChargeAttempts:  s.MaxChargeAttempts,
-		StripeMetrics:      metrics.NewStripe(reg),
-	}), keys
+	})
+	return svc, keys, err
 }

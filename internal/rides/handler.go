@@ -1,6 +1,7 @@
 package rides
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,22 +41,44 @@ type Handler struct {
 
 // HandlerConfig configures a Handler.
 type HandlerConfig struct {
+	// Service runs the ride requests. Required.
 	Service *Service
-	Pool    *pgxpool.Pool
-	Logger  *slog.Logger
+	// Pool is where rides are read for GET. Required.
+	Pool *pgxpool.Pool
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
 	// SimulatedErrors accepts raise_error=true, which fails a request on
 	// purpose after its ride is created.
 	SimulatedErrors bool
-	Failpoint       failpoint.Func
+	// Failpoint is called at FailBeforeResponse; nil injects nothing.
+	Failpoint failpoint.Func
 }
 
-// NewHandler returns a Handler.
-func NewHandler(cfg HandlerConfig) *Handler {
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
+func (c *HandlerConfig) validate() error {
+	switch {
+	case c.Service == nil:
+		return errors.New("rides: HandlerConfig.Service is required")
+	case c.Pool == nil:
+		return errors.New("rides: HandlerConfig.Pool is required")
 	}
-	return &Handler{svc: cfg.Service, pool: cfg.Pool, logger: logger, simulatedErrors: cfg.SimulatedErrors, fail: cfg.Failpoint}
+	return nil
+}
+
+// NewHandler returns a Handler for config.
+func NewHandler(config *HandlerConfig) (*Handler, error) {
+	if config == nil {
+		config = &HandlerConfig{}
+	}
+	if err := config.validate(); err != nil {
+		return nil, err
+	}
+	return &Handler{
+		svc:             config.Service,
+		pool:            config.Pool,
+		logger:          cmp.Or(config.Logger, slog.Default()),
+		simulatedErrors: config.SimulatedErrors,
+		fail:            config.Failpoint,
+	}, nil
 }
 
 // Mount adds the ride routes to r. They expect an authenticated user in
@@ -289,7 +312,7 @@ func (h *Handler) errorProblem(ctx context.Context, err error) *problem.Problem 
 		return problem.New(http.StatusConflict, "request_taken_over",
 			"This request stalled and a retry took it over. Retry with the same key to get its result.").WithRetryAfter(1)
 	case errors.Is(err, payment.ErrUnavailable):
-		h.logger.WarnContext(ctx, "payment provider unavailable; key left resumable", "error", err)
+		h.logger.WarnContext(ctx, "Payment provider unavailable; key left resumable", slog.Any("error", err))
 		return problem.New(http.StatusServiceUnavailable, "payment_unavailable",
 			"The payment provider could not be reached. Retry with the same Idempotency-Key; you will be charged at most once.").WithRetryAfter(2)
 	case errors.Is(err, idem.ErrNeedsAttention):
@@ -299,11 +322,11 @@ func (h *Handler) errorProblem(ctx context.Context, err error) *problem.Problem 
 		return problem.New(http.StatusServiceUnavailable, "database_contention",
 			"The request conflicted with concurrent work. Retry with the same Idempotency-Key.").WithRetryAfter(1)
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		h.logger.WarnContext(ctx, "ride request abandoned by its client; key left resumable", "error", err)
+		h.logger.WarnContext(ctx, "Ride request abandoned by its client; key left resumable", slog.Any("error", err))
 		return problem.New(http.StatusServiceUnavailable, "request_cancelled",
 			"The request was cancelled. Retry with the same Idempotency-Key.").WithRetryAfter(1)
 	default:
-		h.logger.ErrorContext(ctx, "ride request failed; key left resumable", "error", err)
+		h.logger.ErrorContext(ctx, "Ride request failed; key left resumable", slog.Any("error", err))
 		return problem.New(http.StatusInternalServerError, "internal_error",
 			"Something went wrong on our side. Retry with the same Idempotency-Key; the request resumes where it stopped.")
 	}

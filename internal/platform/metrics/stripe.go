@@ -14,7 +14,8 @@ const (
 	// StripeCreateCharge is the ride's foreign state mutation.
 	StripeCreateCharge StripeOperation = iota
 	// StripeListCharges looks for the charge of an earlier attempt once
-	// Stripe may have forgotten its idempotency key.
+	// Stripe may have forgotten its idempotency key (payment's
+	// FindCharge).
 	StripeListCharges
 
 	numStripeOperations
@@ -25,7 +26,8 @@ var stripeOperationNames = [numStripeOperations]string{"create_charge", "list_ch
 func (o StripeOperation) String() string { return stripeOperationNames[o] }
 
 // StripeOutcome is how a call to Stripe ended, sorted by what the caller
-// does next.
+// does next. payment.OutcomeOf sorts an error into one; payment's Gateway
+// records its calls with it.
 type StripeOutcome uint8
 
 // The outcomes, as the outcome label spells them.

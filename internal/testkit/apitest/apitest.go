@@ -98,16 +98,19 @@ func New(t testing.TB, opts Options) *Stack {
 	} else {
 		s.Stripe, s.StripeURL = fakestripetest.Start(t, fakestripe.Options{KeyRetention: opts.StripeKeyRetention})
 	}
-	s.Gateway = payment.New(payment.Config{
+	s.Registry = metrics.NewRegistry()
+	gateway, err := payment.New(&payment.Config{
 		APIKey: StripeKey, BaseURL: s.StripeURL, Timeout: 5 * time.Second, MaxNetworkRetries: opts.StripeRetries,
+		Metrics: metrics.NewStripe(s.Registry),
 	})
+	require.NoError(t, err)
+	s.Gateway = gateway
 	// Logs appear with the failing test's output (or with -v).
 	logOutput := opts.LogOutput
 	if logOutput == nil {
 		logOutput = t.Output()
 	}
 	logger := slog.New(logctx.NewHandler(slog.NewTextHandler(logOutput, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	s.Registry = metrics.NewRegistry()
 
 	s.Token, s.BadSourceToken = "tok-"+uuid.NewString(), "tok-"+uuid.NewString()
 	s.User = s.newUser(t, "user@example.com", "tok_visa", s.Token)
@@ -116,18 +119,20 @@ func New(t testing.TB, opts Options) *Stack {
 	}
 
 	s.Keys = idem.NewStore(s.Pool, idem.Config{LockTimeout: opts.LockTimeout, Metrics: metrics.NewIdempotency(s.Registry)})
-	s.Service = rides.NewService(rides.Config{
+	s.Service, err = rides.NewService(&rides.ServiceConfig{
 		Pool: s.Pool, Keys: s.Keys, Payments: s.Gateway, Failpoint: s.failpoint, Logger: logger,
 		StripeKeyRetention: opts.StripeKeyRetention, MaxChargeAttempts: opts.MaxChargeAttempts,
-		StripeMetrics: metrics.NewStripe(s.Registry),
 	})
+	require.NoError(t, err)
+	ridesHandler, err := rides.NewHandler(&rides.HandlerConfig{
+		Service: s.Service, Pool: s.Pool, SimulatedErrors: opts.SimulatedErrors, Failpoint: s.failpoint, Logger: logger,
+	})
+	require.NoError(t, err)
 	handler := api.NewHandler(api.Config{
 		Pool:     s.Pool,
 		Logger:   logger,
 		Registry: s.Registry,
-		Rides: rides.NewHandler(rides.HandlerConfig{
-			Service: s.Service, Pool: s.Pool, SimulatedErrors: opts.SimulatedErrors, Failpoint: s.failpoint, Logger: logger,
-		}),
+		Rides:    ridesHandler,
 	})
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)

@@ -63,6 +63,9 @@ type Options struct {
 // (the fake's http://127.0.0.1:port; empty for api.stripe.com) with a
 // secret key. It retries network failures itself, as reading is safe to
 // repeat.
+//
+// It is built here, not by package payment, on purpose: an independent
+// view of Stripe, so that a bug in payment cannot hide itself.
 func NewStripeClient(baseURL, apiKey string) *client.API {
 	cfg := &stripe.BackendConfig{
 		MaxNetworkRetries: stripe.Int64(3),

@@ -1,6 +1,7 @@
 // Package fakestripetest starts a fakestripe.Server for a test and points a
-// stripe-go client at it. It is separate from fakestripe so that binaries
-// serving the fake don't link package testing.
+// stripe-go client, configured as package payment configures ours, at it.
+// It is separate from fakestripe so that binaries serving the fake don't
+// link package testing.
 package fakestripetest
 
 import (
@@ -11,6 +12,7 @@ import (
 	"github.com/stripe/stripe-go/v76/client"
 
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
+	"github.com/rocketrides/rocketrides/internal/payment"
 )
 
 // APIKey is a secret key the fake accepts, for tests that need one.
@@ -29,15 +31,16 @@ func Start(tb testing.TB, opts fakestripe.Options) (*fakestripe.Server, string) 
 }
 
 // NewClient returns a stripe-go client that talks to the fake at baseURL
-// with apiKey. It never retries and never logs: a test decides itself when
-// to retry, and sees every failure the fake injects.
+// with apiKey. It is built by payment, as the Gateway's is, so that the
+// fake is proven against the client it stands in for. It never retries: a
+// test decides itself when to retry, and sees every failure the fake
+// injects.
 func NewClient(baseURL, apiKey string) *client.API {
-	backends := &stripe.Backends{
-		API: stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
-			URL:               stripe.String(baseURL),
-			MaxNetworkRetries: stripe.Int64(0),
-			LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
-		}),
+	api, err := payment.NewStripeClient(&payment.Config{
+		APIKey: apiKey, BaseURL: baseURL, MaxNetworkRetries: stripe.Int64(0),
+	})
+	if err != nil {
+		panic("fakestripetest: " + err.Error())
 	}
-	return client.New(apiKey, backends)
+	return api
 }

@@ -1,0 +1,95 @@
+package rides
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/rocketrides/rocketrides/internal/idem"
+)
+
+// The charge step as the article has it lets Stripe's idempotency key
+// settle every retry: asked again with the same key, Stripe answers with
+// what it did the first time. Two things leave a charge's outcome
+// ambiguous all the same, and this file handles them:
+//
+//   - Stripe forgets an idempotency key after StripeKeyRetention. A retry
+//     that late would charge a second time, so it first looks for the
+//     charge an earlier attempt made, by the metadata that names our key,
+//     and adopts it (adoptForgottenCharge).
+//   - Stripe answered 500 and stored that answer against the key: it
+//     replays it on every retry, and asking again cannot tell whether the
+//     charge happened. A request gets MaxChargeAttempts such answers, then
+//     its key is set aside for a human (unknownOutcome, setAside).
+
+// adoptForgottenCharge looks at Stripe for the charge of an earlier
+// attempt, when Stripe may have forgotten the attempt's idempotency key,
+// and records it if there is one. adopted reports whether it did, and the
+// charge step is then over.
+func (r *request) adoptForgottenCharge(ctx context.Context) (adopted bool, err error) {
+	if !r.stripeMayHaveForgotten() {
+		return false, nil
+	}
+	chargeID, found, err := r.payments.FindCharge(ctx, r.user.StripeCustomerID,
+		"idempotency_key_id", strconv.FormatInt(r.key.ID, 10), r.key.FirstForeignAttemptAt.Add(-time.Hour))
+	if err != nil {
+		return false, fmt.Errorf("look up earlier charge of ride %d: %w", r.ride.ID, err)
+	}
+	if !found {
+		return false, nil
+	}
+	r.logger.InfoContext(ctx, "Adopting charge found at Stripe from an earlier attempt",
+		slog.Int64("idempotency_key_id", r.key.ID),
+		slog.Int64("ride_id", r.ride.ID),
+		slog.String("charge_id", chargeID))
+	return true, r.phase(ctx, r.recordCharge(chargeID), FailAfterChargeCreated)
+}
+
+// stripeMayHaveForgotten reports whether the charge was first attempted so
+// long ago that Stripe may no longer hold its idempotency key. Repeating
+// the charge then could charge twice, so the charge is looked up first.
+// The margin covers clock skew and a slow first attempt.
+func (r *request) stripeMayHaveForgotten() bool {
+	if r.key.FirstForeignAttemptAt == nil {
+		return false
+	}
+	margin := min(time.Hour, r.stripeRetention/24)
+	return time.Since(*r.key.FirstForeignAttemptAt) >= r.stripeRetention-margin
+}
+
+// unknownOutcome counts a charge attempt that ended in chargeErr, an
+// answer Stripe stored and will replay to every retry. The request keeps
+// its place for a bounded number of such attempts, then its key is set
+// aside. Outages do not count: Stripe stored nothing, and a retry settles
+// them.
+func (r *request) unknownOutcome(ctx context.Context, chargeErr error) error {
+	n, err := r.keys.RecordUnknownOutcome(ctx, r.key)
+	if err != nil {
+		return errors.Join(fmt.Errorf("charge ride %d: %w", r.ride.ID, chargeErr), err)
+	}
+	if n >= r.maxChargeAttempts {
+		return r.setAside(ctx, n)
+	}
+	return fmt.Errorf("charge ride %d (unknown outcome %d of %d): %w", r.ride.ID, n, r.maxChargeAttempts, chargeErr)
+}
+
+// setAside flags the request's key for a human after n unknown outcomes
+// of its charge. The key stays at ride_created, resumable once someone
+// has checked Stripe and cleared the flag; until then every retry gets
+// idem.ErrNeedsAttention without calling Stripe.
+func (r *request) setAside(ctx context.Context, n int) error {
+	reason := fmt.Sprintf("charge outcome still unknown after %d attempts; check Stripe for metadata idempotency_key_id=%d",
+		n, r.key.ID)
+	r.logger.ErrorContext(ctx, "Setting idempotency key aside for human attention",
+		slog.Int64("idempotency_key_id", r.key.ID),
+		slog.Int64("user_id", r.user.ID),
+		slog.Int64("ride_id", r.ride.ID),
+		slog.String("reason", reason))
+	if err := r.keys.FlagForAttention(ctx, r.key, reason); err != nil {
+		return err
+	}
+	return fmt.Errorf("key %d: %w", r.key.ID, idem.ErrNeedsAttention)
+}

@@ -1,0 +1,243 @@
+package rides
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/rocketrides/rocketrides/internal/audit"
+	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/payment"
+	"github.com/rocketrides/rocketrides/internal/platform/problem"
+	"github.com/rocketrides/rocketrides/internal/receipt"
+	"github.com/rocketrides/rocketrides/internal/staged"
+	"github.com/rocketrides/rocketrides/internal/user"
+)
+
+// The seams of a ride request where tests inject a failure or a crash
+// (ServiceConfig.Failpoint), in the order a request passes them. Each
+// fires at one place, named here; an after_<recovery point> seam fires
+// once the atomic phase that reached that recovery point has committed.
+const (
+	FailAfterClaim         = "after_claim"          // run, before the first arm
+	FailAfterRideCreated   = "after_ride_created"   // run, after createRide
+	FailBeforeCharge       = "before_charge"        // charge, before Stripe is asked
+	FailAfterCharge        = "after_charge"         // charge: Stripe answered; the charge is not recorded yet
+	FailInRecordCharge     = "in_record_charge"     // recordCharge, inside its transaction
+	FailAfterChargeCreated = "after_charge_created" // charge or adoptForgottenCharge, after recordCharge
+	FailAfterFinished      = "after_finished"       // run or charge, after the phase that stores the response
+	FailBeforeResponse     = "before_response"      // Handler.create, before the response is written
+)
+
+// request is one ride request on its way through the DAG: who asked, the
+// idempotency key that holds its place, and what was asked for.
+type request struct {
+	*Service   // what every request runs with: keys, payments, failpoints, logger
+	user       user.User
+	key        *idem.Key
+	params     Params
+	raiseError bool // fail on purpose before the charge (raise_error=true)
+
+	// ride is the ride as the last phase left it, so that the next phase
+	// need not read it back. It is nil when the request resumes from a
+	// later recovery point, until an arm loads it.
+	ride *Ride
+}
+
+// run is the DAG: one arm per recovery point, until the key is finished.
+// An error leaves the key at its last committed recovery point and
+// unlocked, so that a retry, or the completer, resumes from there.
+func (r *request) run(ctx context.Context) (idem.Response, error) {
+	if r.key.AttentionReason != nil && r.key.RecoveryPoint != idem.Finished {
+		// Set aside for a human (ambiguous.go): nothing runs until one
+		// has settled it.
+		return r.stop(ctx, fmt.Errorf("key %d: %s: %w", r.key.ID, *r.key.AttentionReason, idem.ErrNeedsAttention))
+	}
+	if err := r.fail.At(ctx, FailAfterClaim); err != nil {
+		return r.stop(ctx, err)
+	}
+	for {
+		var err error
+		switch r.key.RecoveryPoint {
+		case idem.Started:
+			err = r.phase(ctx, r.createRide, FailAfterRideCreated) // tx: ride + audit -> ride_created
+		case RideCreated:
+			err = r.charge(ctx) // Stripe call outside any tx, then tx -> charge_created
+		case ChargeCreated:
+			err = r.phase(ctx, r.stageReceipt, FailAfterFinished) // tx: staged job + stored 201 -> finished
+		case idem.Finished:
+			return r.key.Response(), nil
+		default:
+			err = fmt.Errorf("bug: key %d is at unknown recovery point %q", r.key.ID, r.key.RecoveryPoint)
+		}
+		if err != nil {
+			return r.stop(ctx, err)
+		}
+	}
+}
+
+// stop ends the request with err, unlocking its key where it stands.
+func (r *request) stop(ctx context.Context, err error) (idem.Response, error) {
+	r.unlock(ctx, r.key)
+	return idem.Response{}, err
+}
+
+// phase runs fn as an atomic phase of the request's key, then fires the
+// seam after, just past the recovery point the phase reached.
+func (r *request) phase(ctx context.Context, fn idem.PhaseFunc, after string) error {
+	if err := r.keys.Phase(ctx, r.key, fn); err != nil {
+		return err
+	}
+	return r.fail.At(ctx, after)
+}
+
+// createRide is the atomic phase from started to ride_created: the ride
+// and its audit record.
+func (r *request) createRide(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+	ride, err := insertRide(ctx, tx, r.key.ID, r.user.ID, r.params)
+	if err != nil {
+		return idem.Outcome{}, err
+	}
+	if err := audit.Insert(tx, audit.Record{
+		Action:       audit.ActionRideCreated,
+		Data:         r.params,
+		OriginIP:     r.key.OriginIP,
+		ResourceID:   ride.ID,
+		ResourceType: "ride",
+		UserID:       r.user.ID,
+	}); err != nil {
+		return idem.Outcome{}, err
+	}
+	r.ride = ride // read only once the phase commits (the next arm)
+	return idem.AdvanceToForeignCall(RideCreated), nil
+}
+
+// charge is the foreign state mutation: it charges the ride at Stripe and
+// then records the charge in an atomic phase that moves the key to
+// charge_created. A charge Stripe refuses for good is stored as the
+// response instead, and the key is finished.
+//
+// The Stripe call is made outside any transaction: holding one open
+// across a network call would pin a connection and row locks for as long
+// as Stripe takes, and would still not make the call atomic with our
+// writes. Stripe's idempotency key, StripeKey, is what makes it safe to
+// repeat instead.
+func (r *request) charge(ctx context.Context) error {
+	if err := r.loadRide(ctx); err != nil {
+		return err
+	}
+	if err := r.fail.At(ctx, FailBeforeCharge); err != nil {
+		return err
+	}
+	if r.raiseError {
+		return ErrSimulated
+	}
+	// Past Stripe's key retention, look for an earlier attempt's charge
+	// before charging again (ambiguous.go).
+	if adopted, err := r.adoptForgottenCharge(ctx); adopted || err != nil {
+		return err
+	}
+
+	chargeID, err := r.payments.Charge(ctx, payment.ChargeRequest{
+		Customer:    r.user.StripeCustomerID,
+		Amount:      r.ride.Amount,
+		Currency:    r.ride.Currency,
+		Description: fmt.Sprintf("Rocket Rides ride %d", r.ride.ID),
+		Metadata: map[string]string{
+			"ride_id":            strconv.FormatInt(r.ride.ID, 10),
+			"idempotency_key_id": strconv.FormatInt(r.key.ID, 10),
+		},
+		IdempotencyKey: StripeKey(r.key.ID),
+	})
+	switch payment.OutcomeOf(err) {
+	case payment.Declined:
+		// Final: the card will be declined on every retry, so the answer
+		// is stored and replayed.
+		declined := problem.New(http.StatusPaymentRequired, "card_declined", payment.Message(err))
+		return r.phase(ctx, respond(declined), FailAfterFinished)
+	case payment.Rejected:
+		rejected := problem.New(http.StatusBadGateway, "payment_rejected",
+			"The payment provider rejected the charge: "+payment.Message(err))
+		return r.phase(ctx, respond(rejected), FailAfterFinished)
+	case payment.Unavailable:
+		if errors.Is(err, payment.ErrOutcomeUnknown) {
+			// Stripe will replay this error to every retry (ambiguous.go).
+			return r.unknownOutcome(ctx, err)
+		}
+		// The charge may exist. Nothing is recorded, and the retry asks
+		// Stripe again with the same key, which settles it.
+		return fmt.Errorf("charge ride %d: %w", r.ride.ID, err)
+	}
+	if err := r.fail.At(ctx, FailAfterCharge); err != nil {
+		return err
+	}
+	return r.phase(ctx, r.recordCharge(chargeID), FailAfterChargeCreated)
+}
+
+// loadRide reads the ride of a request that resumes at ride_created.
+func (r *request) loadRide(ctx context.Context) error {
+	if r.ride != nil {
+		return nil
+	}
+	ride, err := rideByKey(ctx, r.pool, r.key.ID)
+	if err != nil {
+		return fmt.Errorf("bug: key %d is at %s without a ride: %w", r.key.ID, RideCreated, err)
+	}
+	r.ride = ride
+	return nil
+}
+
+// recordCharge is the atomic phase that ends the charge step: the ride
+// gets its charge and the key moves to charge_created.
+func (r *request) recordCharge(chargeID string) idem.PhaseFunc {
+	return func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		recordCharge(tx, r.ride.ID, chargeID)
+		if err := r.fail.At(ctx, FailInRecordCharge); err != nil {
+			return idem.Outcome{}, err
+		}
+		r.ride.StripeChargeID = &chargeID // read only once the phase commits (the next arm)
+		return idem.Advance(ChargeCreated), nil
+	}
+}
+
+// stageReceipt is the atomic phase from charge_created to finished: a
+// staged job sends the receipt once this transaction commits, and the 201
+// is stored.
+func (r *request) stageReceipt(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+	ride := r.ride
+	if ride == nil || ride.StripeChargeID == nil {
+		var err error
+		if ride, err = rideByKeyIn(ctx, tx, r.key.ID); err != nil {
+			return idem.Outcome{}, err
+		}
+	}
+	if ride.StripeChargeID == nil {
+		return idem.Outcome{}, fmt.Errorf("bug: key %d is at %s but ride %d has no charge", r.key.ID, ChargeCreated, ride.ID)
+	}
+	if err := staged.Stage(tx, receipt.Args{
+		RideID:         ride.ID,
+		UserID:         r.user.ID,
+		Amount:         ride.Amount,
+		Currency:       ride.Currency,
+		StripeChargeID: *ride.StripeChargeID,
+	}); err != nil {
+		return idem.Outcome{}, err
+	}
+	body, err := json.Marshal(ride)
+	if err != nil {
+		return idem.Outcome{}, fmt.Errorf("encode ride %d: %w", ride.ID, err)
+	}
+	return idem.Respond(http.StatusCreated, body), nil
+}
+
+// respond is the atomic phase that stores p as the request's final
+// response.
+func respond(p *problem.Problem) idem.PhaseFunc {
+	body := p.JSON()
+	return func(context.Context, *idem.Tx) (idem.Outcome, error) {
+		return idem.Respond(p.Status, body), nil
+	}
+}
