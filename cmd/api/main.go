@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -35,12 +36,13 @@ func run() error {
 	databaseURL := env.Required("DATABASE_URL")
 	settings := rides.SettingsFromEnv(&env)
 	simulatedErrors := env.Bool("SIMULATED_ERRORS", false)
-	maxConns := env.Int("DATABASE_MAX_CONNS", 0)
+	// Zero keeps pgx's default pool size.
+	maxConns := env.IntOrZero("DATABASE_MAX_CONNS", 0)
+	addr := ":" + strconv.Itoa(env.Port("PORT", 5000))
+	debugAddr := env.String("DEBUG_ADDR", "")
 	if err := env.Err(); err != nil {
 		return err
 	}
-	addr := ":" + config.String("PORT", "5000")
-	debugAddr := config.String("DEBUG_ADDR", "")
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -47,6 +47,7 @@ func run(once bool) error {
 	pollInterval := env.Duration("COMPLETER_POLL_INTERVAL", completer.DefaultPollInterval)
 	batchSize := env.Int("COMPLETER_BATCH_SIZE", completer.DefaultBatchSize)
 	concurrency := env.Int("COMPLETER_CONCURRENCY", completer.DefaultConcurrency)
+	metricsAddr := env.String("METRICS_ADDR", "")
 	if err := env.Err(); err != nil {
 		return err
 	}
@@ -84,7 +85,7 @@ func run(once bool) error {
 		return nil
 	}
 
-	if err := metrics.Serve(ctx, config.String("METRICS_ADDR", ""), reg, logger); err != nil {
+	if err := metrics.Serve(ctx, metricsAddr, reg, logger); err != nil {
 		return err
 	}
 	logger.Info("Completer started", "min_age", minAge, "retry_interval", retryInterval,

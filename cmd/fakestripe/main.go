@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -44,11 +45,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	keyRetention, err := config.Duration("FAKESTRIPE_KEY_RETENTION", fakestripe.DefaultKeyRetention)
-	if err != nil {
+	var env config.Env
+	keyRetention := env.Duration("FAKESTRIPE_KEY_RETENTION", fakestripe.DefaultKeyRetention)
+	addr := ":" + strconv.Itoa(env.Port("PORT", 12111))
+	if err := env.Err(); err != nil {
 		return err
 	}
-	addr := ":" + config.String("PORT", "12111")
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

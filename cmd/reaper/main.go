@@ -39,7 +39,7 @@ func run(once bool) error {
 	databaseURL := env.Required("DATABASE_URL")
 	maxAge := env.Duration("REAPER_MAX_AGE", reaper.DefaultMaxAge)
 	batchSize := env.Int("REAPER_BATCH_SIZE", reaper.DefaultBatchSize)
-	dutyCycle := env.Float("REAPER_DUTY_CYCLE", reaper.DefaultDutyCycle)
+	dutyCycle := env.Fraction("REAPER_DUTY_CYCLE", reaper.DefaultDutyCycle)
 	pollInterval := env.Duration("REAPER_POLL_INTERVAL", reaper.DefaultPollInterval)
 	// The API's setting: a key under a lock younger than this is being
 	// worked and is left for a later pass.

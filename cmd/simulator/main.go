@@ -29,7 +29,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -52,21 +51,22 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	errorRate, err := strconv.ParseFloat(config.String("SIMULATOR_ERROR_RATE", "0.5"), 64)
-	if err != nil {
-		return fmt.Errorf("SIMULATOR_ERROR_RATE=%q is not a number such as 0.5", os.Getenv("SIMULATOR_ERROR_RATE"))
-	}
 	var env config.Env
-	maxPause := env.Duration("SIMULATOR_MAX_PAUSE", 2*time.Second)
+	// Zero honoured: no ride asks for a failure.
+	errorRate := env.FractionOrZero("SIMULATOR_ERROR_RATE", 0.5)
+	// Zero honoured: rides back to back.
+	maxPause := env.DurationOrZero("SIMULATOR_MAX_PAUSE", 2*time.Second)
 	timeout := env.Duration("SIMULATOR_TIMEOUT", simulator.DefaultTimeout)
 	attempts := env.Int("SIMULATOR_MAX_ATTEMPTS", simulator.DefaultMaxAttempts)
 	maxBackoff := env.Duration("SIMULATOR_MAX_BACKOFF", simulator.DefaultMaxDelay)
+	envURL := env.String("API_URL", "http://127.0.0.1:5000")
+	envToken := env.String("SIMULATOR_TOKEN", env.String("SEED_USER_TOKEN", defaultToken))
 	if err := env.Err(); err != nil {
 		return err
 	}
 
-	apiURL := flag.String("url", config.String("API_URL", "http://127.0.0.1:5000"), "the API's base URL (env API_URL)")
-	token := flag.String("token", config.String("SIMULATOR_TOKEN", config.String("SEED_USER_TOKEN", defaultToken)),
+	apiURL := flag.String("url", envURL, "the API's base URL (env API_URL)")
+	token := flag.String("token", envToken,
 		"API token to send rides with (env SIMULATOR_TOKEN)")
 	flag.Float64Var(&errorRate, "error-rate", errorRate, "share of rides sent with raise_error=true (env SIMULATOR_ERROR_RATE)")
 	flag.DurationVar(&maxPause, "max-pause", maxPause, "rides are a random 0 to this apart (env SIMULATOR_MAX_PAUSE)")

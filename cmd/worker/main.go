@@ -42,10 +42,11 @@ func run(once bool) error {
 	databaseURL := env.Required("DATABASE_URL")
 	shutdownTimeout := env.Duration("WORKER_SHUTDOWN_TIMEOUT", 30*time.Second)
 	onceTimeout := env.Duration("WORKER_ONCE_TIMEOUT", 30*time.Second)
+	metricsAddr := env.String("METRICS_ADDR", "")
 	if err := env.Err(); err != nil {
 		return err
 	}
-	mailer, err := newMailer(logger)
+	mailer, err := newMailer(&env, logger)
 	if err != nil {
 		return err
 	}
@@ -78,7 +79,7 @@ func run(once bool) error {
 	reg := metrics.NewRegistry()
 	metrics.RegisterPool(reg, pool)
 	metrics.WatchJobs(reg, client)
-	if err := metrics.Serve(ctx, config.String("METRICS_ADDR", ""), reg, logger); err != nil {
+	if err := metrics.Serve(ctx, metricsAddr, reg, logger); err != nil {
 		return err
 	}
 
@@ -112,9 +113,9 @@ func run(once bool) error {
 
 // newMailer sends through SMTP_URL when it is set and otherwise writes
 // .eml files into MAIL_DIR.
-func newMailer(logger *slog.Logger) (jobs.Mailer, error) {
-	from := config.String("RECEIPT_FROM", jobs.DefaultFrom)
-	if smtpURL := config.String("SMTP_URL", ""); smtpURL != "" {
+func newMailer(env *config.Env, logger *slog.Logger) (jobs.Mailer, error) {
+	from := env.String("RECEIPT_FROM", jobs.DefaultFrom)
+	if smtpURL := env.String("SMTP_URL", ""); smtpURL != "" {
 		mailer, err := jobs.NewSMTPMailer(smtpURL, from)
 		if err != nil {
 			return nil, fmt.Errorf("SMTP_URL: %w", err)
@@ -122,7 +123,7 @@ func newMailer(logger *slog.Logger) (jobs.Mailer, error) {
 		logger.Info("Mailing receipts via SMTP")
 		return mailer, nil
 	}
-	dir := config.String("MAIL_DIR", "")
+	dir := env.String("MAIL_DIR", "")
 	if dir == "" {
 		dir = filepath.Join(projectRoot(), ".data", "mail")
 	}

@@ -20,6 +20,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/rocketrides/rocketrides/internal/platform/config"
 )
 
 const (
@@ -102,12 +104,15 @@ func New(opts Options) (Cluster, error) {
 	}
 	port := opts.Port
 	if port == 0 {
-		port = DefaultPort
-		// Two checkouts on one machine each need a port of their own.
-		if v := os.Getenv("LOCALPG_PORT"); v != "" {
-			if port, err = strconv.Atoi(v); err != nil || port < 1 || port > 65535 {
-				return Cluster{}, fmt.Errorf("LOCALPG_PORT=%q is not a port number", v)
-			}
+		// Two checkouts on one machine each need a port of their own. Zero
+		// is refused: the next run has to find the cluster again.
+		var env config.Env
+		port = env.Int("LOCALPG_PORT", DefaultPort)
+		if err := env.Err(); err != nil {
+			return Cluster{}, err
+		}
+		if port > 65535 {
+			return Cluster{}, fmt.Errorf("LOCALPG_PORT=%d: must be a port number from 1 to 65535", port)
 		}
 	}
 	binDir := opts.BinDir
@@ -158,7 +163,8 @@ func Ensure(ctx context.Context, opts Options) (Cluster, error) {
 // project's cluster is running, creates database name in it if missing and
 // returns that database's URL.
 func DatabaseURL(ctx context.Context, name string) (string, error) {
-	if u := os.Getenv("DATABASE_URL"); u != "" {
+	var env config.Env
+	if u := env.String("DATABASE_URL", ""); u != "" {
 		return u, nil
 	}
 	c, err := Ensure(ctx, Options{})

@@ -58,9 +58,9 @@ func commands(t *testing.T) []string {
 }
 
 var (
-	// config.Required("NAME"), config.Duration("NAME", ...), os.Getenv("NAME") ...
-	readsEnv    = regexp.MustCompile(`\b(?:String|Duration|Int|Bool|Required|Getenv|LookupEnv)\(\s*"([A-Z][A-Z0-9_]*)"`)
-	requiresEnv = regexp.MustCompile(`\bconfig\.Required\(\s*"([A-Z][A-Z0-9_]*)"`)
+	// env.Required("NAME"), env.Duration("NAME", ...), env.IntOrZero("NAME", ...), os.Getenv("NAME") ...
+	readsEnv    = regexp.MustCompile(`\b(?:String|Duration|Int|Port|Fraction|Bool|Required|Getenv|LookupEnv)(?:OrZero)?\(\s*"([A-Z][A-Z0-9_]*)"`)
+	requiresEnv = regexp.MustCompile(`\.Required\(\s*"([A-Z][A-Z0-9_]*)"`)
 )
 
 // commandEnv is what a command reads from the environment.
