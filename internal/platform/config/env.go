@@ -33,7 +33,7 @@ func (e *Env) String(name, def string) string {
 func (e *Env) Required(name string) string {
 	v := os.Getenv(name)
 	if v == "" {
-		e.fail(name, v, "must be set")
+		e.errs = append(e.errs, fmt.Errorf("%s must be set", name))
 	}
 	return v
 }
@@ -173,9 +173,5 @@ func (e *Env) Err() error { return errors.Join(e.errs...) }
 
 // fail records that $name=value is refused, and why.
 func (e *Env) fail(name, value, why string) {
-	if value == "" {
-		e.errs = append(e.errs, fmt.Errorf("%s: %s", name, why))
-		return
-	}
 	e.errs = append(e.errs, fmt.Errorf("%s=%s: %s", name, value, why))
 }

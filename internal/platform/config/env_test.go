@@ -105,7 +105,7 @@ func TestEnv(t *testing.T) {
 		err := env.Err()
 		require.Error(t, err)
 		for _, want := range []string{
-			"ENV_TEST_URL: must be set",
+			"ENV_TEST_URL must be set",
 			"ENV_TEST_WAIT=soon: not a duration",
 			"ENV_TEST_SIZE=big: not an integer",
 			"ENV_TEST_SHARE=half: not a decimal number",
