@@ -22,6 +22,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/project"
 )
 
 func main() {
@@ -125,7 +126,13 @@ func newMailer(env *config.Env, logger *slog.Logger) (jobs.Mailer, error) {
 	}
 	dir := env.String("MAIL_DIR", "")
 	if dir == "" {
-		dir = filepath.Join(projectRoot(), ".data", "mail")
+		// The same .data/mail wherever in the checkout the worker is
+		// started; outside a checkout, the working directory's.
+		root, err := project.Root()
+		if err != nil {
+			root = "."
+		}
+		dir = filepath.Join(root, ".data", "mail")
 	}
 	mailer, err := jobs.NewDirMailer(dir, from)
 	if err != nil {
@@ -133,23 +140,4 @@ func newMailer(env *config.Env, logger *slog.Logger) (jobs.Mailer, error) {
 	}
 	logger.Info("Writing receipts as .eml files; set SMTP_URL to send them", "mail_dir", dir)
 	return mailer, nil
-}
-
-// projectRoot is the nearest directory at or above the working directory
-// holding go.mod, so that mail lands in the same .data/mail wherever in
-// the checkout the worker is started. Outside a checkout it is the
-// working directory.
-func projectRoot() string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "."
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		if filepath.Dir(dir) == dir {
-			return wd
-		}
-	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/project"
 )
 
 const (
@@ -92,9 +93,9 @@ type Cluster struct {
 func New(opts Options) (Cluster, error) {
 	dataDir := opts.DataDir
 	if dataDir == "" {
-		root, err := projectRoot()
+		root, err := project.Root()
 		if err != nil {
-			return Cluster{}, err
+			return Cluster{}, fmt.Errorf("%w; set Options.DataDir", err)
 		}
 		dataDir = filepath.Join(root, ".data", "postgres")
 	}
@@ -363,22 +364,4 @@ func connect(ctx context.Context, connURL string) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("connect to %s:%d: %w", cfg.Host, cfg.Port, err)
 	}
 	return conn, nil
-}
-
-// projectRoot walks up from the working directory to the directory holding
-// go.mod, so that `go test` (which runs in each package's directory) and
-// `go run` (which runs where it is called) agree on one .data folder.
-func projectRoot() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("find project root: %w", err)
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		if filepath.Dir(dir) == dir {
-			return "", fmt.Errorf("find project root: no go.mod in %s or above; set Options.DataDir", wd)
-		}
-	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rocketrides/rocketrides/internal/dev/localpg"
+	"github.com/rocketrides/rocketrides/internal/platform/project"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
 	"github.com/rocketrides/rocketrides/internal/testkit/invariant"
 )
@@ -133,7 +134,7 @@ func (s *soak) progress(format string, args ...any) {
 // every process.
 func (s *soak) setUp(ctx context.Context) error {
 	var err error
-	if s.root, err = fleet.ModuleRoot(); err != nil {
+	if s.root, err = project.Root(); err != nil {
 		return err
 	}
 	ts := s.start.UTC().Format("20060102_150405")
