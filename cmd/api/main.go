@@ -5,18 +5,17 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"strconv"
 	"syscall"
-	"time"
 
 	"github.com/rocketrides/rocketrides/internal/api"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/serve"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
@@ -71,13 +70,13 @@ func run() error {
 	if err := api.ServeDebug(ctx, debugAddr, logger); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", addr)
+	srv, err := serve.Listen(api.ServerConfig(addr, handler, logger))
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
+		return err
 	}
-	logger.Info("listening", "addr", ln.Addr().String(), "stripe_api_base", os.Getenv("STRIPE_API_BASE"),
-		"simulated_errors", simulatedErrors, "lock_timeout", settings.LockTimeout)
-	err = api.Serve(ctx, api.NewServer(addr, handler, logger), ln, 95*time.Second)
-	logger.Info("stopped", slog.Any("error", err))
-	return err
+	logger.InfoContext(ctx, "API started",
+		slog.String("stripe_api_base", settings.Stripe.BaseURL),
+		slog.Bool("simulated_errors", simulatedErrors),
+		slog.Duration("lock_timeout", settings.LockTimeout))
+	return srv.Serve(ctx)
 }

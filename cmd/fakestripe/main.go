@@ -15,10 +15,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -27,11 +25,8 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/serve"
 )
-
-// shutdownTimeout bounds how long in-flight requests (a charge sleeping
-// out injected latency, say) may take to finish once asked to stop.
-const shutdownTimeout = 10 * time.Second
 
 func main() {
 	if err := run(); err != nil {
@@ -55,33 +50,18 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	srv := &http.Server{
-		Handler:           fakestripe.New(fakestripe.Options{KeyRetention: keyRetention, Logger: logger}),
-		ReadHeaderTimeout: 5 * time.Second,
-	}
-	ln, err := net.Listen("tcp", addr)
+	srv, err := serve.Listen(&serve.Config{
+		Name:    "fakestripe",
+		Addr:    addr,
+		Handler: fakestripe.New(fakestripe.Options{KeyRetention: keyRetention, Logger: logger}),
+		Logger:  logger,
+		// In-flight requests (a charge sleeping out injected latency,
+		// say) get this long to finish once asked to stop.
+		ShutdownTimeout: 10 * time.Second,
+	})
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
+		return err
 	}
-	logger.Info("listening", "addr", ln.Addr().String(), "key_retention", keyRetention)
-
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-
-	logger.Info("shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shut down: %w", err)
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve: %w", err)
-	}
-	logger.Info("stopped")
-	return nil
+	logger.InfoContext(ctx, "Stripe fake started", slog.Duration("key_retention", keyRetention))
+	return srv.Serve(ctx)
 }

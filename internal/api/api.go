@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/logctx"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/platform/problem"
+	"github.com/rocketrides/rocketrides/internal/platform/serve"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
@@ -101,41 +101,22 @@ func allowedMethods(routes chi.Routes, path string) []string {
 	return allowed
 }
 
-// NewServer returns an http.Server with timeouts suited to the API.
-// WriteTimeout leaves room for the Stripe call and its retries.
-func NewServer(addr string, h http.Handler, logger *slog.Logger) *http.Server {
-	return &http.Server{
+// ServerConfig is the API's HTTP server on addr. WriteTimeout leaves room
+// for the Stripe call and its retries, and the shutdown lets a request
+// that started just before it run to its WriteTimeout. A request cut off
+// anyway is safe: its key stays resumable.
+func ServerConfig(addr string, h http.Handler, logger *slog.Logger) *serve.Config {
+	return &serve.Config{
+		Name:              "api",
 		Addr:              addr,
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      90 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ShutdownTimeout:   95 * time.Second,
+		Logger:            logger,
 	}
-}
-
-// Serve runs srv on ln until ctx is done, then shuts down gracefully:
-// the listener closes at once and in-flight requests get up to
-// drainTimeout to finish. A request cut off anyway is safe: its key stays
-// resumable.
-func Serve(ctx context.Context, srv *http.Server, ln net.Listener, drainTimeout time.Duration) error {
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shut down: %w", err)
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve: %w", err)
-	}
-	return nil
 }
 
 // authenticate resolves "Authorization: Bearer <token>" to a user.
