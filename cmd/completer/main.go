@@ -64,7 +64,9 @@ func run(once bool) error {
 	reg := metrics.NewRegistry()
 	metrics.RegisterPool(reg, pool)
 	svc, keys := settings.NewService(pool, reg, logger)
-	c, err := completer.New(keys, svc, &completer.Config{
+	c, err := completer.New(&completer.Config{
+		Keys:          keys,
+		Service:       svc,
 		MinAge:        minAge,
 		RetryInterval: retryInterval,
 		PollInterval:  pollInterval,

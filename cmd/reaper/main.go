@@ -57,7 +57,8 @@ func run(once bool) error {
 	}
 	defer pool.Close()
 
-	r, err := reaper.New(idem.NewStore(pool, idem.Config{LockTimeout: lockTimeout}), &reaper.Config{
+	r, err := reaper.New(&reaper.Config{
+		Keys:         idem.NewStore(pool, idem.Config{LockTimeout: lockTimeout}),
 		MaxAge:       maxAge,
 		BatchSize:    batchSize,
 		PollInterval: pollInterval,
