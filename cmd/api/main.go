@@ -53,7 +53,10 @@ func run() error {
 	defer pool.Close()
 
 	reg := metrics.NewRegistry()
-	svc, _ := settings.NewService(pool, reg, logger)
+	svc, _, err := settings.NewService(pool, reg, logger)
+	if err != nil {
+		return err
+	}
 	handler := api.NewHandler(api.Config{
 		Pool:     pool,
 		Logger:   logger,

@@ -63,7 +63,10 @@ func run(once bool) error {
 
 	reg := metrics.NewRegistry()
 	metrics.RegisterPool(reg, pool)
-	svc, keys := settings.NewService(pool, reg, logger)
+	svc, keys, err := settings.NewService(pool, reg, logger)
+	if err != nil {
+		return err
+	}
 	c, err := completer.New(&completer.Config{
 		Keys:          keys,
 		Service:       svc,

@@ -57,8 +57,12 @@ func run(once bool) error {
 	}
 	defer pool.Close()
 
+	keys, err := idem.New(&idem.Config{Pool: pool, LockTimeout: lockTimeout})
+	if err != nil {
+		return err
+	}
 	r, err := reaper.New(&reaper.Config{
-		Keys:         idem.NewStore(pool, idem.Config{LockTimeout: lockTimeout}),
+		Keys:         keys,
 		MaxAge:       maxAge,
 		BatchSize:    batchSize,
 		PollInterval: pollInterval,

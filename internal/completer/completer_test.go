@@ -331,7 +331,8 @@ func TestCompleter(t *testing.T) {
 			`UPDATE idempotency_keys SET created_at = now() - interval '1 hour', last_run_at = now() - interval '1 hour'`)
 		require.NoError(t, err)
 
-		otherKeys := idem.NewStore(b.Pool, idem.Config{})
+		otherKeys, err := idem.New(&idem.Config{Pool: b.Pool})
+		require.NoError(t, err)
 		completers := []*completer.Completer{
 			newCompleter(t, b.Keys, b.Service, completer.Config{BatchSize: 3}),
 			newCompleter(t, otherKeys, rides.NewService(rides.Config{Pool: b.Pool, Keys: otherKeys, Payments: b.Gateway}),

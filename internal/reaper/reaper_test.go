@@ -209,9 +209,11 @@ func TestReaper(t *testing.T) {
 		b := setup(t)
 		const n = 200
 		insertKeys(t, b, n, expired)
+		otherKeys, err := idem.New(&idem.Config{Pool: b.Pool})
+		require.NoError(t, err)
 		reapers := []*reaper.Reaper{
 			newReaper(t, b.Keys, reaper.Config{BatchSize: 7}),
-			newReaper(t, idem.NewStore(b.Pool, idem.Config{}), reaper.Config{BatchSize: 7}),
+			newReaper(t, otherKeys, reaper.Config{BatchSize: 7}),
 		}
 
 		var (

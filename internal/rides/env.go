@@ -42,8 +42,11 @@ func SettingsFromEnv(env *config.Env) Settings {
 // NewService builds, for s, the idempotency-key store and the ride
 // service on pool, counting into reg. Failpoints come from FAILPOINTS in
 // binaries built with -tags failpoints.
-func (s Settings) NewService(pool *pgxpool.Pool, reg prometheus.Registerer, logger *slog.Logger) (*Service, *idem.Store) {
-	keys := idem.NewStore(pool, idem.Config{LockTimeout: s.LockTimeout, Metrics: metrics.NewIdempotency(reg)})
+func (s Settings) NewService(pool *pgxpool.Pool, reg prometheus.Registerer, logger *slog.Logger) (*Service, *idem.Store, error) {
+	keys, err := idem.New(&idem.Config{Pool: pool, LockTimeout: s.LockTimeout, Metrics: metrics.NewIdempotency(reg)})
+	if err != nil {
+		return nil, nil, err
+	}
 	return NewService(Config{
 		Pool:               pool,
 		Keys:               keys,
@@ -53,5 +56,5 @@ func (s Settings) NewService(pool *pgxpool.Pool, reg prometheus.Registerer, logg
 		StripeKeyRetention: s.StripeKeyRetention,
 		MaxChargeAttempts:  s.MaxChargeAttempts,
 		StripeMetrics:      metrics.NewStripe(reg),
-	}), keys
+	}), keys, nil
 }

@@ -115,7 +115,9 @@ func New(t testing.TB, opts Options) *Stack {
 		s.BadSourceUser = s.newUser(t, "user-bad-source@example.com", "tok_chargeCustomerFail", s.BadSourceToken)
 	}
 
-	s.Keys = idem.NewStore(s.Pool, idem.Config{LockTimeout: opts.LockTimeout, Metrics: metrics.NewIdempotency(s.Registry)})
+	var err error
+	s.Keys, err = idem.New(&idem.Config{Pool: s.Pool, LockTimeout: opts.LockTimeout, Metrics: metrics.NewIdempotency(s.Registry)})
+	require.NoError(t, err)
 	s.Service = rides.NewService(rides.Config{
 		Pool: s.Pool, Keys: s.Keys, Payments: s.Gateway, Failpoint: s.failpoint, Logger: logger,
 		StripeKeyRetention: opts.StripeKeyRetention, MaxChargeAttempts: opts.MaxChargeAttempts,
