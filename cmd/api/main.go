@@ -57,7 +57,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	handler := api.NewHandler(api.Config{
+	handler, err := api.New(&api.Config{
 		Pool:     pool,
 		Logger:   logger,
 		Registry: reg,
@@ -69,6 +69,9 @@ func run() error {
 			Failpoint:       failpoint.FromEnv(),
 		}),
 	})
+	if err != nil {
+		return err
+	}
 
 	if err := api.ServeDebug(ctx, debugAddr, logger); err != nil {
 		return err

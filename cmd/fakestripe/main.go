@@ -50,10 +50,14 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
+	fake, err := fakestripe.New(&fakestripe.Config{KeyRetention: keyRetention, Logger: logger})
+	if err != nil {
+		return err
+	}
 	srv, err := serve.Listen(&serve.Config{
 		Name:    "fakestripe",
 		Addr:    addr,
-		Handler: fakestripe.New(fakestripe.Options{KeyRetention: keyRetention, Logger: logger}),
+		Handler: fake,
 		Logger:  logger,
 		// In-flight requests (a charge sleeping out injected latency,
 		// say) get this long to finish once asked to stop.

@@ -87,7 +87,7 @@ func run() error {
 		return errors.New("-n must be 0 or more and -attempts 1 or more")
 	}
 
-	sim, err := simulator.New(simulator.Config{
+	sim, err := simulator.New(&simulator.Config{
 		URL:       *apiURL,
 		Token:     *token,
 		ErrorRate: errorRate,

@@ -6,6 +6,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,10 +33,14 @@ import (
 // MaxBodyBytes bounds every request body.
 const MaxBodyBytes = 64 << 10
 
-// Config configures the server's handler.
+// Config configures the API's Handler. Pool and Rides are required.
 type Config struct {
-	Pool   *pgxpool.Pool
-	Rides  *rides.Handler
+	// Pool is the database: users for authentication, and /readyz.
+	// Required.
+	Pool *pgxpool.Pool
+	// Rides serves the ride endpoints. Required.
+	Rides *rides.Handler
+	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registry receives the HTTP and connection pool metrics, and
 	// everything registered on it is served at GET /metrics. Nil means a
@@ -43,17 +48,36 @@ type Config struct {
 	Registry *prometheus.Registry
 }
 
-// NewHandler returns the API's root handler.
-func NewHandler(cfg Config) http.Handler {
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
+func (c *Config) validate() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("api: Config.Pool is required")
+	case c.Rides == nil:
+		return errors.New("api: Config.Rides is required")
 	}
-	reg := cfg.Registry
+	return nil
+}
+
+// Handler is the API's root handler: every route, behind the hygiene
+// every endpoint shares.
+type Handler struct {
+	router http.Handler
+}
+
+// New returns the API's root handler for config.
+func New(config *Config) (*Handler, error) {
+	if config == nil {
+		return nil, errors.New("api: Config is required (Pool and Rides)")
+	}
+	if err := config.validate(); err != nil {
+		return nil, err
+	}
+	logger := cmp.Or(config.Logger, slog.Default())
+	reg := config.Registry
 	if reg == nil {
 		reg = metrics.NewRegistry()
 	}
-	metrics.RegisterPool(reg, cfg.Pool)
+	metrics.RegisterPool(reg, config.Pool)
 
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID)
@@ -76,17 +100,22 @@ func NewHandler(cfg Config) http.Handler {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	r.Get("/readyz", readyz(cfg.Pool))
+	r.Get("/readyz", readyz(config.Pool))
 	// Unauthenticated, like /healthz: keep it off the public internet at
 	// the load balancer rather than handing Prometheus an API token.
 	r.Method(http.MethodGet, "/metrics", metrics.Handler(reg))
 	r.Get("/openapi.yaml", serveOpenAPI)
 
 	r.Group(func(r chi.Router) {
-		r.Use(authenticate(cfg.Pool, logger))
-		cfg.Rides.Mount(r)
+		r.Use(authenticate(config.Pool, logger))
+		config.Rides.Mount(r)
 	})
-	return r
+	return &Handler{router: r}, nil
+}
+
+// ServeHTTP serves the API.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.router.ServeHTTP(w, r)
 }
 
 // allowedMethods lists the methods routes serves path with.

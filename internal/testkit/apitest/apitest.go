@@ -96,7 +96,7 @@ func New(t testing.TB, opts Options) *Stack {
 	if opts.StripeURL != "" {
 		s.StripeURL = opts.StripeURL
 	} else {
-		s.Stripe, s.StripeURL = fakestripetest.Start(t, fakestripe.Options{KeyRetention: opts.StripeKeyRetention})
+		s.Stripe, s.StripeURL = fakestripetest.Start(t, &fakestripe.Config{KeyRetention: opts.StripeKeyRetention})
 	}
 	s.Gateway = payment.New(payment.Config{
 		APIKey: StripeKey, BaseURL: s.StripeURL, Timeout: 5 * time.Second, MaxNetworkRetries: opts.StripeRetries,
@@ -123,7 +123,7 @@ func New(t testing.TB, opts Options) *Stack {
 		StripeKeyRetention: opts.StripeKeyRetention, MaxChargeAttempts: opts.MaxChargeAttempts,
 		StripeMetrics: metrics.NewStripe(s.Registry),
 	})
-	handler := api.NewHandler(api.Config{
+	handler, err := api.New(&api.Config{
 		Pool:     s.Pool,
 		Logger:   logger,
 		Registry: s.Registry,
@@ -131,6 +131,7 @@ func New(t testing.TB, opts Options) *Stack {
 			Service: s.Service, Pool: s.Pool, SimulatedErrors: opts.SimulatedErrors, Failpoint: s.failpoint, Logger: logger,
 		}),
 	})
+	require.NoError(t, err)
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 	s.URL = srv.URL
