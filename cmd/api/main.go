@@ -1,61 +1,49 @@
-// Command api serves the Rocket Rides HTTP API.
+// Command api serves the Rocket Rides HTTP API until SIGINT or SIGTERM,
+// then lets the requests in flight finish.
 package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 
 	"github.com/rocketrides/rocketrides/internal/api"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/platform/serve"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "api:", err)
-		os.Exit(1)
-	}
+	process.Main(&process.Config{Name: "api", Build: build})
 }
 
-func run() error {
-	logger, err := config.Logger("api")
-	if err != nil {
-		return err
-	}
+func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 	var env config.Env
 	databaseURL := env.Required("DATABASE_URL")
 	settings := rides.SettingsFromEnv(&env)
 	simulatedErrors := env.Bool("SIMULATED_ERRORS", false)
 	// Zero keeps pgx's default pool size.
 	maxConns := env.IntOrZero("DATABASE_MAX_CONNS", 0)
-	addr := ":" + strconv.Itoa(env.Port("PORT", 5000))
+	// Zero listens on any free port; the "Serving HTTP" line says which.
+	port := env.Port("PORT", 5000)
 	debugAddr := env.String("DEBUG_ADDR", "")
 	if err := env.Err(); err != nil {
-		return err
+		return nil, err
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 
 	pool, err := db.Open(ctx, databaseURL, int32(maxConns))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer pool.Close()
-
+	// Served at GET /metrics on the API's own port.
 	reg := metrics.NewRegistry()
 	svc, _, err := settings.NewService(pool, reg, logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	handler, err := api.New(&api.Config{
 		Pool:     pool,
@@ -70,19 +58,24 @@ func run() error {
 		}),
 	})
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if err := api.ServeDebug(ctx, debugAddr, logger); err != nil {
+		return nil, err
+	}
+	srv, err := serve.Listen(api.ServerConfig(":"+strconv.Itoa(port), handler, logger))
+	if err != nil {
+		return nil, err
 	}
 
-	if err := api.ServeDebug(ctx, debugAddr, logger); err != nil {
-		return err
-	}
-	srv, err := serve.Listen(api.ServerConfig(addr, handler, logger))
-	if err != nil {
-		return err
-	}
-	logger.InfoContext(ctx, "API started",
-		slog.String("stripe_api_base", settings.Stripe.BaseURL),
-		slog.Bool("simulated_errors", simulatedErrors),
-		slog.Duration("lock_timeout", settings.LockTimeout))
-	return srv.Serve(ctx)
+	return &process.Program{
+		Run: srv.Serve,
+		Settings: []slog.Attr{
+			slog.String("stripe_api_base", settings.Stripe.BaseURL),
+			slog.Bool("simulated_errors", simulatedErrors),
+			slog.Duration("lock_timeout", settings.LockTimeout),
+			slog.Int("max_charge_attempts", settings.MaxChargeAttempts),
+		},
+		Close: pool.Close,
+	}, nil
 }

@@ -5,7 +5,7 @@
 //
 // Settings, from the environment:
 //
-//	PORT                       port to listen on (default 12111)
+//	PORT                       port to listen on (default 12111; 0: any free port)
 //	FAKESTRIPE_KEY_RETENTION   how long idempotency keys are remembered, a Go
 //	                           duration such as 24h or 90s (default 24h)
 //	LOG_LEVEL, LOG_FORMAT      as for every process (see internal/platform/config)
@@ -15,57 +15,47 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/platform/serve"
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "fakestripe:", err)
-		os.Exit(1)
-	}
+	process.Main(&process.Config{Name: "fakestripe", Build: build})
 }
 
-func run() error {
-	logger, err := config.Logger("fakestripe")
-	if err != nil {
-		return err
-	}
+func build(_ context.Context, logger *slog.Logger) (*process.Program, error) {
 	var env config.Env
 	keyRetention := env.Duration("FAKESTRIPE_KEY_RETENTION", fakestripe.DefaultKeyRetention)
-	addr := ":" + strconv.Itoa(env.Port("PORT", 12111))
+	// Zero listens on any free port; the "Serving HTTP" line says which.
+	port := env.Port("PORT", 12111)
 	if err := env.Err(); err != nil {
-		return err
+		return nil, err
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 
 	fake, err := fakestripe.New(&fakestripe.Config{KeyRetention: keyRetention, Logger: logger})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	srv, err := serve.Listen(&serve.Config{
 		Name:    "fakestripe",
-		Addr:    addr,
+		Addr:    ":" + strconv.Itoa(port),
 		Handler: fake,
 		Logger:  logger,
-		// In-flight requests (a charge sleeping out injected latency,
+		// Requests in flight (a charge sleeping out injected latency,
 		// say) get this long to finish once asked to stop.
 		ShutdownTimeout: 10 * time.Second,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	logger.InfoContext(ctx, "Stripe fake started", slog.Duration("key_retention", keyRetention))
-	return srv.Serve(ctx)
+	return &process.Program{
+		Run:      srv.Serve,
+		Settings: []slog.Attr{slog.Duration("key_retention", keyRetention)},
+	}, nil
 }

@@ -306,7 +306,7 @@ func (s *soak) judge(ctx context.Context) error {
 	}
 	if s.fleet.Has("reconciler") {
 		// RECONCILER_GRACE: the soak is drained, so nothing may still be
-		// in flight; 1ms because zero means the 15m default.
+		// in flight; 1ms because zero is refused.
 		out, err := s.fleet.Run(ctx, "reconciler", []string{"RECONCILER_GRACE=1ms", "RECONCILER_WINDOW=24h"}, "-once")
 		s.summary.Reconciler = firstLine(out)
 		if err != nil {
