@@ -164,7 +164,7 @@ func authenticate(pool *pgxpool.Pool, logger *slog.Logger) func(http.Handler) ht
 				return
 			}
 			if err != nil {
-				logger.ErrorContext(r.Context(), "authenticate", "error", err)
+				logger.ErrorContext(r.Context(), "Check API token", slog.Any("error", err))
 				problem.New(http.StatusServiceUnavailable, "unavailable",
 					"Could not check the API token; retry shortly.").WithRetryAfter(1).Write(w)
 				return
@@ -233,8 +233,8 @@ func recoverPanic(logger *slog.Logger) func(http.Handler) http.Handler {
 					}
 					return
 				}
-				logger.ErrorContext(r.Context(), "panic serving request",
-					"panic", rec, "stack", string(debug.Stack()))
+				logger.ErrorContext(r.Context(), "Panic serving request",
+					slog.Any("panic", rec), slog.String("stack", string(debug.Stack())))
 				problem.New(http.StatusInternalServerError, "internal_error", "Something went wrong on our side.").Write(w)
 			}()
 			next.ServeHTTP(w, r)
@@ -272,15 +272,15 @@ func requestLog(logger *slog.Logger, m *metrics.HTTP) func(http.Handler) http.Ha
 			if status >= 500 {
 				level = slog.LevelWarn
 			}
-			logger.Log(r.Context(), level, "request",
-				"method", r.Method,
-				"route", route,
-				"path", r.URL.Path,
-				"status", status,
-				"bytes", ww.BytesWritten(),
-				"duration_ms", float64(elapsed.Microseconds())/1000,
-				"remote", r.RemoteAddr,
-				"replayed", ww.Header().Get("Idempotent-Replayed") == "true",
+			logger.LogAttrs(r.Context(), level, "Served request",
+				slog.String("method", r.Method),
+				slog.String("route", route),
+				slog.String("path", r.URL.Path),
+				slog.Int("status", status),
+				slog.Int("bytes", ww.BytesWritten()),
+				slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+				slog.String("remote", r.RemoteAddr),
+				slog.Bool("replayed", ww.Header().Get("Idempotent-Replayed") == "true"),
 			)
 		})
 	}

@@ -289,7 +289,7 @@ func (h *Handler) errorProblem(ctx context.Context, err error) *problem.Problem 
 		return problem.New(http.StatusConflict, "request_taken_over",
 			"This request stalled and a retry took it over. Retry with the same key to get its result.").WithRetryAfter(1)
 	case errors.Is(err, payment.ErrUnavailable):
-		h.logger.WarnContext(ctx, "payment provider unavailable; key left resumable", "error", err)
+		h.logger.WarnContext(ctx, "Payment provider unavailable; key left resumable", slog.Any("error", err))
 		return problem.New(http.StatusServiceUnavailable, "payment_unavailable",
 			"The payment provider could not be reached. Retry with the same Idempotency-Key; you will be charged at most once.").WithRetryAfter(2)
 	case errors.Is(err, idem.ErrNeedsAttention):
@@ -299,11 +299,11 @@ func (h *Handler) errorProblem(ctx context.Context, err error) *problem.Problem 
 		return problem.New(http.StatusServiceUnavailable, "database_contention",
 			"The request conflicted with concurrent work. Retry with the same Idempotency-Key.").WithRetryAfter(1)
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		h.logger.WarnContext(ctx, "ride request abandoned by its client; key left resumable", "error", err)
+		h.logger.WarnContext(ctx, "Ride request abandoned by its client; key left resumable", slog.Any("error", err))
 		return problem.New(http.StatusServiceUnavailable, "request_cancelled",
 			"The request was cancelled. Retry with the same Idempotency-Key.").WithRetryAfter(1)
 	default:
-		h.logger.ErrorContext(ctx, "ride request failed; key left resumable", "error", err)
+		h.logger.ErrorContext(ctx, "Ride request failed; key left resumable", slog.Any("error", err))
 		return problem.New(http.StatusInternalServerError, "internal_error",
 			"Something went wrong on our side. Retry with the same Idempotency-Key; the request resumes where it stopped.")
 	}

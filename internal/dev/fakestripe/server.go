@@ -242,9 +242,9 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		if rec.Header().Get("Idempotent-Replayed") == "true" {
 			attrs = append(attrs, slog.Bool("replayed", true))
 		}
-		msg := "request"
+		msg := "Served request"
 		if rec.status == 0 {
-			msg = "request: connection dropped without a response"
+			msg = "Dropped connection without a response"
 		}
 		s.logger.InfoContext(r.Context(), msg, attrs...)
 	})
