@@ -166,7 +166,7 @@ func (s *soak) setUp(ctx context.Context) error {
 	s.summary.DatabaseURL = s.dbURL
 
 	s.progress("building the binaries")
-	s.fleet, err = fleet.New(fleet.Options{
+	s.fleet, err = fleet.New(&fleet.Config{
 		LogDir: filepath.Join(s.dir, "logs"),
 		Env: []string{
 			"DATABASE_URL=" + s.dbURL,
