@@ -1,60 +1,49 @@
-// Command api serves the Rocket Rides HTTP API.
+// Command api serves the Rocket Rides HTTP API until SIGINT or SIGTERM,
+// then lets the requests in flight finish.
 package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"net"
-	"os"
-	"os/signal"
-	"syscall"
-	"time"
+	"strconv"
 
 	"github.com/rocketrides/rocketrides/internal/api"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/process"
+	"github.com/rocketrides/rocketrides/internal/platform/serve"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "api:", err)
-		os.Exit(1)
-	}
+	process.Main(&process.Config{Name: "api", Build: build})
 }
 
-func run() error {
-	logger, err := config.Logger("api")
-	if err != nil {
-		return err
-	}
+func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 	var env config.Env
 	databaseURL := env.Required("DATABASE_URL")
 	settings := rides.SettingsFromEnv(&env)
 	simulatedErrors := env.Bool("SIMULATED_ERRORS", false)
-	maxConns := env.Int("DATABASE_MAX_CONNS", 0)
+	// Zero keeps pgx's default pool size.
+	maxConns := env.IntOrZero("DATABASE_MAX_CONNS", 0)
+	// Zero listens on any free port; the "Serving HTTP" line says which.
+	port := env.Port("PORT", 5000)
+	debugAddr := env.String("DEBUG_ADDR", "")
 	if err := env.Err(); err != nil {
-		return err
+		return nil, err
 	}
-	addr := ":" + config.String("PORT", "5000")
-	debugAddr := config.String("DEBUG_ADDR", "")
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 
 	pool, err := db.Open(ctx, databaseURL, int32(maxConns))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer pool.Close()
-
+	// Served at GET /metrics on the API's own port.
 	reg := metrics.NewRegistry()
 	svc, _, err := settings.NewService(pool, reg, logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ridesHandler, err := rides.NewHandler(&rides.HandlerConfig{
 		Service:         svc,
@@ -64,25 +53,33 @@ func run() error {
 		Failpoint:       failpoint.FromEnv(),
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	handler := api.NewHandler(api.Config{
+	handler, err := api.New(&api.Config{
 		Pool:     pool,
 		Logger:   logger,
 		Registry: reg,
 		Rides:    ridesHandler,
 	})
-
-	if err := api.ServeDebug(ctx, debugAddr, logger); err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
+		return nil, err
 	}
-	logger.Info("listening", "addr", ln.Addr().String(), "stripe_api_base", os.Getenv("STRIPE_API_BASE"),
-		"simulated_errors", simulatedErrors, "lock_timeout", settings.LockTimeout)
-	err = api.Serve(ctx, api.NewServer(addr, handler, logger), ln, 95*time.Second)
-	logger.Info("stopped", slog.Any("error", err))
-	return err
+	if err := api.ServeDebug(ctx, debugAddr, logger); err != nil {
+		return nil, err
+	}
+	srv, err := serve.Listen(api.ServerConfig(":"+strconv.Itoa(port), handler, logger))
+	if err != nil {
+		return nil, err
+	}
+
+	return &process.Program{
+		Run: srv.Serve,
+		Settings: []slog.Attr{
+			slog.String("stripe_api_base", settings.Stripe.BaseURL),
+			slog.Bool("simulated_errors", simulatedErrors),
+			slog.Duration("lock_timeout", settings.LockTimeout),
+			slog.Int("max_charge_attempts", settings.MaxChargeAttempts),
+		},
+		Close: pool.Close,
+	}, nil
 }

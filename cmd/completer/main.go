@@ -9,92 +9,75 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+	"log/slog"
 
 	"github.com/rocketrides/rocketrides/internal/completer"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
 func main() {
-	once := flag.Bool("once", false, "work one batch, print succeeded=N failed=M and exit")
-	flag.Parse()
-	if err := run(*once); err != nil {
-		fmt.Fprintln(os.Stderr, "completer:", err)
-		os.Exit(1)
-	}
+	process.Main(&process.Config{
+		Name:      "completer",
+		OnceUsage: "work one batch, print succeeded=N failed=M and exit",
+		Build:     build,
+	})
 }
 
-func run(once bool) error {
-	logger, err := config.Logger("completer")
-	if err != nil {
-		return err
-	}
+func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 	var env config.Env
 	databaseURL := env.Required("DATABASE_URL")
 	// The same settings the API runs the ride request with: the
 	// completer must take and respect locks, and settle charges, exactly
 	// as the API does.
 	settings := rides.SettingsFromEnv(&env)
-	minAge := env.Duration("COMPLETER_MIN_AGE", completer.DefaultMinAge)
-	retryInterval := env.Duration("COMPLETER_RETRY_INTERVAL", completer.DefaultRetryInterval)
-	pollInterval := env.Duration("COMPLETER_POLL_INTERVAL", completer.DefaultPollInterval)
-	batchSize := env.Int("COMPLETER_BATCH_SIZE", completer.DefaultBatchSize)
-	concurrency := env.Int("COMPLETER_CONCURRENCY", completer.DefaultConcurrency)
-	if err := env.Err(); err != nil {
-		return err
+	cfg := &completer.Config{
+		MinAge:        env.Duration("COMPLETER_MIN_AGE", completer.DefaultMinAge),
+		RetryInterval: env.Duration("COMPLETER_RETRY_INTERVAL", completer.DefaultRetryInterval),
+		PollInterval:  env.Duration("COMPLETER_POLL_INTERVAL", completer.DefaultPollInterval),
+		BatchSize:     env.Int("COMPLETER_BATCH_SIZE", completer.DefaultBatchSize),
+		Concurrency:   env.Int("COMPLETER_CONCURRENCY", completer.DefaultConcurrency),
+		Logger:        logger,
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	metricsAddr := env.String("METRICS_ADDR", "")
+	if err := env.Err(); err != nil {
+		return nil, err
+	}
 
 	pool, err := db.Open(ctx, databaseURL, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer pool.Close()
-
 	reg := metrics.NewRegistry()
 	metrics.RegisterPool(reg, pool)
-	svc, keys, err := settings.NewService(pool, reg, logger)
-	if err != nil {
-		return err
+	if cfg.Service, cfg.Keys, err = settings.NewService(pool, reg, logger); err != nil {
+		return nil, err
 	}
-	c, err := completer.New(keys, svc, &completer.Config{
-		MinAge:        minAge,
-		RetryInterval: retryInterval,
-		PollInterval:  pollInterval,
-		BatchSize:     batchSize,
-		Concurrency:   concurrency,
-		Logger:        logger,
-	})
+	c, err := completer.New(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
-	if once {
-		succeeded, failed, err := c.RunOnce(ctx)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("succeeded=%d failed=%d\n", succeeded, failed)
-		return nil
-	}
-
-	if err := metrics.Serve(ctx, config.String("METRICS_ADDR", ""), reg, logger); err != nil {
-		return err
-	}
-	logger.Info("Completer started", "min_age", minAge, "retry_interval", retryInterval,
-		"poll_interval", pollInterval, "batch_size", batchSize, "lock_timeout", settings.LockTimeout)
-	if err := c.Run(ctx); err != nil {
-		return err
-	}
-	logger.Info("Completer stopped")
-	return nil
+	return &process.Program{
+		Run: c.Run,
+		Once: func(ctx context.Context) (string, error) {
+			succeeded, failed, err := c.RunOnce(ctx)
+			return fmt.Sprintf("succeeded=%d failed=%d", succeeded, failed), err
+		},
+		Metrics:     reg,
+		MetricsAddr: metricsAddr,
+		Settings: []slog.Attr{
+			slog.Duration("min_age", cfg.MinAge),
+			slog.Duration("retry_interval", cfg.RetryInterval),
+			slog.Duration("poll_interval", cfg.PollInterval),
+			slog.Int("batch_size", cfg.BatchSize),
+			slog.Int("concurrency", cfg.Concurrency),
+			slog.Duration("lock_timeout", settings.LockTimeout),
+		},
+		Close: pool.Close,
+	}, nil
 }

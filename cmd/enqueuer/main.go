@@ -38,6 +38,7 @@ func run(once bool) error {
 	databaseURL := env.Required("DATABASE_URL")
 	pollInterval := env.Duration("ENQUEUER_POLL_INTERVAL", staged.DefaultPollInterval)
 	batchSize := env.Int("ENQUEUER_BATCH_SIZE", staged.DefaultBatchSize)
+	metricsAddr := env.String("METRICS_ADDR", "")
 	if err := env.Err(); err != nil {
 		return err
 	}
@@ -75,7 +76,7 @@ func run(once bool) error {
 		return nil
 	}
 
-	if err := metrics.Serve(ctx, config.String("METRICS_ADDR", ""), reg, logger); err != nil {
+	if err := metrics.Serve(ctx, metricsAddr, reg, logger); err != nil {
 		return err
 	}
 	logger.Info("Enqueuer started", "batch_size", batchSize, "poll_interval", pollInterval)

@@ -5,7 +5,7 @@
 //
 // Settings, from the environment:
 //
-//	PORT                       port to listen on (default 12111)
+//	PORT                       port to listen on (default 12111; 0: any free port)
 //	FAKESTRIPE_KEY_RETENTION   how long idempotency keys are remembered, a Go
 //	                           duration such as 24h or 90s (default 24h)
 //	LOG_LEVEL, LOG_FORMAT      as for every process (see internal/platform/config)
@@ -15,71 +15,47 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net"
-	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
+	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/process"
+	"github.com/rocketrides/rocketrides/internal/platform/serve"
 )
 
-// shutdownTimeout bounds how long in-flight requests (a charge sleeping
-// out injected latency, say) may take to finish once asked to stop.
-const shutdownTimeout = 10 * time.Second
-
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "fakestripe:", err)
-		os.Exit(1)
-	}
+	process.Main(&process.Config{Name: "fakestripe", Build: build})
 }
 
-func run() error {
-	logger, err := config.Logger("fakestripe")
+func build(_ context.Context, logger *slog.Logger) (*process.Program, error) {
+	var env config.Env
+	keyRetention := env.Duration("FAKESTRIPE_KEY_RETENTION", fakestripe.DefaultKeyRetention)
+	// Zero listens on any free port; the "Serving HTTP" line says which.
+	port := env.Port("PORT", 12111)
+	if err := env.Err(); err != nil {
+		return nil, err
+	}
+
+	fake, err := fakestripe.New(&fakestripe.Config{KeyRetention: keyRetention, Logger: logger})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	keyRetention, err := config.Duration("FAKESTRIPE_KEY_RETENTION", fakestripe.DefaultKeyRetention)
+	srv, err := serve.Listen(&serve.Config{
+		Name:    "fakestripe",
+		Addr:    ":" + strconv.Itoa(port),
+		Handler: fake,
+		Logger:  logger,
+		// Requests in flight (a charge sleeping out injected latency,
+		// say) get this long to finish once asked to stop.
+		ShutdownTimeout: 10 * time.Second,
+	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	addr := ":" + config.String("PORT", "12111")
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-
-	srv := &http.Server{
-		Handler:           fakestripe.New(fakestripe.Options{KeyRetention: keyRetention, Logger: logger}),
-		ReadHeaderTimeout: 5 * time.Second,
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	logger.Info("listening", "addr", ln.Addr().String(), "key_retention", keyRetention)
-
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-
-	logger.Info("shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shut down: %w", err)
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve: %w", err)
-	}
-	logger.Info("stopped")
-	return nil
+	return &process.Program{
+		Run:      srv.Serve,
+		Settings: []slog.Attr{slog.Duration("key_retention", keyRetention)},
+	}, nil
 }

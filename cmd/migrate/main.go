@@ -29,8 +29,9 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	url, err := config.Required("DATABASE_URL")
-	if err != nil {
+	var env config.Env
+	url := env.Required("DATABASE_URL")
+	if err := env.Err(); err != nil {
 		return err
 	}
 	ctx := context.Background()

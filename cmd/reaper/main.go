@@ -9,79 +9,72 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+	"log/slog"
 
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
+	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/reaper"
 )
 
 func main() {
-	once := flag.Bool("once", false, "reap everything due, print reaped=N abandoned=M and exit")
-	flag.Parse()
-	if err := run(*once); err != nil {
-		fmt.Fprintln(os.Stderr, "reaper:", err)
-		os.Exit(1)
-	}
+	process.Main(&process.Config{
+		Name:      "reaper",
+		OnceUsage: "reap everything due, print reaped=N abandoned=M and exit",
+		Build:     build,
+	})
 }
 
-func run(once bool) error {
-	logger, err := config.Logger("reaper")
-	if err != nil {
-		return err
-	}
+func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 	var env config.Env
 	databaseURL := env.Required("DATABASE_URL")
-	maxAge := env.Duration("REAPER_MAX_AGE", reaper.DefaultMaxAge)
-	batchSize := env.Int("REAPER_BATCH_SIZE", reaper.DefaultBatchSize)
-	dutyCycle := env.Float("REAPER_DUTY_CYCLE", reaper.DefaultDutyCycle)
-	pollInterval := env.Duration("REAPER_POLL_INTERVAL", reaper.DefaultPollInterval)
+	cfg := &reaper.Config{
+		MaxAge:       env.Duration("REAPER_MAX_AGE", reaper.DefaultMaxAge),
+		BatchSize:    env.Int("REAPER_BATCH_SIZE", reaper.DefaultBatchSize),
+		PollInterval: env.Duration("REAPER_POLL_INTERVAL", reaper.DefaultPollInterval),
+		DutyCycle:    env.Fraction("REAPER_DUTY_CYCLE", reaper.DefaultDutyCycle),
+		Logger:       logger,
+	}
 	// The API's setting: a key under a lock younger than this is being
 	// worked and is left for a later pass.
 	lockTimeout := env.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout)
+	metricsAddr := env.String("METRICS_ADDR", "")
 	if err := env.Err(); err != nil {
-		return err
+		return nil, err
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 
 	pool, err := db.Open(ctx, databaseURL, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer pool.Close()
-
-	r, err := reaper.New(idem.NewStore(pool, idem.Config{LockTimeout: lockTimeout}), &reaper.Config{
-		MaxAge:       maxAge,
-		BatchSize:    batchSize,
-		PollInterval: pollInterval,
-		DutyCycle:    dutyCycle,
-		Logger:       logger,
-	})
+	reg := metrics.NewRegistry()
+	metrics.RegisterPool(reg, pool)
+	if cfg.Keys, err = idem.New(&idem.Config{Pool: pool, LockTimeout: lockTimeout}); err != nil {
+		return nil, err
+	}
+	r, err := reaper.New(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
-	if once {
-		reaped, abandoned, err := r.RunOnce(ctx)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("reaped=%d abandoned=%d\n", reaped, abandoned)
-		return nil
-	}
-
-	logger.Info("Reaper started", "max_age", maxAge, "batch_size", batchSize,
-		"poll_interval", pollInterval, "lock_timeout", lockTimeout)
-	if err := r.Run(ctx); err != nil {
-		return err
-	}
-	logger.Info("Reaper stopped")
-	return nil
+	return &process.Program{
+		Run: r.Run,
+		Once: func(ctx context.Context) (string, error) {
+			reaped, abandoned, err := r.RunOnce(ctx)
+			return fmt.Sprintf("reaped=%d abandoned=%d", reaped, abandoned), err
+		},
+		Metrics:     reg,
+		MetricsAddr: metricsAddr,
+		Settings: []slog.Attr{
+			slog.Duration("max_age", cfg.MaxAge),
+			slog.Int("batch_size", cfg.BatchSize),
+			slog.Duration("poll_interval", cfg.PollInterval),
+			slog.Float64("duty_cycle", cfg.DutyCycle),
+			slog.Duration("lock_timeout", lockTimeout),
+		},
+		Close: pool.Close,
+	}, nil
 }

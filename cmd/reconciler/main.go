@@ -14,65 +14,56 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-	"time"
+	"log/slog"
+	"strings"
 
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
+	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/reconcile"
 )
 
-// errDiscrepancies ends a -once run that found something.
-var errDiscrepancies = errors.New("discrepancies found")
+var since = flag.Duration("since", 0, "look back this far (default $RECONCILER_WINDOW, or 24h)")
 
 func main() {
-	once := flag.Bool("once", false, "reconcile once, print the report and exit 1 on any discrepancy")
-	since := flag.Duration("since", 0, "look back this far (default $RECONCILER_WINDOW, or 24h)")
-	flag.Parse()
-	err := run(*once, *since)
-	switch {
-	case errors.Is(err, errDiscrepancies):
-		os.Exit(1)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "reconciler:", err)
-		os.Exit(2)
-	}
+	process.Main(&process.Config{
+		Name:      "reconciler",
+		OnceUsage: "reconcile once, print the report and exit 1 on any discrepancy",
+		Build:     build,
+		// 1 is a finding, not a failure.
+		FailureCode: 2,
+	})
 }
 
-func run(once bool, since time.Duration) error {
-	logger, err := config.Logger("reconciler")
-	if err != nil {
-		return err
-	}
+func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 	var env config.Env
 	databaseURL := env.Required("DATABASE_URL")
 	stripe := payment.ConfigFromEnv(&env)
-	window := env.PositiveDuration("RECONCILER_WINDOW", reconcile.DefaultWindow)
-	if since > 0 {
-		window = since
-	}
-	interval := env.PositiveDuration("RECONCILER_INTERVAL", reconcile.DefaultInterval)
-	grace := env.PositiveDuration("RECONCILER_GRACE", reconcile.DefaultGrace)
+	window := env.Duration("RECONCILER_WINDOW", reconcile.DefaultWindow)
+	interval := env.Duration("RECONCILER_INTERVAL", reconcile.DefaultInterval)
+	grace := env.Duration("RECONCILER_GRACE", reconcile.DefaultGrace)
+	metricsAddr := env.String("METRICS_ADDR", "")
 	if err := env.Err(); err != nil {
-		return err
+		return nil, err
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	switch {
+	case *since < 0:
+		return nil, errors.New("-since must not be negative")
+	case *since > 0:
+		window = *since
+	}
 
 	pool, err := db.Open(ctx, databaseURL, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer pool.Close()
-
+	reg := metrics.NewRegistry()
+	metrics.RegisterPool(reg, pool)
 	payments, err := payment.New(&stripe)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	reconciler, err := reconcile.New(&reconcile.Config{
 		Pool:     pool,
@@ -83,29 +74,33 @@ func run(once bool, since time.Duration) error {
 		Logger:   logger,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 
-	if once {
-		rep, err := reconciler.RunOnce(ctx)
-		if err != nil {
-			return err
-		}
-		fmt.Println(rep)
-		for _, d := range rep.Discrepancies {
-			fmt.Println(d)
-		}
-		if !rep.OK() {
-			return errDiscrepancies
-		}
-		return nil
-	}
-
-	logger.Info("Reconciler started", "window", window, "interval", interval, "grace", grace,
-		"stripe_api_base", stripe.BaseURL)
-	if err := reconciler.Run(ctx); err != nil {
-		return err
-	}
-	logger.Info("Reconciler stopped")
-	return nil
+	return &process.Program{
+		Run: reconciler.Run,
+		Once: func(ctx context.Context) (string, error) {
+			rep, err := reconciler.RunOnce(ctx)
+			if err != nil {
+				return "", err
+			}
+			lines := []string{rep.String()}
+			for _, d := range rep.Discrepancies {
+				lines = append(lines, d.String())
+			}
+			if !rep.OK() {
+				return strings.Join(lines, "\n"), process.ExitCode(1)
+			}
+			return strings.Join(lines, "\n"), nil
+		},
+		Metrics:     reg,
+		MetricsAddr: metricsAddr,
+		Settings: []slog.Attr{
+			slog.Duration("window", window),
+			slog.Duration("interval", interval),
+			slog.Duration("grace", grace),
+			slog.String("stripe_api_base", stripe.BaseURL),
+		},
+		Close: pool.Close,
+	}, nil
 }

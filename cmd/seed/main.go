@@ -31,9 +31,10 @@ func main() {
 }
 
 func run() error {
-	token := flag.String("token", config.String("SEED_USER_TOKEN", defaultToken),
+	var env config.Env
+	token := flag.String("token", env.String("SEED_USER_TOKEN", defaultToken),
 		"API token of user@example.com (env SEED_USER_TOKEN)")
-	badToken := flag.String("bad-source-token", config.String("SEED_BAD_SOURCE_TOKEN", defaultBadSourceToken),
+	badToken := flag.String("bad-source-token", env.String("SEED_BAD_SOURCE_TOKEN", defaultBadSourceToken),
 		"API token of user-bad-source@example.com (env SEED_BAD_SOURCE_TOKEN)")
 	wait := flag.Duration("wait", 0, "keep retrying this long while Stripe (or the local fake) is not up yet")
 	flag.Parse()
@@ -41,7 +42,6 @@ func run() error {
 	if _, err := config.Logger("seed"); err != nil {
 		return err
 	}
-	var env config.Env
 	url := env.Required("DATABASE_URL")
 	stripe := payment.ConfigFromEnv(&env)
 	if err := env.Err(); err != nil {

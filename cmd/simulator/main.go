@@ -26,94 +26,112 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
-	"os/signal"
-	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/rocketrides/rocketrides/internal/dev/simulator"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/process"
 )
 
 // defaultToken is the token cmd/seed gives user@example.com by default.
 const defaultToken = "rr_dev_token_user_0123456789"
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "simulator:", err)
-		os.Exit(1)
-	}
+	s := readSettings(flag.CommandLine)
+	process.Main(&process.Config{Name: "simulator", Build: s.build})
 }
 
-func run() error {
-	logger, err := config.Logger("simulator")
+// settings are the simulator's settings: the environment's, then the
+// flags', which win.
+type settings struct {
+	env     config.Env
+	sim     simulator.Config
+	timeout time.Duration
+	once    bool
+	wait    time.Duration
+	logger  *slog.Logger
+}
+
+// readSettings reads the environment and defines the flags on flags, with
+// the environment's values as their defaults; process.Main parses them.
+func readSettings(flags *flag.FlagSet) *settings {
+	s := &settings{}
+	env := &s.env
+	s.sim = simulator.Config{
+		URL:   env.String("API_URL", "http://127.0.0.1:5000"),
+		Token: env.String("SIMULATOR_TOKEN", env.String("SEED_USER_TOKEN", defaultToken)),
+		// Zero honoured: no ride asks for a failure.
+		ErrorRate: env.FractionOrZero("SIMULATOR_ERROR_RATE", 0.5),
+		// Zero honoured: rides back to back.
+		MaxPause: env.DurationOrZero("SIMULATOR_MAX_PAUSE", 2*time.Second),
+		Retry: simulator.Policy{
+			MaxAttempts: env.Int("SIMULATOR_MAX_ATTEMPTS", simulator.DefaultMaxAttempts),
+			MaxDelay:    env.Duration("SIMULATOR_MAX_BACKOFF", simulator.DefaultMaxDelay),
+		},
+		Out: os.Stdout,
+	}
+	s.timeout = env.Duration("SIMULATOR_TIMEOUT", simulator.DefaultTimeout)
+
+	flags.StringVar(&s.sim.URL, "url", s.sim.URL, "the API's base URL (env API_URL)")
+	flags.StringVar(&s.sim.Token, "token", s.sim.Token, "API token to send rides with (env SIMULATOR_TOKEN)")
+	flags.Float64Var(&s.sim.ErrorRate, "error-rate", s.sim.ErrorRate, "share of rides sent with raise_error=true (env SIMULATOR_ERROR_RATE)")
+	flags.DurationVar(&s.sim.MaxPause, "max-pause", s.sim.MaxPause, "rides are a random 0 to this apart (env SIMULATOR_MAX_PAUSE)")
+	flags.DurationVar(&s.timeout, "timeout", s.timeout, "timeout of one HTTP attempt (env SIMULATOR_TIMEOUT)")
+	flags.IntVar(&s.sim.Retry.MaxAttempts, "attempts", s.sim.Retry.MaxAttempts, "attempts per ride, the first included (env SIMULATOR_MAX_ATTEMPTS)")
+	flags.DurationVar(&s.sim.Retry.MaxDelay, "max-backoff", s.sim.Retry.MaxDelay, "longest wait between attempts (env SIMULATOR_MAX_BACKOFF)")
+	flags.IntVar(&s.sim.Rides, "n", 0, "send this many rides and exit (0: until stopped)")
+	flags.BoolVar(&s.once, "once", false, "send one ride and exit (-n 1)")
+	flags.DurationVar(&s.wait, "wait", 0, "poll the API's /healthz this long before the first ride")
+	return s
+}
+
+func (s *settings) build(_ context.Context, logger *slog.Logger) (*process.Program, error) {
+	if err := s.env.Err(); err != nil {
+		return nil, err
+	}
+	s.logger = logger
+	if s.once {
+		s.sim.Rides = 1
+	}
+	if s.sim.Rides < 0 || s.sim.Retry.MaxAttempts < 1 || s.timeout <= 0 {
+		return nil, errors.New("-n must be 0 or more, -attempts 1 or more and -timeout positive")
+	}
+	s.sim.Client = &http.Client{Timeout: s.timeout}
+	sim, err := simulator.New(&s.sim)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	errorRate, err := strconv.ParseFloat(config.String("SIMULATOR_ERROR_RATE", "0.5"), 64)
-	if err != nil {
-		return fmt.Errorf("SIMULATOR_ERROR_RATE=%q is not a number such as 0.5", os.Getenv("SIMULATOR_ERROR_RATE"))
-	}
-	var env config.Env
-	maxPause := env.Duration("SIMULATOR_MAX_PAUSE", 2*time.Second)
-	timeout := env.Duration("SIMULATOR_TIMEOUT", simulator.DefaultTimeout)
-	attempts := env.Int("SIMULATOR_MAX_ATTEMPTS", simulator.DefaultMaxAttempts)
-	maxBackoff := env.Duration("SIMULATOR_MAX_BACKOFF", simulator.DefaultMaxDelay)
-	if err := env.Err(); err != nil {
-		return err
-	}
+	return &process.Program{
+		Run: func(ctx context.Context) error { return s.run(ctx, sim) },
+		Settings: []slog.Attr{
+			slog.String("api_url", s.sim.URL),
+			slog.Float64("error_rate", s.sim.ErrorRate),
+			slog.Duration("max_pause", s.sim.MaxPause),
+			slog.Int("rides", s.sim.Rides),
+		},
+	}, nil
+}
 
-	apiURL := flag.String("url", config.String("API_URL", "http://127.0.0.1:5000"), "the API's base URL (env API_URL)")
-	token := flag.String("token", config.String("SIMULATOR_TOKEN", config.String("SEED_USER_TOKEN", defaultToken)),
-		"API token to send rides with (env SIMULATOR_TOKEN)")
-	flag.Float64Var(&errorRate, "error-rate", errorRate, "share of rides sent with raise_error=true (env SIMULATOR_ERROR_RATE)")
-	flag.DurationVar(&maxPause, "max-pause", maxPause, "rides are a random 0 to this apart (env SIMULATOR_MAX_PAUSE)")
-	flag.DurationVar(&timeout, "timeout", timeout, "timeout of one HTTP attempt (env SIMULATOR_TIMEOUT)")
-	flag.IntVar(&attempts, "attempts", attempts, "attempts per ride, the first included (env SIMULATOR_MAX_ATTEMPTS)")
-	flag.DurationVar(&maxBackoff, "max-backoff", maxBackoff, "longest wait between attempts (env SIMULATOR_MAX_BACKOFF)")
-	n := flag.Int("n", 0, "send this many rides and exit (0: until stopped)")
-	once := flag.Bool("once", false, "send one ride and exit (-n 1)")
-	wait := flag.Duration("wait", 0, "poll the API's /healthz this long before the first ride")
-	flag.Parse()
-	if flag.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", flag.Args())
-	}
-	if *once {
-		*n = 1
-	}
-	if *n < 0 || attempts < 1 {
-		return errors.New("-n must be 0 or more and -attempts 1 or more")
-	}
-
-	sim, err := simulator.New(simulator.Config{
-		URL:       *apiURL,
-		Token:     *token,
-		ErrorRate: errorRate,
-		MaxPause:  maxPause,
-		Rides:     *n,
-		Client:    &http.Client{Timeout: timeout},
-		Retry:     simulator.Policy{MaxAttempts: attempts, MaxDelay: maxBackoff},
-		Out:       os.Stdout,
-	})
-	if err != nil {
-		return err
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-
-	if *wait > 0 {
-		if err := sim.WaitReady(ctx, *wait); err != nil {
+// run sends rides until ctx ends or the -n rides are sent. It fails when
+// any of those -n rides failed or gave up (simulated failures are
+// expected).
+func (s *settings) run(ctx context.Context, sim *simulator.Simulator) error {
+	if s.wait > 0 {
+		if err := sim.WaitReady(ctx, s.wait); err != nil {
 			return err
 		}
 	}
-	logger.Info("Simulator started", "api_url", *apiURL, "error_rate", errorRate, "max_pause", maxPause, "rides", *n)
 	tally := sim.Run(ctx)
-	logger.Info("Simulator stopped", "sent", tally.Sent, "succeeded", tally.Succeeded,
-		"simulated_failures", tally.SimulatedFailures, "failed", tally.Failed, "gave_up", tally.GaveUp)
-	if *n > 0 && tally.Failed+tally.GaveUp > 0 {
+	s.logger.InfoContext(ctx, "Sent rides",
+		slog.Int("sent", tally.Sent),
+		slog.Int("succeeded", tally.Succeeded),
+		slog.Int("simulated_failures", tally.SimulatedFailures),
+		slog.Int("failed", tally.Failed),
+		slog.Int("gave_up", tally.GaveUp))
+	if s.sim.Rides > 0 && tally.Failed+tally.GaveUp > 0 {
 		return fmt.Errorf("%d of %d rides failed or gave up", tally.Failed+tally.GaveUp, tally.Sent)
 	}
 	return nil

@@ -22,6 +22,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/mail"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/project"
 	"github.com/rocketrides/rocketrides/internal/receipt"
 )
 
@@ -43,10 +44,11 @@ func run(once bool) error {
 	databaseURL := env.Required("DATABASE_URL")
 	shutdownTimeout := env.Duration("WORKER_SHUTDOWN_TIMEOUT", 30*time.Second)
 	onceTimeout := env.Duration("WORKER_ONCE_TIMEOUT", 30*time.Second)
+	metricsAddr := env.String("METRICS_ADDR", "")
 	if err := env.Err(); err != nil {
 		return err
 	}
-	mailer, err := newMailer(logger)
+	mailer, err := newMailer(&env, logger)
 	if err != nil {
 		return err
 	}
@@ -79,7 +81,7 @@ func run(once bool) error {
 	reg := metrics.NewRegistry()
 	metrics.RegisterPool(reg, pool)
 	metrics.WatchJobs(reg, client)
-	if err := metrics.Serve(ctx, config.String("METRICS_ADDR", ""), reg, logger); err != nil {
+	if err := metrics.Serve(ctx, metricsAddr, reg, logger); err != nil {
 		return err
 	}
 
@@ -113,9 +115,9 @@ func run(once bool) error {
 
 // newMailer sends through SMTP_URL when it is set and otherwise writes
 // .eml files into MAIL_DIR.
-func newMailer(logger *slog.Logger) (mail.Mailer, error) {
-	from := config.String("RECEIPT_FROM", receipt.DefaultFrom)
-	if smtpURL := config.String("SMTP_URL", ""); smtpURL != "" {
+func newMailer(env *config.Env, logger *slog.Logger) (mail.Mailer, error) {
+	from := env.String("RECEIPT_FROM", receipt.DefaultFrom)
+	if smtpURL := env.String("SMTP_URL", ""); smtpURL != "" {
 		mailer, err := mail.NewSMTP(&mail.SMTPConfig{URL: smtpURL, From: from})
 		if err != nil {
 			return nil, fmt.Errorf("SMTP_URL: %w", err)
@@ -123,9 +125,15 @@ func newMailer(logger *slog.Logger) (mail.Mailer, error) {
 		logger.Info("Mailing receipts via SMTP")
 		return mailer, nil
 	}
-	dir := config.String("MAIL_DIR", "")
+	dir := env.String("MAIL_DIR", "")
 	if dir == "" {
-		dir = filepath.Join(projectRoot(), ".data", "mail")
+		// The same .data/mail wherever in the checkout the worker is
+		// started; outside a checkout, the working directory's.
+		root, err := project.Root()
+		if err != nil {
+			root = "."
+		}
+		dir = filepath.Join(root, ".data", "mail")
 	}
 	mailer, err := mail.NewDir(&mail.DirConfig{Dir: dir, From: from})
 	if err != nil {
@@ -133,23 +141,4 @@ func newMailer(logger *slog.Logger) (mail.Mailer, error) {
 	}
 	logger.Info("Writing receipts as .eml files; set SMTP_URL to send them", "mail_dir", dir)
 	return mailer, nil
-}
-
-// projectRoot is the nearest directory at or above the working directory
-// holding go.mod, so that mail lands in the same .data/mail wherever in
-// the checkout the worker is started. Outside a checkout it is the
-// working directory.
-func projectRoot() string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "."
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		if filepath.Dir(dir) == dir {
-			return wd
-		}
-	}
 }

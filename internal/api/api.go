@@ -6,11 +6,11 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -25,6 +25,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/logctx"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/platform/problem"
+	"github.com/rocketrides/rocketrides/internal/platform/serve"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
@@ -32,10 +33,14 @@ import (
 // MaxBodyBytes bounds every request body.
 const MaxBodyBytes = 64 << 10
 
-// Config configures the server's handler.
+// Config configures the API's Handler. Pool and Rides are required.
 type Config struct {
-	Pool   *pgxpool.Pool
-	Rides  *rides.Handler
+	// Pool is the database: users for authentication, and /readyz.
+	// Required.
+	Pool *pgxpool.Pool
+	// Rides serves the ride endpoints. Required.
+	Rides *rides.Handler
+	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registry receives the HTTP and connection pool metrics, and
 	// everything registered on it is served at GET /metrics. Nil means a
@@ -43,17 +48,36 @@ type Config struct {
 	Registry *prometheus.Registry
 }
 
-// NewHandler returns the API's root handler.
-func NewHandler(cfg Config) http.Handler {
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
+func (c *Config) validate() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("api: Config.Pool is required")
+	case c.Rides == nil:
+		return errors.New("api: Config.Rides is required")
 	}
-	reg := cfg.Registry
+	return nil
+}
+
+// Handler is the API's root handler: every route, behind the hygiene
+// every endpoint shares.
+type Handler struct {
+	router http.Handler
+}
+
+// New returns the API's root handler for config.
+func New(config *Config) (*Handler, error) {
+	if config == nil {
+		return nil, errors.New("api: Config is required (Pool and Rides)")
+	}
+	if err := config.validate(); err != nil {
+		return nil, err
+	}
+	logger := cmp.Or(config.Logger, slog.Default())
+	reg := config.Registry
 	if reg == nil {
 		reg = metrics.NewRegistry()
 	}
-	metrics.RegisterPool(reg, cfg.Pool)
+	metrics.RegisterPool(reg, config.Pool)
 
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID)
@@ -76,17 +100,22 @@ func NewHandler(cfg Config) http.Handler {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	r.Get("/readyz", readyz(cfg.Pool))
+	r.Get("/readyz", readyz(config.Pool))
 	// Unauthenticated, like /healthz: keep it off the public internet at
 	// the load balancer rather than handing Prometheus an API token.
 	r.Method(http.MethodGet, "/metrics", metrics.Handler(reg))
 	r.Get("/openapi.yaml", serveOpenAPI)
 
 	r.Group(func(r chi.Router) {
-		r.Use(authenticate(cfg.Pool, logger))
-		cfg.Rides.Mount(r)
+		r.Use(authenticate(config.Pool, logger))
+		config.Rides.Mount(r)
 	})
-	return r
+	return &Handler{router: r}, nil
+}
+
+// ServeHTTP serves the API.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.router.ServeHTTP(w, r)
 }
 
 // allowedMethods lists the methods routes serves path with.
@@ -101,41 +130,22 @@ func allowedMethods(routes chi.Routes, path string) []string {
 	return allowed
 }
 
-// NewServer returns an http.Server with timeouts suited to the API.
-// WriteTimeout leaves room for the Stripe call and its retries.
-func NewServer(addr string, h http.Handler, logger *slog.Logger) *http.Server {
-	return &http.Server{
+// ServerConfig is the API's HTTP server on addr. WriteTimeout leaves room
+// for the Stripe call and its retries, and the shutdown lets a request
+// that started just before it run to its WriteTimeout. A request cut off
+// anyway is safe: its key stays resumable.
+func ServerConfig(addr string, h http.Handler, logger *slog.Logger) *serve.Config {
+	return &serve.Config{
+		Name:              "api",
 		Addr:              addr,
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      90 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ShutdownTimeout:   95 * time.Second,
+		Logger:            logger,
 	}
-}
-
-// Serve runs srv on ln until ctx is done, then shuts down gracefully:
-// the listener closes at once and in-flight requests get up to
-// drainTimeout to finish. A request cut off anyway is safe: its key stays
-// resumable.
-func Serve(ctx context.Context, srv *http.Server, ln net.Listener, drainTimeout time.Duration) error {
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shut down: %w", err)
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve: %w", err)
-	}
-	return nil
 }
 
 // authenticate resolves "Authorization: Bearer <token>" to a user.
@@ -154,7 +164,7 @@ func authenticate(pool *pgxpool.Pool, logger *slog.Logger) func(http.Handler) ht
 				return
 			}
 			if err != nil {
-				logger.ErrorContext(r.Context(), "authenticate", "error", err)
+				logger.ErrorContext(r.Context(), "Check API token", slog.Any("error", err))
 				problem.New(http.StatusServiceUnavailable, "unavailable",
 					"Could not check the API token; retry shortly.").WithRetryAfter(1).Write(w)
 				return
@@ -223,8 +233,8 @@ func recoverPanic(logger *slog.Logger) func(http.Handler) http.Handler {
 					}
 					return
 				}
-				logger.ErrorContext(r.Context(), "panic serving request",
-					"panic", rec, "stack", string(debug.Stack()))
+				logger.ErrorContext(r.Context(), "Panic serving request",
+					slog.Any("panic", rec), slog.String("stack", string(debug.Stack())))
 				problem.New(http.StatusInternalServerError, "internal_error", "Something went wrong on our side.").Write(w)
 			}()
 			next.ServeHTTP(w, r)
@@ -262,15 +272,15 @@ func requestLog(logger *slog.Logger, m *metrics.HTTP) func(http.Handler) http.Ha
 			if status >= 500 {
 				level = slog.LevelWarn
 			}
-			logger.Log(r.Context(), level, "request",
-				"method", r.Method,
-				"route", route,
-				"path", r.URL.Path,
-				"status", status,
-				"bytes", ww.BytesWritten(),
-				"duration_ms", float64(elapsed.Microseconds())/1000,
-				"remote", r.RemoteAddr,
-				"replayed", ww.Header().Get("Idempotent-Replayed") == "true",
+			logger.LogAttrs(r.Context(), level, "Served request",
+				slog.String("method", r.Method),
+				slog.String("route", route),
+				slog.String("path", r.URL.Path),
+				slog.Int("status", status),
+				slog.Int("bytes", ww.BytesWritten()),
+				slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+				slog.String("remote", r.RemoteAddr),
+				slog.Bool("replayed", ww.Header().Get("Idempotent-Replayed") == "true"),
 			)
 		})
 	}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocketrides/rocketrides/internal/api"
+	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 )
 
@@ -32,4 +34,21 @@ func TestRouting(t *testing.T) {
 		require.Equal(t, http.StatusMethodNotAllowed, resp.Status)
 		require.Equal(t, "GET", resp.Header.Get("Allow"))
 	})
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+	b := apitest.New(t, apitest.Options{})
+	ridesHandler, err := rides.NewHandler(&rides.HandlerConfig{Service: b.Service, Pool: b.Pool})
+	require.NoError(t, err)
+	for want, config := range map[string]*api.Config{
+		"api: Config is required":       nil,
+		"api: Config.Pool is required":  {Rides: ridesHandler},
+		"api: Config.Rides is required": {Pool: b.Pool},
+	} {
+		_, err := api.New(config)
+		require.ErrorContains(t, err, want)
+	}
+	_, err = api.New(&api.Config{Pool: b.Pool, Rides: ridesHandler})
+	require.NoError(t, err)
 }

@@ -2,13 +2,12 @@ package api
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"time"
+
+	"github.com/rocketrides/rocketrides/internal/platform/serve"
 )
 
 // DebugHandler serves net/http/pprof's profiles under /debug/pprof/. It
@@ -33,28 +32,19 @@ func ServeDebug(ctx context.Context, addr string, logger *slog.Logger) error {
 	if addr == "" {
 		return nil
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen for pprof on %s: %w", addr, err)
-	}
-	srv := &http.Server{
-		Handler:           DebugHandler(),
-		ReadHeaderTimeout: 5 * time.Second,
+	srv, err := serve.Listen(&serve.Config{
+		Name:    "pprof",
+		Addr:    addr,
+		Handler: DebugHandler(),
+		Logger:  logger,
 		// No WriteTimeout: a CPU profile or trace streams for as long as
-		// its seconds parameter asks.
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		// its seconds parameter asks. A profile cut short by a shutdown
+		// is only a lost profile.
+		ShutdownTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		return err
 	}
-	go func() {
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx) // a profile cut short is only a lost profile
-	}()
-	go func() {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			logger.ErrorContext(ctx, "pprof server stopped", "addr", addr, "error", err)
-		}
-	}()
-	logger.InfoContext(ctx, "serving pprof", "addr", ln.Addr().String())
+	srv.Start(ctx)
 	return nil
 }

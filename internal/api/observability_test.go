@@ -200,7 +200,7 @@ func TestRequestLogs(t *testing.T) {
 		require.NotEmpty(t, reqID)
 		row := b.KeyRow(t, key)
 
-		lines := b.logs.linesWith("msg=request ", "request_id="+reqID)
+		lines := b.logs.linesWith(`msg="Served request" `, "request_id="+reqID)
 		require.Len(t, lines, 1, "logs:\n%s", strings.Join(b.logs.lines(), "\n"))
 		line := lines[0]
 		require.Contains(t, line, fmt.Sprintf("user_id=%d", b.User.ID))
@@ -221,7 +221,7 @@ func TestRequestLogs(t *testing.T) {
 		require.Equal(t, http.StatusServiceUnavailable, resp.Status)
 		row := b.KeyRow(t, key)
 
-		lines := b.logs.linesWith("payment provider unavailable", "request_id="+resp.Header.Get("Request-Id"))
+		lines := b.logs.linesWith(`msg="Payment provider unavailable; key left resumable"`, "request_id="+resp.Header.Get("Request-Id"))
 		require.Len(t, lines, 1, "logs:\n%s", strings.Join(b.logs.lines(), "\n"))
 		require.Contains(t, lines[0], fmt.Sprintf("user_id=%d", b.User.ID))
 		require.Contains(t, lines[0], fmt.Sprintf("idempotency_key_id=%d", row.ID))
@@ -244,7 +244,7 @@ func TestRequestLogs(t *testing.T) {
 		b := setup(t)
 		resp := b.Do(t, http.MethodGet, "/rides", "")
 		require.Equal(t, http.StatusUnauthorized, resp.Status)
-		lines := b.logs.linesWith("msg=request ", "request_id="+resp.Header.Get("Request-Id"))
+		lines := b.logs.linesWith(`msg="Served request" `, "request_id="+resp.Header.Get("Request-Id"))
 		require.Len(t, lines, 1)
 		require.NotContains(t, lines[0], "user_id=")
 		require.NotContains(t, lines[0], "idempotency_key_id=")

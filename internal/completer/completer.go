@@ -14,12 +14,14 @@ package completer
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/platform/loop"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
@@ -56,15 +58,18 @@ const (
 	// after a shutdown was asked for. It leaves room for the Stripe call
 	// with stripe-go's own retries and the phases around it.
 	keyTimeout = 2 * time.Minute
-
-	// Backoff after a failed claim: long enough not to hammer a
-	// restarting Postgres, short enough to resume soon after it is back.
-	minBackoff = 250 * time.Millisecond
-	maxBackoff = 30 * time.Second
 )
 
-// Config configures a Completer. The zero value is usable.
+// Config configures a Completer. Keys and Service are required; every
+// other field has a default.
 type Config struct {
+	// Keys is the store abandoned keys are claimed from. Required.
+	Keys *idem.Store
+
+	// Service resumes each claimed key: the same rides.Service the API
+	// runs, on the same settings. Required.
+	Service *rides.Service
+
 	// MinAge: only keys created longer ago are completed. Defaults to
 	// DefaultMinAge.
 	MinAge time.Duration
@@ -89,6 +94,26 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+func (c *Config) validate() error {
+	switch {
+	case c.Keys == nil:
+		return errors.New("completer: Config.Keys is required")
+	case c.Service == nil:
+		return errors.New("completer: Config.Service is required")
+	case c.MinAge < 0:
+		return fmt.Errorf("completer: Config.MinAge must not be negative, got %s", c.MinAge)
+	case c.RetryInterval < 0:
+		return fmt.Errorf("completer: Config.RetryInterval must not be negative, got %s", c.RetryInterval)
+	case c.PollInterval < 0:
+		return fmt.Errorf("completer: Config.PollInterval must not be negative, got %s", c.PollInterval)
+	case c.BatchSize < 0:
+		return fmt.Errorf("completer: Config.BatchSize must not be negative, got %d", c.BatchSize)
+	case c.Concurrency < 0:
+		return fmt.Errorf("completer: Config.Concurrency must not be negative, got %d", c.Concurrency)
+	}
+	return nil
+}
+
 // Completer pushes abandoned ride requests to the end.
 //
 // Completers may run side by side: a key is claimed by one of them at a
@@ -103,36 +128,37 @@ type Completer struct {
 	batchSize     int
 	concurrency   int
 	logger        *slog.Logger
+	loop          *loop.Loop
 }
 
-// New returns a Completer that claims keys from keys and resumes them
-// with service.
-func New(keys *idem.Store, service *rides.Service, config *Config) (*Completer, error) {
+// New returns a Completer for config.
+func New(config *Config) (*Completer, error) {
 	if config == nil {
-		config = &Config{}
+		return nil, errors.New("completer: Config is required (Keys and Service)")
 	}
-	switch {
-	case config.MinAge < 0:
-		return nil, fmt.Errorf("completer min age must not be negative, got %s", config.MinAge)
-	case config.RetryInterval < 0:
-		return nil, fmt.Errorf("completer retry interval must not be negative, got %s", config.RetryInterval)
-	case config.PollInterval < 0:
-		return nil, fmt.Errorf("completer poll interval must not be negative, got %s", config.PollInterval)
-	case config.BatchSize < 0:
-		return nil, fmt.Errorf("completer batch size must not be negative, got %d", config.BatchSize)
-	case config.Concurrency < 0:
-		return nil, fmt.Errorf("completer concurrency must not be negative, got %d", config.Concurrency)
+	if err := config.validate(); err != nil {
+		return nil, err
 	}
-	return &Completer{
-		keys:          keys,
-		service:       service,
+	c := &Completer{
+		keys:          config.Keys,
+		service:       config.Service,
 		minAge:        cmp.Or(config.MinAge, DefaultMinAge),
 		retryInterval: cmp.Or(config.RetryInterval, DefaultRetryInterval),
 		pollInterval:  cmp.Or(config.PollInterval, DefaultPollInterval),
 		batchSize:     cmp.Or(config.BatchSize, DefaultBatchSize),
 		concurrency:   cmp.Or(config.Concurrency, DefaultConcurrency),
 		logger:        cmp.Or(config.Logger, slog.Default()),
-	}, nil
+	}
+	var err error
+	c.loop, err = loop.New(&loop.Config{
+		Work:         c.pass,
+		PollInterval: c.pollInterval,
+		Logger:       c.logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // RunOnce claims one batch of abandoned keys and drives each to a stored
@@ -152,7 +178,7 @@ func (c *Completer) RunOnce(ctx context.Context) (succeeded, failed int, err err
 	keys, err := c.keys.ClaimAbandoned(claimCtx, c.minAge, c.retryInterval, c.batchSize)
 	cancel()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("claim abandoned requests: %w", err)
 	}
 	var (
 		mu   sync.Mutex
@@ -245,33 +271,16 @@ func (c *Completer) release(ctx context.Context, keys []*idem.Key) {
 // outlives it. On cancellation the key in hand is finished first (see
 // RunOnce). Run returns nil once ctx is cancelled.
 func (c *Completer) Run(ctx context.Context) error {
-	backoff := minBackoff
-	for ctx.Err() == nil {
-		succeeded, failed, err := c.RunOnce(ctx)
-		if err != nil {
-			c.logger.ErrorContext(ctx, "Claim abandoned requests; retrying",
-				slog.Any("error", err), slog.Duration("backoff", backoff))
-			sleep(ctx, backoff)
-			backoff = min(backoff*2, maxBackoff)
-			continue
-		}
-		backoff = minBackoff
-		if succeeded+failed == c.batchSize {
-			// Probably more waiting. Keys just worked carry a fresh
-			// last_run_at, so the next claim takes new ones.
-			continue
-		}
-		sleep(ctx, c.pollInterval)
-	}
-	return nil
+	return c.loop.Run(ctx)
 }
 
-// sleep waits for d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
+// pass is one pass of Run's loop.
+func (c *Completer) pass(ctx context.Context) (more bool, err error) {
+	succeeded, failed, err := c.RunOnce(ctx)
+	if err != nil {
+		return false, err
 	}
+	// A full batch means more are probably waiting. Keys just worked
+	// carry a fresh last_run_at, so the next claim takes new ones.
+	return succeeded+failed == c.batchSize, nil
 }

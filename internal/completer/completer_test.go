@@ -28,8 +28,9 @@ func TestCompleter(t *testing.T) {
 
 	newCompleter := func(t *testing.T, keys *idem.Store, service *rides.Service, config completer.Config) *completer.Completer {
 		t.Helper()
+		config.Keys, config.Service = keys, service
 		config.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-		c, err := completer.New(keys, service, &config)
+		c, err := completer.New(&config)
 		require.NoError(t, err)
 		return c
 	}
@@ -330,7 +331,8 @@ func TestCompleter(t *testing.T) {
 			`UPDATE idempotency_keys SET created_at = now() - interval '1 hour', last_run_at = now() - interval '1 hour'`)
 		require.NoError(t, err)
 
-		otherKeys := idem.NewStore(b.Pool, idem.Config{})
+		otherKeys, err := idem.New(&idem.Config{Pool: b.Pool})
+		require.NoError(t, err)
 		otherService, err := rides.NewService(&rides.ServiceConfig{Pool: b.Pool, Keys: otherKeys, Payments: b.Gateway})
 		require.NoError(t, err)
 		completers := []*completer.Completer{
@@ -454,11 +456,28 @@ func TestCompleter(t *testing.T) {
 
 	t.Run("RejectsNegativeConfig", func(t *testing.T) {
 		t.Parallel()
-		for _, config := range []completer.Config{
-			{MinAge: -time.Second}, {RetryInterval: -time.Second}, {PollInterval: -time.Second}, {BatchSize: -1},
+		b := setup(t)
+		for field, config := range map[string]completer.Config{
+			"MinAge":        {MinAge: -time.Second},
+			"RetryInterval": {RetryInterval: -time.Second},
+			"PollInterval":  {PollInterval: -time.Second},
+			"BatchSize":     {BatchSize: -1},
+			"Concurrency":   {Concurrency: -1},
 		} {
-			_, err := completer.New(nil, nil, &config)
-			require.Error(t, err, "%+v", config)
+			config.Keys, config.Service = b.Keys, b.Service
+			_, err := completer.New(&config)
+			require.ErrorContains(t, err, "completer: Config."+field+" must not be negative")
 		}
+	})
+
+	t.Run("RequiresKeysAndService", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := completer.New(nil)
+		require.ErrorContains(t, err, "completer: Config is required")
+		_, err = completer.New(&completer.Config{Service: b.Service})
+		require.ErrorContains(t, err, "completer: Config.Keys is required")
+		_, err = completer.New(&completer.Config{Keys: b.Keys})
+		require.ErrorContains(t, err, "completer: Config.Service is required")
 	})
 }

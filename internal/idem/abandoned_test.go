@@ -41,9 +41,11 @@ func setupAbandoned(t *testing.T) *abandonedBundle {
 		INSERT INTO users (email, stripe_customer_id, api_token_hash)
 		VALUES ('abandoned@example.com', 'cus_abandoned', sha256('t'))
 		RETURNING id`).Scan(&userID))
+	store, err := New(&Config{Pool: pool, LockTimeout: testLockTimeout})
+	require.NoError(t, err)
 	return &abandonedBundle{
 		pool:   pool,
-		store:  NewStore(pool, Config{LockTimeout: testLockTimeout}),
+		store:  store,
 		userID: userID,
 	}
 }

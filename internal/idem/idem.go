@@ -26,6 +26,7 @@
 package idem
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,9 +79,16 @@ var (
 	ErrContention = errors.New("database contention")
 )
 
-// DefaultLockTimeout is how long a lock protects a key: past it the
-// request holding it is presumed dead and a retry may take over.
-const DefaultLockTimeout = 90 * time.Second
+// Store defaults.
+const (
+	// DefaultLockTimeout is how long a lock protects a key: past it the
+	// request holding it is presumed dead and a retry may take over.
+	DefaultLockTimeout = 90 * time.Second
+
+	// DefaultPhaseAttempts is how often an atomic phase is tried when
+	// Postgres aborts it for a serialization failure or deadlock.
+	DefaultPhaseAttempts = 3
+)
 
 // Key is a row of idempotency_keys.
 type Key struct {
@@ -136,16 +144,33 @@ type Request struct {
 	OriginIP netip.Addr
 }
 
-// Config configures a Store.
+// Config configures a Store. Pool is required; every other field has a
+// default.
 type Config struct {
-	// LockTimeout: see DefaultLockTimeout.
+	// Pool is the database holding idempotency_keys. Required.
+	Pool *pgxpool.Pool
+	// LockTimeout is how long a lock protects a key. Defaults to
+	// DefaultLockTimeout.
 	LockTimeout time.Duration
-	// PhaseAttempts bounds how often a phase is run again after a
-	// serialization failure or deadlock. Zero means 3.
+	// PhaseAttempts bounds how often a phase is tried when Postgres
+	// aborts it for a serialization failure or deadlock. Defaults to
+	// DefaultPhaseAttempts.
 	PhaseAttempts int
 	// Metrics records claim outcomes and phase durations; nil records
 	// nothing.
 	Metrics *metrics.Idempotency
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("idem: Config.Pool is required")
+	case c.LockTimeout < 0:
+		return fmt.Errorf("idem: Config.LockTimeout must not be negative, got %s", c.LockTimeout)
+	case c.PhaseAttempts < 0:
+		return fmt.Errorf("idem: Config.PhaseAttempts must not be negative, got %d", c.PhaseAttempts)
+	}
+	return nil
 }
 
 // Store reads and writes idempotency keys.
@@ -156,15 +181,20 @@ type Store struct {
 	metrics       *metrics.Idempotency
 }
 
-// NewStore returns a Store on pool.
-func NewStore(pool *pgxpool.Pool, cfg Config) *Store {
-	if cfg.LockTimeout <= 0 {
-		cfg.LockTimeout = DefaultLockTimeout
+// New returns a Store for config.
+func New(config *Config) (*Store, error) {
+	if config == nil {
+		return nil, errors.New("idem: Config is required (Pool)")
 	}
-	if cfg.PhaseAttempts <= 0 {
-		cfg.PhaseAttempts = 3
+	if err := config.validate(); err != nil {
+		return nil, err
 	}
-	return &Store{pool: pool, lockTimeout: cfg.LockTimeout, phaseAttempts: cfg.PhaseAttempts, metrics: cfg.Metrics}
+	return &Store{
+		pool:          config.Pool,
+		lockTimeout:   cmp.Or(config.LockTimeout, DefaultLockTimeout),
+		phaseAttempts: cmp.Or(config.PhaseAttempts, DefaultPhaseAttempts),
+		metrics:       config.Metrics,
+	}, nil
 }
 
 // LockTimeout is the age at which a lock counts as stale.

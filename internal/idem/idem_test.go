@@ -38,9 +38,11 @@ func TestStore(t *testing.T) {
 			INSERT INTO users (email, stripe_customer_id, api_token_hash)
 			VALUES ('idem@example.com', 'cus_idem', sha256('t'))
 			RETURNING id`).Scan(&userID))
+		store, err := idem.New(&idem.Config{Pool: pool, LockTimeout: time.Minute})
+		require.NoError(t, err)
 		return &testBundle{
 			pool:  pool,
-			store: idem.NewStore(pool, idem.Config{LockTimeout: time.Minute}),
+			store: store,
 			req: idem.Request{
 				UserID:   userID,
 				Key:      uuid.NewString(),
@@ -267,5 +269,30 @@ func TestStore(t *testing.T) {
 		wg.Wait()
 		require.Equal(t, 1, winners)
 		require.Equal(t, n-1, inFlight)
+	})
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RefusesABadConfig", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.New(t)
+		for want, config := range map[string]*idem.Config{
+			"idem: Config is required":                        nil,
+			"idem: Config.Pool is required":                   {},
+			"idem: Config.LockTimeout must not be negative":   {Pool: pool, LockTimeout: -time.Second},
+			"idem: Config.PhaseAttempts must not be negative": {Pool: pool, PhaseAttempts: -1},
+		} {
+			_, err := idem.New(config)
+			require.ErrorContains(t, err, want)
+		}
+	})
+
+	t.Run("DefaultsZeroFields", func(t *testing.T) {
+		t.Parallel()
+		store, err := idem.New(&idem.Config{Pool: dbtest.New(t)})
+		require.NoError(t, err)
+		require.Equal(t, idem.DefaultLockTimeout, store.LockTimeout())
 	})
 }

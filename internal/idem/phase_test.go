@@ -56,7 +56,8 @@ func TestPhaseRoundTrips(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `
 		INSERT INTO users (email, stripe_customer_id, api_token_hash)
 		VALUES ('trips@example.com', 'cus_trips', sha256('t')) RETURNING id`).Scan(&userID))
-	store := idem.NewStore(pool, idem.Config{LockTimeout: time.Minute})
+	store, err := idem.New(&idem.Config{Pool: pool, LockTimeout: time.Minute})
+	require.NoError(t, err)
 
 	writeOnly := func(next idem.RecoveryPoint) idem.PhaseFunc {
 		return func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {

@@ -16,6 +16,6 @@ func ConfigFromEnv(env *config.Env) Config {
 	return Config{
 		APIKey:  env.Required("STRIPE_API_KEY"),
 		BaseURL: os.Getenv("STRIPE_API_BASE"),
-		Timeout: env.PositiveDuration("STRIPE_TIMEOUT", DefaultTimeout),
+		Timeout: env.Duration("STRIPE_TIMEOUT", DefaultTimeout),
 	}
 }

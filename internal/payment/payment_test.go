@@ -73,7 +73,7 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Setenv("STRIPE_TIMEOUT", "0")
 		var env config.Env
 		payment.ConfigFromEnv(&env)
-		require.ErrorContains(t, env.Err(), "STRIPE_TIMEOUT must be greater than zero")
+		require.ErrorContains(t, env.Err(), "STRIPE_TIMEOUT=0: must be positive")
 	})
 
 	t.Run("UnsetTimeoutIsTheDefault", func(t *testing.T) {

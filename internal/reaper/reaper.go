@@ -15,11 +15,13 @@ package reaper
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/platform/loop"
 )
 
 // Reaper defaults.
@@ -44,14 +46,18 @@ const (
 	// finished after a shutdown was asked for.
 	batchTimeout = 30 * time.Second
 
-	// Backoff after a failed pass: long enough not to hammer a restarting
-	// Postgres, short enough to resume soon after it is back.
+	// Backoff after a failed pass: a pass is a long statement, and a
+	// reaper that is a minute late costs nothing.
 	minBackoff = time.Second
 	maxBackoff = time.Minute
 )
 
-// Config configures a Reaper. The zero value is usable.
+// Config configures a Reaper. Keys is required; every other field has a
+// default.
 type Config struct {
+	// Keys is the store expired keys are reaped from. Required.
+	Keys *idem.Store
+
 	// MaxAge is the age past which a key is deleted. It must exceed the
 	// store's lock timeout. Defaults to DefaultMaxAge.
 	MaxAge time.Duration
@@ -75,6 +81,28 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+func (c *Config) validate() error {
+	switch {
+	case c.Keys == nil:
+		return errors.New("reaper: Config.Keys is required")
+	case c.MaxAge < 0:
+		return fmt.Errorf("reaper: Config.MaxAge must not be negative, got %s", c.MaxAge)
+	case c.BatchSize < 0:
+		return fmt.Errorf("reaper: Config.BatchSize must not be negative, got %d", c.BatchSize)
+	case c.PollInterval < 0:
+		return fmt.Errorf("reaper: Config.PollInterval must not be negative, got %s", c.PollInterval)
+	case c.DutyCycle < 0 || c.DutyCycle > 1:
+		return fmt.Errorf("reaper: Config.DutyCycle must be between 0 and 1, got %g", c.DutyCycle)
+	}
+	// A key younger than the lock timeout may belong to a request whose
+	// client is still retrying it; reaping it would start that request
+	// over, charge and all.
+	if maxAge := cmp.Or(c.MaxAge, DefaultMaxAge); maxAge <= c.Keys.LockTimeout() {
+		return fmt.Errorf("reaper: Config.MaxAge %s must exceed the idempotency lock timeout %s", maxAge, c.Keys.LockTimeout())
+	}
+	return nil
+}
+
 // Reaper deletes expired idempotency keys. Reapers may run side by side:
 // each batch takes only keys no other reaper holds.
 type Reaper struct {
@@ -84,36 +112,35 @@ type Reaper struct {
 	batchSize    int
 	pollInterval time.Duration
 	logger       *slog.Logger
+	loop         *loop.Loop
 }
 
-// New returns a Reaper deleting keys from keys.
-func New(keys *idem.Store, config *Config) (*Reaper, error) {
+// New returns a Reaper for config.
+func New(config *Config) (*Reaper, error) {
 	if config == nil {
-		config = &Config{}
+		return nil, errors.New("reaper: Config is required (Keys)")
 	}
-	switch {
-	case config.MaxAge < 0:
-		return nil, fmt.Errorf("reaper max age must not be negative, got %s", config.MaxAge)
-	case config.BatchSize < 0:
-		return nil, fmt.Errorf("reaper batch size must not be negative, got %d", config.BatchSize)
-	case config.PollInterval < 0:
-		return nil, fmt.Errorf("reaper poll interval must not be negative, got %s", config.PollInterval)
-	case config.DutyCycle < 0 || config.DutyCycle > 1:
-		return nil, fmt.Errorf("reaper duty cycle must be between 0 and 1, got %g", config.DutyCycle)
+	if err := config.validate(); err != nil {
+		return nil, err
 	}
 	r := &Reaper{
-		keys:         keys,
+		keys:         config.Keys,
 		maxAge:       cmp.Or(config.MaxAge, DefaultMaxAge),
 		batchSize:    cmp.Or(config.BatchSize, DefaultBatchSize),
 		pollInterval: cmp.Or(config.PollInterval, DefaultPollInterval),
 		dutyCycle:    cmp.Or(config.DutyCycle, DefaultDutyCycle),
 		logger:       cmp.Or(config.Logger, slog.Default()),
 	}
-	// A key younger than the lock timeout may belong to a request whose
-	// client is still retrying it; reaping it would start that request
-	// over, charge and all.
-	if r.maxAge <= keys.LockTimeout() {
-		return nil, fmt.Errorf("reaper max age %s must exceed the idempotency lock timeout %s", r.maxAge, keys.LockTimeout())
+	var err error
+	r.loop, err = loop.New(&loop.Config{
+		Work:         r.pass,
+		PollInterval: r.pollInterval,
+		MinBackoff:   minBackoff,
+		MaxBackoff:   maxBackoff,
+		Logger:       r.logger,
+	})
+	if err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -134,7 +161,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (reaped, abandoned int, err error)
 		took := time.Since(begin)
 		cancel()
 		if err != nil {
-			return reaped, abandoned, err
+			return reaped, abandoned, fmt.Errorf("reap idempotency keys: %w", err)
 		}
 		reaped += len(keys)
 		for _, key := range keys {
@@ -151,7 +178,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (reaped, abandoned int, err error)
 		if len(keys) < r.batchSize || ctx.Err() != nil {
 			break
 		}
-		sleep(ctx, r.rest(took))
+		_ = loop.Sleep(ctx, r.rest(took))
 	}
 	if reaped > 0 {
 		r.logger.InfoContext(ctx, "Reaped expired idempotency keys",
@@ -164,33 +191,18 @@ func (r *Reaper) RunOnce(ctx context.Context) (reaped, abandoned int, err error)
 // failed pass (Postgres down) is logged and retried with backoff: the
 // reaper outlives it. Run returns nil once ctx is cancelled.
 func (r *Reaper) Run(ctx context.Context) error {
-	backoff := minBackoff
-	for ctx.Err() == nil {
-		if _, _, err := r.RunOnce(ctx); err != nil {
-			r.logger.ErrorContext(ctx, "Reap idempotency keys; retrying",
-				slog.Any("error", err), slog.Duration("backoff", backoff))
-			sleep(ctx, backoff)
-			backoff = min(backoff*2, maxBackoff)
-			continue
-		}
-		backoff = minBackoff
-		sleep(ctx, r.pollInterval)
-	}
-	return nil
+	return r.loop.Run(ctx)
 }
 
-// sleep waits for d or until ctx is done.
+// pass is one pass of Run's loop. RunOnce reaps until nothing more is
+// due, so a pass never leaves work waiting.
+func (r *Reaper) pass(ctx context.Context) (more bool, err error) {
+	_, _, err = r.RunOnce(ctx)
+	return false, err
+}
+
 // rest is how long to rest after a batch that took d, to keep to the duty
 // cycle.
 func (r *Reaper) rest(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (1 - r.dutyCycle) / r.dutyCycle)
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

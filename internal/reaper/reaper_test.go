@@ -31,8 +31,9 @@ func TestReaper(t *testing.T) {
 
 	newReaper := func(t *testing.T, keys *idem.Store, config reaper.Config) *reaper.Reaper {
 		t.Helper()
+		config.Keys = keys
 		config.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-		r, err := reaper.New(keys, &config)
+		r, err := reaper.New(&config)
 		require.NoError(t, err)
 		return r
 	}
@@ -208,9 +209,11 @@ func TestReaper(t *testing.T) {
 		b := setup(t)
 		const n = 200
 		insertKeys(t, b, n, expired)
+		otherKeys, err := idem.New(&idem.Config{Pool: b.Pool})
+		require.NoError(t, err)
 		reapers := []*reaper.Reaper{
 			newReaper(t, b.Keys, reaper.Config{BatchSize: 7}),
-			newReaper(t, idem.NewStore(b.Pool, idem.Config{}), reaper.Config{BatchSize: 7}),
+			newReaper(t, otherKeys, reaper.Config{BatchSize: 7}),
 		}
 
 		var (
@@ -277,12 +280,21 @@ func TestReaper(t *testing.T) {
 	t.Run("RejectsBadConfig", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		for _, config := range []reaper.Config{
-			{MaxAge: -time.Hour}, {BatchSize: -1}, {PollInterval: -time.Second},
-			{MaxAge: b.Keys.LockTimeout()}, // younger keys may still be retried
+		for want, config := range map[string]reaper.Config{
+			"reaper: Config.MaxAge must not be negative":       {MaxAge: -time.Hour},
+			"reaper: Config.BatchSize must not be negative":    {BatchSize: -1},
+			"reaper: Config.PollInterval must not be negative": {PollInterval: -time.Second},
+			"reaper: Config.DutyCycle must be between 0 and 1": {DutyCycle: 1.5},
+			// Younger keys may still be retried.
+			"reaper: Config.MaxAge 1m30s must exceed the idempotency lock timeout": {MaxAge: b.Keys.LockTimeout()},
 		} {
-			_, err := reaper.New(b.Keys, &config)
-			require.Error(t, err, "%+v", config)
+			config.Keys = b.Keys
+			_, err := reaper.New(&config)
+			require.ErrorContains(t, err, want)
 		}
+		_, err := reaper.New(nil)
+		require.ErrorContains(t, err, "reaper: Config is required")
+		_, err = reaper.New(&reaper.Config{})
+		require.ErrorContains(t, err, "reaper: Config.Keys is required")
 	})
 }

@@ -54,9 +54,9 @@ func TestNewService(t *testing.T) {
 // never taken for the default.
 func TestSettingsFromEnv(t *testing.T) {
 	for _, tc := range []struct{ name, want string }{
-		{"STRIPE_KEY_RETENTION", "STRIPE_KEY_RETENTION must be greater than zero"},
-		{"MAX_CHARGE_ATTEMPTS", "MAX_CHARGE_ATTEMPTS must be at least 1, got 0"},
-		{"STRIPE_TIMEOUT", "STRIPE_TIMEOUT must be greater than zero"},
+		{"STRIPE_KEY_RETENTION", "STRIPE_KEY_RETENTION=0: must be positive"},
+		{"MAX_CHARGE_ATTEMPTS", "MAX_CHARGE_ATTEMPTS=0: must be positive"},
+		{"STRIPE_TIMEOUT", "STRIPE_TIMEOUT=0: must be positive"},
 	} {
 		t.Run(tc.name+"Zero", func(t *testing.T) {
 			t.Setenv("STRIPE_API_KEY", "sk_test_x")

@@ -73,8 +73,8 @@ func TestCrashMatrix(t *testing.T) {
 					require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
 					require.Equal(t, string(resp.Body), string(replay.Body))
 				case "CompleterFinishes":
-					c, err := completer.New(b.Keys, b.Service, &completer.Config{
-						MinAge: time.Nanosecond, RetryInterval: time.Nanosecond,
+					c, err := completer.New(&completer.Config{
+						Keys: b.Keys, Service: b.Service, MinAge: time.Nanosecond, RetryInterval: time.Nanosecond,
 					})
 					require.NoError(t, err)
 					_, failed, err := c.RunOnce(context.Background())

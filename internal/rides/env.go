@@ -36,8 +36,8 @@ func SettingsFromEnv(env *config.Env) Settings {
 	return Settings{
 		Stripe:             payment.ConfigFromEnv(env),
 		LockTimeout:        env.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout),
-		StripeKeyRetention: env.PositiveDuration("STRIPE_KEY_RETENTION", DefaultStripeKeyRetention),
-		MaxChargeAttempts:  env.PositiveInt("MAX_CHARGE_ATTEMPTS", DefaultMaxChargeAttempts),
+		StripeKeyRetention: env.Duration("STRIPE_KEY_RETENTION", DefaultStripeKeyRetention),
+		MaxChargeAttempts:  env.Int("MAX_CHARGE_ATTEMPTS", DefaultMaxChargeAttempts),
 	}
 }
 
@@ -45,7 +45,10 @@ func SettingsFromEnv(env *config.Env) Settings {
 // service on pool, counting into reg. Failpoints come from FAILPOINTS in
 // binaries built with -tags failpoints.
 func (s Settings) NewService(pool *pgxpool.Pool, reg prometheus.Registerer, logger *slog.Logger) (*Service, *idem.Store, error) {
-	keys := idem.NewStore(pool, idem.Config{LockTimeout: s.LockTimeout, Metrics: metrics.NewIdempotency(reg)})
+	keys, err := idem.New(&idem.Config{Pool: pool, LockTimeout: s.LockTimeout, Metrics: metrics.NewIdempotency(reg)})
+	if err != nil {
+		return nil, nil, err
+	}
 	stripe := s.Stripe
 	stripe.Metrics = metrics.NewStripe(reg)
 	payments, err := payment.New(&stripe)

@@ -24,7 +24,7 @@ func TestCharges(t *testing.T) {
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
 		clock := &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-		return &testBundle{clock: clock, fake: startFake(t, fakestripe.Options{Now: clock.Now})}
+		return &testBundle{clock: clock, fake: startFake(t, &fakestripe.Config{Now: clock.Now})}
 	}
 
 	t.Run("ChargesCustomer", func(t *testing.T) {
@@ -214,7 +214,7 @@ func TestListCharges(t *testing.T) {
 		t.Helper()
 		start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 		clock := &clock{now: start}
-		bundle := &testBundle{fake: startFake(t, fakestripe.Options{Now: clock.Now}), start: start}
+		bundle := &testBundle{fake: startFake(t, &fakestripe.Config{Now: clock.Now}), start: start}
 		bundle.customer = bundle.fake.createCustomer(t, "one@example.com", fakestripe.TokenVisa)
 		bundle.other = bundle.fake.createCustomer(t, "two@example.com", fakestripe.TokenVisa)
 		for i := range 5 {

@@ -19,7 +19,7 @@ func TestCustomers(t *testing.T) {
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		return &testBundle{fake: startFake(t, fakestripe.Options{})}
+		return &testBundle{fake: startFake(t, &fakestripe.Config{})}
 	}
 
 	t.Run("CreatesAndGetsCustomer", func(t *testing.T) {

@@ -22,7 +22,7 @@
 //     parameters, a customer or token that doesn't exist, FailNext) store
 //     nothing, so a corrected retry with the same key runs; declines and
 //     internal errors are stored like successes. Stored results are
-//     forgotten after Options.KeyRetention (24h by default), counted on an
+//     forgotten after Config.KeyRetention (24h by default), counted on an
 //     injectable clock from the key's first use.
 //   - Test cards. Customers are created with a test token as their source:
 //     TokenVisa can be charged, TokenChargeCustomerFail attaches but every

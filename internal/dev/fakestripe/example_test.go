@@ -14,7 +14,10 @@ import (
 // A charge repeated with the same idempotency key is charged once: the
 // second call gets the first call's response back.
 func Example() {
-	server := fakestripe.New(fakestripe.Options{})
+	server, err := fakestripe.New(nil)
+	if err != nil {
+		panic(err)
+	}
 	httpServer := httptest.NewServer(server)
 	defer httpServer.Close()
 	sc := fakestripetest.NewClient(httpServer.URL, "sk_test_example")
@@ -53,7 +56,10 @@ func Example() {
 // The ambiguous timeout: the charge is made but the answer is lost. Only a
 // retry with the same idempotency key can safely find out what happened.
 func ExampleServer_SetFaults() {
-	server := fakestripe.New(fakestripe.Options{})
+	server, err := fakestripe.New(nil)
+	if err != nil {
+		panic(err)
+	}
 	httpServer := httptest.NewServer(server)
 	defer httpServer.Close()
 	sc := fakestripetest.NewClient(httpServer.URL, "sk_test_example")

@@ -29,9 +29,9 @@ type fake struct {
 	client  *client.API
 }
 
-func startFake(t *testing.T, opts fakestripe.Options) *fake {
+func startFake(t *testing.T, config *fakestripe.Config) *fake {
 	t.Helper()
-	server, baseURL := fakestripetest.Start(t, opts)
+	server, baseURL := fakestripetest.Start(t, config)
 	return &fake{server: server, baseURL: baseURL, client: fakestripetest.NewClient(baseURL, testAPIKey)}
 }
 
@@ -155,7 +155,7 @@ func TestAuth(t *testing.T) {
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		return &testBundle{fake: startFake(t, fakestripe.Options{})}
+		return &testBundle{fake: startFake(t, &fakestripe.Config{})}
 	}
 
 	t.Run("RejectsRequestWithoutKey", func(t *testing.T) {
@@ -237,4 +237,13 @@ func TestAuth(t *testing.T) {
 func isConnectionError(err error) bool {
 	var stripeErr *stripe.Error
 	return err != nil && !errors.As(err, &stripeErr)
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+	_, err := fakestripe.New(&fakestripe.Config{KeyRetention: -time.Hour})
+	require.ErrorContains(t, err, "fakestripe: Config.KeyRetention must not be negative")
+	server, err := fakestripe.New(nil)
+	require.NoError(t, err, "every field is optional")
+	require.NotNil(t, server)
 }

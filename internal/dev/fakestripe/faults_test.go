@@ -24,7 +24,7 @@ func TestFaults(t *testing.T) {
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		fake := startFake(t, fakestripe.Options{})
+		fake := startFake(t, &fakestripe.Config{})
 		return &testBundle{fake: fake, customer: fake.createCustomer(t, "rider@example.com", fakestripe.TokenVisa)}
 	}
 
@@ -182,7 +182,7 @@ func TestFaultsEndpoint(t *testing.T) {
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		return &testBundle{fake: startFake(t, fakestripe.Options{})}
+		return &testBundle{fake: startFake(t, &fakestripe.Config{})}
 	}
 
 	postFaults := func(t *testing.T, bundle *testBundle, body string) rawResponse {

@@ -3,6 +3,7 @@ package fakestripe
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -234,7 +235,7 @@ func (s *Server) execute(h postHandler, r *http.Request) (resp response) {
 		if p == http.ErrAbortHandler {
 			panic(p)
 		}
-		s.logger.ErrorContext(r.Context(), "handler panicked", "path", r.URL.Path, "panic", p)
+		s.logger.ErrorContext(r.Context(), "Handler panicked", slog.String("path", r.URL.Path), slog.Any("panic", p))
 		resp = failedExecuting(internalError("An unknown error occurred while processing your request."))
 	}()
 	return h(r)
@@ -248,7 +249,7 @@ func (s *Server) respond(w http.ResponseWriter, resp response) {
 		return
 	}
 	if err := dropConnection(w); err != nil {
-		s.logger.Error("drop connection", "error", err)
+		s.logger.Error("Drop connection", slog.Any("error", err))
 		// Without a connection to hijack (HTTP/2), abort the response, which
 		// resets the stream: still no answer for the client.
 		panic(http.ErrAbortHandler)

@@ -23,15 +23,15 @@ func TestIdempotency(t *testing.T) {
 		customer *stripe.Customer
 	}
 
-	setup := func(t *testing.T, opts fakestripe.Options) *testBundle {
+	setup := func(t *testing.T, config *fakestripe.Config) *testBundle {
 		t.Helper()
-		fake := startFake(t, opts)
+		fake := startFake(t, config)
 		return &testBundle{fake: fake, customer: fake.createCustomer(t, "rider@example.com", fakestripe.TokenVisa)}
 	}
 
 	t.Run("ReplaysSameKey", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, fakestripe.Options{})
+		bundle := setup(t, &fakestripe.Config{})
 
 		first, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
 		require.NoError(t, err)
@@ -53,7 +53,7 @@ func TestIdempotency(t *testing.T) {
 
 	t.Run("ReplaysRawRequestInAnyParameterOrder", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, fakestripe.Options{})
+		bundle := setup(t, &fakestripe.Config{})
 		customerID := bundle.customer.ID
 
 		first := bundle.fake.do(t, http.MethodPost, "/v1/charges", testAPIKey, "ride-1",
@@ -71,7 +71,7 @@ func TestIdempotency(t *testing.T) {
 
 	t.Run("RejectsSameKeyWithDifferentParams", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, fakestripe.Options{})
+		bundle := setup(t, &fakestripe.Config{})
 
 		_, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
 		require.NoError(t, err)
@@ -87,7 +87,7 @@ func TestIdempotency(t *testing.T) {
 
 	t.Run("RejectsSameKeyOnDifferentEndpoint", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, fakestripe.Options{})
+		bundle := setup(t, &fakestripe.Config{})
 
 		params := &stripe.CustomerParams{Email: stripe.String("x@example.com"), Source: stripe.String(fakestripe.TokenVisa)}
 		params.SetIdempotencyKey("shared")
@@ -101,7 +101,7 @@ func TestIdempotency(t *testing.T) {
 
 	t.Run("ScopesKeysPerAPIKey", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, fakestripe.Options{})
+		bundle := setup(t, &fakestripe.Config{})
 
 		first, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
 		require.NoError(t, err)
@@ -115,7 +115,7 @@ func TestIdempotency(t *testing.T) {
 
 	t.Run("ForgetsKeyAfterRetention", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, fakestripe.Options{KeyRetention: time.Hour})
+		bundle := setup(t, &fakestripe.Config{KeyRetention: time.Hour})
 
 		first, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
 		require.NoError(t, err)
@@ -142,7 +142,7 @@ func TestIdempotency(t *testing.T) {
 	t.Run("ForgetsKeyOnInjectedClock", func(t *testing.T) {
 		t.Parallel()
 		clock := &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-		bundle := setup(t, fakestripe.Options{Now: clock.Now})
+		bundle := setup(t, &fakestripe.Config{Now: clock.Now})
 
 		first, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
 		require.NoError(t, err)
@@ -156,7 +156,7 @@ func TestIdempotency(t *testing.T) {
 
 	t.Run("DoesNotStoreRejectedParams", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, fakestripe.Options{})
+		bundle := setup(t, &fakestripe.Config{})
 
 		_, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 10, "ride-1"))
 		requireStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeAmountTooSmall)
@@ -169,7 +169,7 @@ func TestIdempotency(t *testing.T) {
 
 	t.Run("ReplaysDecline", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, fakestripe.Options{})
+		bundle := setup(t, &fakestripe.Config{})
 		broke := bundle.fake.createCustomer(t, "broke@example.com", fakestripe.TokenChargeCustomerFail)
 
 		_, err := bundle.fake.client.Charges.New(chargeParams(broke.ID, 2000, "ride-1"))
@@ -184,7 +184,7 @@ func TestIdempotency(t *testing.T) {
 
 	t.Run("ConcurrentRequestsWithSameKeyChargeOnce", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, fakestripe.Options{})
+		bundle := setup(t, &fakestripe.Config{})
 		// Hold the first request in execution long enough for the others
 		// to arrive while it is still running.
 		bundle.fake.server.SetFaults(fakestripe.Faults{Latency: 300 * time.Millisecond})
@@ -230,7 +230,7 @@ func TestIdempotency(t *testing.T) {
 
 	t.Run("ConcurrentRequestsWithDistinctKeysAllCharge", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, fakestripe.Options{})
+		bundle := setup(t, &fakestripe.Config{})
 
 		const n = 20
 		var wg sync.WaitGroup
@@ -248,7 +248,7 @@ func TestIdempotency(t *testing.T) {
 
 	t.Run("RejectsOverlongKey", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, fakestripe.Options{})
+		bundle := setup(t, &fakestripe.Config{})
 
 		key := make([]byte, 256)
 		for i := range key {

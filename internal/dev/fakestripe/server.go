@@ -1,6 +1,7 @@
 package fakestripe
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -15,11 +16,12 @@ import (
 )
 
 // DefaultKeyRetention is how long a stored idempotent result is kept when
-// Options.KeyRetention is zero. Stripe keeps keys for at least 24 hours.
+// Config.KeyRetention is zero. Stripe keeps keys for at least 24 hours.
 const DefaultKeyRetention = 24 * time.Hour
 
-// Options configures a Server. The zero value is ready to use.
-type Options struct {
+// Config configures a Server. Every field is optional; a nil Config is
+// the zero value.
+type Config struct {
 	// KeyRetention is how long the result stored against an idempotency key
 	// is replayed, counted from the key's first use. After that the key is
 	// forgotten and a request with it executes again. Zero means
@@ -59,27 +61,34 @@ type Server struct {
 	stats       Stats
 }
 
+func (c *Config) validate() error {
+	if c.KeyRetention < 0 {
+		return fmt.Errorf("fakestripe: Config.KeyRetention must not be negative, got %s", c.KeyRetention)
+	}
+	return nil
+}
+
 // New returns a Server with no customers, no charges and no faults.
-func New(opts Options) *Server {
+func New(config *Config) (*Server, error) {
+	if config == nil {
+		config = &Config{}
+	}
+	if err := config.validate(); err != nil {
+		return nil, err
+	}
 	s := &Server{
-		keyRetention: opts.KeyRetention,
-		logger:       opts.Logger,
-		now:          opts.Now,
+		keyRetention: cmp.Or(config.KeyRetention, DefaultKeyRetention),
+		logger:       cmp.Or(config.Logger, slog.New(slog.DiscardHandler)),
+		now:          config.Now,
 		chargesByID:  make(map[string]*Charge),
 		customersBy:  make(map[string]*Customer),
 		idempotency:  make(map[idempotencyScope]*idempotencyRecord),
-	}
-	if s.keyRetention <= 0 {
-		s.keyRetention = DefaultKeyRetention
-	}
-	if s.logger == nil {
-		s.logger = slog.New(slog.DiscardHandler)
 	}
 	if s.now == nil {
 		s.now = time.Now
 	}
 	s.handler = s.routes()
-	return s
+	return s, nil
 }
 
 func (s *Server) routes() http.Handler {
@@ -233,9 +242,9 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		if rec.Header().Get("Idempotent-Replayed") == "true" {
 			attrs = append(attrs, slog.Bool("replayed", true))
 		}
-		msg := "request"
+		msg := "Served request"
 		if rec.status == 0 {
-			msg = "request: connection dropped without a response"
+			msg = "Dropped connection without a response"
 		}
 		s.logger.InfoContext(r.Context(), msg, attrs...)
 	})

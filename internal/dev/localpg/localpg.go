@@ -20,6 +20,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/project"
 )
 
 const (
@@ -90,9 +93,9 @@ type Cluster struct {
 func New(opts Options) (Cluster, error) {
 	dataDir := opts.DataDir
 	if dataDir == "" {
-		root, err := projectRoot()
+		root, err := project.Root()
 		if err != nil {
-			return Cluster{}, err
+			return Cluster{}, fmt.Errorf("%w; set Options.DataDir", err)
 		}
 		dataDir = filepath.Join(root, ".data", "postgres")
 	}
@@ -102,12 +105,15 @@ func New(opts Options) (Cluster, error) {
 	}
 	port := opts.Port
 	if port == 0 {
-		port = DefaultPort
-		// Two checkouts on one machine each need a port of their own.
-		if v := os.Getenv("LOCALPG_PORT"); v != "" {
-			if port, err = strconv.Atoi(v); err != nil || port < 1 || port > 65535 {
-				return Cluster{}, fmt.Errorf("LOCALPG_PORT=%q is not a port number", v)
-			}
+		// Two checkouts on one machine each need a port of their own. Zero
+		// is refused: the next run has to find the cluster again.
+		var env config.Env
+		port = env.Int("LOCALPG_PORT", DefaultPort)
+		if err := env.Err(); err != nil {
+			return Cluster{}, err
+		}
+		if port > 65535 {
+			return Cluster{}, fmt.Errorf("LOCALPG_PORT=%d: must be a port number from 1 to 65535", port)
 		}
 	}
 	binDir := opts.BinDir
@@ -158,7 +164,8 @@ func Ensure(ctx context.Context, opts Options) (Cluster, error) {
 // project's cluster is running, creates database name in it if missing and
 // returns that database's URL.
 func DatabaseURL(ctx context.Context, name string) (string, error) {
-	if u := os.Getenv("DATABASE_URL"); u != "" {
+	var env config.Env
+	if u := env.String("DATABASE_URL", ""); u != "" {
 		return u, nil
 	}
 	c, err := Ensure(ctx, Options{})
@@ -357,22 +364,4 @@ func connect(ctx context.Context, connURL string) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("connect to %s:%d: %w", cfg.Host, cfg.Port, err)
 	}
 	return conn, nil
-}
-
-// projectRoot walks up from the working directory to the directory holding
-// go.mod, so that `go test` (which runs in each package's directory) and
-// `go run` (which runs where it is called) agree on one .data folder.
-func projectRoot() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("find project root: %w", err)
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		if filepath.Dir(dir) == dir {
-			return "", fmt.Errorf("find project root: no go.mod in %s or above; set Options.DataDir", wd)
-		}
-	}
 }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/platform/project"
 )
 
 func TestEnsure(t *testing.T) {
@@ -35,7 +37,7 @@ func TestEnsure(t *testing.T) {
 		t.Parallel()
 		c, err := New(Options{})
 		require.NoError(t, err)
-		root, err := projectRoot()
+		root, err := project.Root()
 		require.NoError(t, err)
 		require.Equal(t, filepath.Join(root, ".data", "postgres"), c.DataDir)
 		wantPort := DefaultPort
@@ -146,7 +148,7 @@ func ensureConcurrently(t *testing.T, opts Options, n int) []Cluster {
 // when the test ends.
 func scratchOptions(t *testing.T) Options {
 	t.Helper()
-	root, err := projectRoot()
+	root, err := project.Root()
 	require.NoError(t, err)
 	var random [4]byte
 	_, err = rand.Read(random[:])

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rocketrides/rocketrides/internal/platform/loop"
 )
 
 // Policy is the simulator's retry policy: capped exponential backoff with
@@ -54,7 +56,7 @@ func (p Policy) withDefaults() Policy {
 		}
 	}
 	if p.Sleep == nil {
-		p.Sleep = sleep
+		p.Sleep = loop.Sleep
 	}
 	return p
 }
@@ -104,17 +106,6 @@ func retry(ctx context.Context, p Policy, attempt func(ctx context.Context, n in
 			o.Result, o.Wait = GaveUp, 0
 			return o
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

@@ -38,6 +38,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/rocketrides/rocketrides/internal/platform/loop"
 )
 
 // DefaultTimeout bounds one attempt when Config.Client is nil. It is
@@ -50,11 +52,12 @@ const DefaultTimeout = 30 * time.Second
 // API accepts it only when it runs with SIMULATED_ERRORS=true.
 const simulateErrorParam = "raise_error"
 
-// Config configures a Simulator.
+// Config configures a Simulator. URL and Token are required.
 type Config struct {
 	// URL is the API's base URL, such as http://127.0.0.1:5000.
+	// Required.
 	URL string
-	// Token is the API token the rides are sent with.
+	// Token is the API token the rides are sent with. Required.
 	Token string
 	// ErrorRate is the share of rides, from 0 to 1, sent with
 	// raise_error=true.
@@ -75,6 +78,29 @@ type Config struct {
 	Out io.Writer
 }
 
+func (c *Config) validate() error {
+	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("simulator: Config.URL must be an http or https URL such as http://127.0.0.1:5000, got %q", c.URL)
+	}
+	switch {
+	case c.Token == "":
+		return errors.New("simulator: Config.Token is required")
+	case c.ErrorRate < 0 || c.ErrorRate > 1:
+		return fmt.Errorf("simulator: Config.ErrorRate must be between 0 and 1, got %g", c.ErrorRate)
+	case c.MaxPause < 0:
+		return fmt.Errorf("simulator: Config.MaxPause must not be negative, got %s", c.MaxPause)
+	case c.Rides < 0:
+		return fmt.Errorf("simulator: Config.Rides must not be negative, got %d", c.Rides)
+	case c.Retry.MaxAttempts < 0:
+		return fmt.Errorf("simulator: Config.Retry.MaxAttempts must not be negative, got %d", c.Retry.MaxAttempts)
+	case c.Retry.BaseDelay < 0:
+		return fmt.Errorf("simulator: Config.Retry.BaseDelay must not be negative, got %s", c.Retry.BaseDelay)
+	case c.Retry.MaxDelay < 0:
+		return fmt.Errorf("simulator: Config.Retry.MaxDelay must not be negative, got %s", c.Retry.MaxDelay)
+	}
+	return nil
+}
+
 // Simulator sends rides to the API.
 type Simulator struct {
 	cfg  Config
@@ -83,18 +109,15 @@ type Simulator struct {
 	mu sync.Mutex // serialises writes to cfg.Out
 }
 
-// New returns a Simulator, or an error when the configuration cannot work.
-func New(cfg Config) (*Simulator, error) {
-	u, err := url.Parse(cfg.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("API URL %q: must be an http or https URL such as http://127.0.0.1:5000", cfg.URL)
+// New returns a Simulator for config.
+func New(config *Config) (*Simulator, error) {
+	if config == nil {
+		return nil, errors.New("simulator: Config is required (URL and Token)")
 	}
-	if cfg.Token == "" {
-		return nil, errors.New("an API token is required")
+	if err := config.validate(); err != nil {
+		return nil, err
 	}
-	if cfg.ErrorRate < 0 || cfg.ErrorRate > 1 {
-		return nil, fmt.Errorf("error rate %g: must be between 0 and 1", cfg.ErrorRate)
-	}
+	cfg := *config
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Timeout: DefaultTimeout}
 	}
@@ -370,7 +393,7 @@ func (s *Simulator) Run(ctx context.Context) Tally {
 	var t Tally
 	for s.cfg.Rides == 0 || t.Sent < s.cfg.Rides {
 		if t.Sent > 0 && s.cfg.MaxPause > 0 {
-			if sleep(ctx, rand.N(s.cfg.MaxPause)) != nil {
+			if loop.Sleep(ctx, rand.N(s.cfg.MaxPause)) != nil {
 				return t
 			}
 		}
@@ -418,7 +441,7 @@ func (s *Simulator) WaitReady(ctx context.Context, timeout time.Duration) error 
 		if ctx.Err() == nil {
 			last = err
 		}
-		if sleep(ctx, 250*time.Millisecond) != nil {
+		if loop.Sleep(ctx, 250*time.Millisecond) != nil {
 			if last == nil {
 				last = ctx.Err()
 			}

@@ -65,7 +65,7 @@ func TestSendAgainstAPI(t *testing.T) {
 	setup := func(t *testing.T, errorRate float64) *testBundle {
 		t.Helper()
 		b := &testBundle{waits: &waits{}, out: &bytes.Buffer{}}
-		sim, err := New(Config{
+		sim, err := New(&Config{
 			URL: stack.URL, Token: stack.Token, ErrorRate: errorRate, Out: b.out,
 			Retry: Policy{Jitter: noJitter, Sleep: b.waits.sleep},
 		})
@@ -209,7 +209,7 @@ func TestSendRetries(t *testing.T) {
 		if policy.Jitter == nil {
 			policy.Jitter = noJitter
 		}
-		sim, err := New(Config{URL: srv.URL, Token: "tok", Retry: policy, Out: t.Output()})
+		sim, err := New(&Config{URL: srv.URL, Token: "tok", Retry: policy, Out: t.Output()})
 		require.NoError(t, err)
 		b.sim = sim
 		return b
@@ -373,7 +373,7 @@ func TestParseRetryAfter(t *testing.T) {
 
 func TestNewRide(t *testing.T) {
 	t.Parallel()
-	sim, err := New(Config{URL: "http://127.0.0.1:5000", Token: "tok", ErrorRate: 0.5})
+	sim, err := New(&Config{URL: "http://127.0.0.1:5000", Token: "tok", ErrorRate: 0.5})
 	require.NoError(t, err)
 
 	raised := 0
@@ -396,15 +396,23 @@ func TestNewRide(t *testing.T) {
 
 func TestNew(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []Config{
-		{URL: "", Token: "tok"},
-		{URL: "127.0.0.1:5000", Token: "tok"},
-		{URL: "ftp://example.com", Token: "tok"},
-		{URL: "http://127.0.0.1:5000", Token: ""},
-		{URL: "http://127.0.0.1:5000", Token: "tok", ErrorRate: 1.5},
+	for _, tc := range []struct {
+		config *Config
+		want   string
+	}{
+		{nil, "simulator: Config is required"},
+		{&Config{URL: "", Token: "tok"}, "Config.URL must be an http or https URL"},
+		{&Config{URL: "127.0.0.1:5000", Token: "tok"}, "Config.URL must be an http or https URL"},
+		{&Config{URL: "ftp://example.com", Token: "tok"}, "Config.URL must be an http or https URL"},
+		{&Config{URL: "http://127.0.0.1:5000", Token: ""}, "Config.Token is required"},
+		{&Config{URL: "http://127.0.0.1:5000", Token: "tok", ErrorRate: 1.5}, "Config.ErrorRate must be between 0 and 1"},
+		{&Config{URL: "http://127.0.0.1:5000", Token: "tok", MaxPause: -1}, "Config.MaxPause must not be negative"},
+		{&Config{URL: "http://127.0.0.1:5000", Token: "tok", Rides: -1}, "Config.Rides must not be negative"},
+		{&Config{URL: "http://127.0.0.1:5000", Token: "tok", Retry: Policy{MaxAttempts: -1}}, "Config.Retry.MaxAttempts must not be negative"},
+		{&Config{URL: "http://127.0.0.1:5000", Token: "tok", Retry: Policy{MaxDelay: -1}}, "Config.Retry.MaxDelay must not be negative"},
 	} {
-		_, err := New(cfg)
-		require.Error(t, err, "%+v", cfg)
+		_, err := New(tc.config)
+		require.ErrorContains(t, err, tc.want, "%+v", tc.config)
 	}
 }
 
@@ -422,7 +430,7 @@ func TestWaitReady(t *testing.T) {
 			_, _ = io.WriteString(w, "ok\n")
 		}))
 		t.Cleanup(srv.Close)
-		sim, err := New(Config{URL: srv.URL + "/", Token: "tok"})
+		sim, err := New(&Config{URL: srv.URL + "/", Token: "tok"})
 		require.NoError(t, err)
 
 		require.NoError(t, sim.WaitReady(context.Background(), 10*time.Second))
@@ -436,7 +444,7 @@ func TestWaitReady(t *testing.T) {
 		require.NoError(t, err)
 		addr := ln.Addr().String()
 		require.NoError(t, ln.Close())
-		sim, err := New(Config{URL: "http://" + addr, Token: "tok"})
+		sim, err := New(&Config{URL: "http://" + addr, Token: "tok"})
 		require.NoError(t, err)
 
 		err = sim.WaitReady(context.Background(), 600*time.Millisecond)

@@ -10,15 +10,84 @@ import (
 )
 
 func TestEnv(t *testing.T) {
+	// t.Setenv rules out t.Parallel.
+
 	t.Run("ReadsSettingsAndDefaults", func(t *testing.T) {
 		t.Setenv("ENV_TEST_URL", "postgres://x")
 		t.Setenv("ENV_TEST_WAIT", "90s")
 		t.Setenv("ENV_TEST_SIZE", "")
+		t.Setenv("ENV_TEST_SHARE", "0.25")
+		t.Setenv("ENV_TEST_ON", "true")
+		t.Setenv("ENV_TEST_PORT", "8080")
 		var env config.Env
 		require.Equal(t, "postgres://x", env.Required("ENV_TEST_URL"))
+		require.Equal(t, "postgres://x", env.String("ENV_TEST_URL", "default"))
+		require.Equal(t, "default", env.String("ENV_TEST_UNSET", "default"))
 		require.Equal(t, 90*time.Second, env.Duration("ENV_TEST_WAIT", time.Second))
-		require.Equal(t, 7, env.Int("ENV_TEST_SIZE", 7))
+		require.Equal(t, time.Second, env.Duration("ENV_TEST_UNSET", time.Second))
+		require.Equal(t, 7, env.Int("ENV_TEST_SIZE", 7), "empty is unset")
+		require.Equal(t, 0.25, env.Fraction("ENV_TEST_SHARE", 0.5))
+		require.True(t, env.Bool("ENV_TEST_ON", false))
+		require.Equal(t, 8080, env.Port("ENV_TEST_PORT", 5000))
 		require.NoError(t, env.Err())
+	})
+
+	t.Run("HonoursZeroWhereItMeansSomething", func(t *testing.T) {
+		t.Setenv("ENV_TEST_WAIT", "0s")
+		t.Setenv("ENV_TEST_SIZE", "0")
+		t.Setenv("ENV_TEST_SHARE", "0")
+		t.Setenv("ENV_TEST_PORT", "0")
+		var env config.Env
+		require.Zero(t, env.DurationOrZero("ENV_TEST_WAIT", time.Second))
+		require.Zero(t, env.IntOrZero("ENV_TEST_SIZE", 7))
+		require.Zero(t, env.FractionOrZero("ENV_TEST_SHARE", 0.5))
+		require.Zero(t, env.Port("ENV_TEST_PORT", 5000))
+		require.NoError(t, env.Err())
+	})
+
+	t.Run("RefusesZeroElseNamingTheVariable", func(t *testing.T) {
+		t.Setenv("ENV_TEST_WAIT", "0s")
+		t.Setenv("ENV_TEST_SIZE", "0")
+		t.Setenv("ENV_TEST_SHARE", "0")
+		var env config.Env
+		require.Zero(t, env.Duration("ENV_TEST_WAIT", time.Second), "never the default")
+		require.Zero(t, env.Int("ENV_TEST_SIZE", 7), "never the default")
+		require.Zero(t, env.Fraction("ENV_TEST_SHARE", 0.5), "never the default")
+		err := env.Err()
+		require.ErrorContains(t, err, "ENV_TEST_WAIT=0s: must be positive")
+		require.ErrorContains(t, err, "ENV_TEST_SIZE=0: must be positive")
+		require.ErrorContains(t, err, "ENV_TEST_SHARE=0: must be above 0 and at most 1")
+	})
+
+	t.Run("RefusesNegatives", func(t *testing.T) {
+		t.Setenv("ENV_TEST_WAIT", "-1s")
+		t.Setenv("ENV_TEST_SIZE", "-1")
+		t.Setenv("ENV_TEST_PORT", "-1")
+		var env config.Env
+		env.Duration("ENV_TEST_WAIT", time.Second)
+		env.Int("ENV_TEST_SIZE", 7)
+		require.Error(t, env.Err())
+		env = config.Env{}
+		env.DurationOrZero("ENV_TEST_WAIT", time.Second)
+		env.IntOrZero("ENV_TEST_SIZE", 7)
+		env.Port("ENV_TEST_PORT", 5000)
+		err := env.Err()
+		require.ErrorContains(t, err, "ENV_TEST_WAIT=-1s: must not be negative")
+		require.ErrorContains(t, err, "ENV_TEST_SIZE=-1: must not be negative")
+		require.ErrorContains(t, err, "ENV_TEST_PORT=-1: must be a port number")
+	})
+
+	t.Run("RefusesOutOfRange", func(t *testing.T) {
+		t.Setenv("ENV_TEST_SHARE", "1.5")
+		t.Setenv("ENV_TEST_PORT", "65536")
+		var env config.Env
+		env.Fraction("ENV_TEST_SHARE", 0.5)
+		env.FractionOrZero("ENV_TEST_SHARE", 0.5)
+		env.Port("ENV_TEST_PORT", 5000)
+		err := env.Err()
+		require.ErrorContains(t, err, "ENV_TEST_SHARE=1.5: must be above 0 and at most 1")
+		require.ErrorContains(t, err, "ENV_TEST_SHARE=1.5: must be from 0 to 1")
+		require.ErrorContains(t, err, "ENV_TEST_PORT=65536: must be a port number")
 	})
 
 	t.Run("NamesEveryBadSetting", func(t *testing.T) {
@@ -31,12 +100,30 @@ func TestEnv(t *testing.T) {
 		env.Required("ENV_TEST_URL")
 		env.Duration("ENV_TEST_WAIT", time.Second)
 		env.Int("ENV_TEST_SIZE", 1)
-		env.Float("ENV_TEST_SHARE", 0.5)
+		env.Fraction("ENV_TEST_SHARE", 0.5)
 		env.Bool("ENV_TEST_ON", false)
 		err := env.Err()
 		require.Error(t, err)
-		for _, name := range []string{"ENV_TEST_URL", "ENV_TEST_WAIT", "ENV_TEST_SIZE", "ENV_TEST_SHARE", "ENV_TEST_ON"} {
-			require.Contains(t, err.Error(), name)
+		for _, want := range []string{
+			"ENV_TEST_URL must be set",
+			"ENV_TEST_WAIT=soon: not a duration",
+			"ENV_TEST_SIZE=big: not an integer",
+			"ENV_TEST_SHARE=half: not a decimal number",
+			"ENV_TEST_ON=maybe: not true or false",
+		} {
+			require.ErrorContains(t, err, want)
 		}
+	})
+}
+
+func TestLogger(t *testing.T) {
+	t.Run("RefusesABadLevelOrFormat", func(t *testing.T) {
+		t.Setenv("LOG_LEVEL", "loud")
+		_, err := config.Logger("test")
+		require.ErrorContains(t, err, "LOG_LEVEL=loud")
+		t.Setenv("LOG_LEVEL", "")
+		t.Setenv("LOG_FORMAT", "xml")
+		_, err = config.Logger("test")
+		require.ErrorContains(t, err, "LOG_FORMAT=xml")
 	})
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"syscall"
+
+	"github.com/rocketrides/rocketrides/internal/platform/config"
 )
 
 // FromEnv arms failpoints from $FAILPOINTS, a comma-separated list of
@@ -19,7 +21,8 @@ import (
 // Only binaries built with -tags failpoints read it, so a production
 // binary cannot be made to crash by its environment.
 func FromEnv() Func {
-	spec := os.Getenv("FAILPOINTS")
+	var env config.Env
+	spec := env.String("FAILPOINTS", "")
 	if spec == "" {
 		return nil
 	}

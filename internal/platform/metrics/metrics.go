@@ -17,16 +17,15 @@ package metrics
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/rocketrides/rocketrides/internal/platform/serve"
 )
 
 const namespace = "rocketrides"
@@ -58,31 +57,19 @@ func Serve(ctx context.Context, addr string, g prometheus.Gatherer, logger *slog
 	if addr == "" {
 		return nil
 	}
-	if logger == nil {
-		logger = slog.Default()
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen for metrics on %s: %w", addr, err)
-	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", Handler(g))
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	srv, err := serve.Listen(&serve.Config{
+		Name:    "metrics",
+		Addr:    addr,
+		Handler: mux,
+		Logger:  logger,
+		// A scrape cut short is retried by Prometheus.
+		ShutdownTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		return err
 	}
-	go func() {
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx) // a scrape cut short is retried by Prometheus
-	}()
-	go func() {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			logger.ErrorContext(ctx, "metrics server stopped", "addr", addr, "error", err)
-		}
-	}()
-	logger.InfoContext(ctx, "serving metrics", "addr", ln.Addr().String())
+	srv.Start(ctx)
 	return nil
 }

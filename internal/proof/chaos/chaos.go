@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rocketrides/rocketrides/internal/dev/localpg"
+	"github.com/rocketrides/rocketrides/internal/platform/project"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
 	"github.com/rocketrides/rocketrides/internal/testkit/invariant"
 )
@@ -133,7 +134,7 @@ func (s *soak) progress(format string, args ...any) {
 // every process.
 func (s *soak) setUp(ctx context.Context) error {
 	var err error
-	if s.root, err = fleet.ModuleRoot(); err != nil {
+	if s.root, err = project.Root(); err != nil {
 		return err
 	}
 	ts := s.start.UTC().Format("20060102_150405")
@@ -165,7 +166,7 @@ func (s *soak) setUp(ctx context.Context) error {
 	s.summary.DatabaseURL = s.dbURL
 
 	s.progress("building the binaries")
-	s.fleet, err = fleet.New(fleet.Options{
+	s.fleet, err = fleet.New(&fleet.Config{
 		LogDir: filepath.Join(s.dir, "logs"),
 		Env: []string{
 			"DATABASE_URL=" + s.dbURL,
@@ -305,7 +306,7 @@ func (s *soak) judge(ctx context.Context) error {
 	}
 	if s.fleet.Has("reconciler") {
 		// RECONCILER_GRACE: the soak is drained, so nothing may still be
-		// in flight; 1ms because zero means the 15m default.
+		// in flight; 1ms because zero is refused.
 		out, err := s.fleet.Run(ctx, "reconciler", []string{"RECONCILER_GRACE=1ms", "RECONCILER_WINDOW=24h"}, "-once")
 		s.summary.Reconciler = firstLine(out)
 		if err != nil {

@@ -58,9 +58,9 @@ func commands(t *testing.T) []string {
 }
 
 var (
-	// config.Required("NAME"), config.Duration("NAME", ...), os.Getenv("NAME") ...
-	readsEnv    = regexp.MustCompile(`\b(?:String|Duration|Int|Bool|Required|Getenv|LookupEnv)\(\s*"([A-Z][A-Z0-9_]*)"`)
-	requiresEnv = regexp.MustCompile(`\bconfig\.Required\(\s*"([A-Z][A-Z0-9_]*)"`)
+	// env.Required("NAME"), env.Duration("NAME", ...), env.IntOrZero("NAME", ...), os.Getenv("NAME") ...
+	readsEnv    = regexp.MustCompile(`\b(?:String|Duration|Int|Port|Fraction|Bool|Required|Getenv|LookupEnv)(?:OrZero)?\(\s*"([A-Z][A-Z0-9_]*)"`)
+	requiresEnv = regexp.MustCompile(`\.Required\(\s*"([A-Z][A-Z0-9_]*)"`)
 )
 
 // commandEnv is what a command reads from the environment.
@@ -69,7 +69,8 @@ type commandEnv struct {
 }
 
 // envOf scans the Go files of cmd/name, and of internal/platform/config when the
-// command takes its logger from there, for the settings it reads.
+// command takes its logger from there (directly or through process.Main), for
+// the settings it reads.
 func envOf(t *testing.T, name string) commandEnv {
 	t.Helper()
 	dir := filepath.Join(root(t), "cmd", name)
@@ -93,7 +94,7 @@ func envOf(t *testing.T, name string) commandEnv {
 			for _, m := range requiresEnv.FindAllStringSubmatch(src, -1) {
 				env.required = append(env.required, m[1])
 			}
-			if strings.Contains(src, "config.Logger(") {
+			if strings.Contains(src, "config.Logger(") || strings.Contains(src, "process.Main(") {
 				scan(filepath.Join(root(t), "internal", "platform", "config"), false)
 			}
 		}

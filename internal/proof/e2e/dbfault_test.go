@@ -18,6 +18,7 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/dev/localpg"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
+	"github.com/rocketrides/rocketrides/internal/platform/project"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet/fleettest"
@@ -31,7 +32,7 @@ import (
 // stopped and deleted when the test ends.
 func scratchCluster(t *testing.T) localpg.Cluster {
 	t.Helper()
-	root, err := fleet.ModuleRoot()
+	root, err := project.Root()
 	require.NoError(t, err)
 	var random [4]byte
 	_, err = rand.Read(random[:])

@@ -96,7 +96,7 @@ func New(t testing.TB, opts Options) *Stack {
 	if opts.StripeURL != "" {
 		s.StripeURL = opts.StripeURL
 	} else {
-		s.Stripe, s.StripeURL = fakestripetest.Start(t, fakestripe.Options{KeyRetention: opts.StripeKeyRetention})
+		s.Stripe, s.StripeURL = fakestripetest.Start(t, &fakestripe.Config{KeyRetention: opts.StripeKeyRetention})
 	}
 	s.Registry = metrics.NewRegistry()
 	gateway, err := payment.New(&payment.Config{
@@ -118,7 +118,8 @@ func New(t testing.TB, opts Options) *Stack {
 		s.BadSourceUser = s.newUser(t, "user-bad-source@example.com", "tok_chargeCustomerFail", s.BadSourceToken)
 	}
 
-	s.Keys = idem.NewStore(s.Pool, idem.Config{LockTimeout: opts.LockTimeout, Metrics: metrics.NewIdempotency(s.Registry)})
+	s.Keys, err = idem.New(&idem.Config{Pool: s.Pool, LockTimeout: opts.LockTimeout, Metrics: metrics.NewIdempotency(s.Registry)})
+	require.NoError(t, err)
 	s.Service, err = rides.NewService(&rides.ServiceConfig{
 		Pool: s.Pool, Keys: s.Keys, Payments: s.Gateway, Failpoint: s.failpoint, Logger: logger,
 		StripeKeyRetention: opts.StripeKeyRetention, MaxChargeAttempts: opts.MaxChargeAttempts,
@@ -128,12 +129,13 @@ func New(t testing.TB, opts Options) *Stack {
 		Service: s.Service, Pool: s.Pool, SimulatedErrors: opts.SimulatedErrors, Failpoint: s.failpoint, Logger: logger,
 	})
 	require.NoError(t, err)
-	handler := api.NewHandler(api.Config{
+	handler, err := api.New(&api.Config{
 		Pool:     s.Pool,
 		Logger:   logger,
 		Registry: s.Registry,
 		Rides:    ridesHandler,
 	})
+	require.NoError(t, err)
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 	s.URL = srv.URL

@@ -20,7 +20,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +32,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/rocketrides/rocketrides/internal/dev/localpg"
+	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/migrations"
 )
@@ -120,7 +120,8 @@ func getServer() (*server, error) {
 }
 
 func newServer(ctx context.Context) (*server, error) {
-	serverURL := os.Getenv("TEST_DATABASE_URL")
+	var env config.Env
+	serverURL := env.String("TEST_DATABASE_URL", "")
 	if serverURL == "" {
 		c, err := localpg.Ensure(ctx, localpg.Options{})
 		if err != nil {

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/rocketrides/rocketrides/internal/platform/project"
 )
 
 // buildTimeout bounds the build of every command on a cold cache: a fresh
@@ -59,7 +61,7 @@ func Build() (*Binaries, error) {
 }
 
 func build(ctx context.Context) (*Binaries, error) {
-	root, err := ModuleRoot()
+	root, err := project.Root()
 	if err != nil {
 		return nil, err
 	}
@@ -195,22 +197,4 @@ func (b *Binaries) Err(name string) error {
 		return fmt.Errorf("no command %q: cmd/%s does not exist", name, name)
 	}
 	return nil
-}
-
-// ModuleRoot is the nearest directory at or above the working directory
-// that holds go.mod: go test runs each package in its own folder, and the
-// commands are built from the root.
-func ModuleRoot() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("find module root: %w", err)
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		if filepath.Dir(dir) == dir {
-			return "", fmt.Errorf("find module root: no go.mod in %s or above", wd)
-		}
-	}
 }

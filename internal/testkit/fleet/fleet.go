@@ -30,8 +30,9 @@ import (
 	"time"
 )
 
-// Options configure a Fleet.
-type Options struct {
+// Config configures a Fleet. Every field is optional; a nil Config is the
+// zero value.
+type Config struct {
 	// LogDir receives one log file per process. Default: a new temporary
 	// directory (see Fleet.LogDir).
 	LogDir string
@@ -55,16 +56,20 @@ type Fleet struct {
 	instances map[string]int // per command, for naming api-1, api-2, ...
 }
 
-// New returns a Fleet, building the binaries first if opts.Binaries is nil.
-func New(opts Options) (*Fleet, error) {
-	bins := opts.Binaries
+// New returns a Fleet, building the binaries first if config.Binaries is
+// nil.
+func New(config *Config) (*Fleet, error) {
+	if config == nil {
+		config = &Config{}
+	}
+	bins := config.Binaries
 	if bins == nil {
 		var err error
 		if bins, err = Build(); err != nil {
 			return nil, err
 		}
 	}
-	logDir := opts.LogDir
+	logDir := config.LogDir
 	if logDir == "" {
 		var err error
 		if logDir, err = os.MkdirTemp("", "rocketrides-logs-"); err != nil {
@@ -73,7 +78,7 @@ func New(opts Options) (*Fleet, error) {
 	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create log directory: %w", err)
 	}
-	return &Fleet{bins: bins, logDir: logDir, env: slices.Clone(opts.Env), instances: map[string]int{}}, nil
+	return &Fleet{bins: bins, logDir: logDir, env: slices.Clone(config.Env), instances: map[string]int{}}, nil
 }
 
 // AddEnv adds env (KEY=VALUE) to the fleet's Env, for the processes

@@ -52,7 +52,7 @@ func TestFleet(t *testing.T) {
 		require.Equal(t, "fakestripe-2", q.Name)
 		require.True(t, p.Running())
 		require.Contains(t, stats(t, p), "charge_requests")
-		require.Contains(t, p.Log(), `"msg":"listening"`, "the output goes to the log, in the fleet's LOG_FORMAT")
+		require.Contains(t, p.Log(), `"msg":"Serving HTTP"`, "the output goes to the log, in the fleet's LOG_FORMAT")
 	})
 
 	t.Run("KillCrashesAndRestartServesOnSamePort", func(t *testing.T) {
@@ -83,7 +83,7 @@ func TestFleet(t *testing.T) {
 		defer cancel()
 		require.NoError(t, p.Stop(stopCtx))
 		require.NoError(t, p.ExitErr(), "SIGTERM lets the process exit 0")
-		require.Contains(t, p.Log(), `"msg":"stopped"`)
+		require.Contains(t, p.Log(), `"msg":"Stopped serving HTTP"`)
 		require.NoError(t, p.Kill(), "killing a stopped process does nothing")
 	})
 
@@ -93,7 +93,7 @@ func TestFleet(t *testing.T) {
 		p := fleettest.Start(t, b.fleet, "fakestripe", "FAKESTRIPE_KEY_RETENTION=90s")
 		require.Contains(t, p.Log(), `"key_retention":90000000000`, "the process's env wins over the fleet's")
 		require.NoError(t, p.Restart(ctx, "LOG_FORMAT="))
-		require.Contains(t, p.LogTail(3), "msg=listening", "LOG_FORMAT= clears the fleet's setting")
+		require.Contains(t, p.LogTail(3), `msg="Serving HTTP"`, "LOG_FORMAT= clears the fleet's setting")
 		require.Contains(t, p.LogTail(3), "key_retention=1m30s", "what Restart does not override is kept")
 	})
 

@@ -21,10 +21,13 @@ const APIKey = "sk_test_fakestripe"
 // Start serves a new fakestripe.Server on a local port for the duration of
 // the test and returns it with its base URL (http://127.0.0.1:port, no
 // trailing slash).
-func Start(tb testing.TB, opts fakestripe.Options) (*fakestripe.Server, string) {
+func Start(tb testing.TB, config *fakestripe.Config) (*fakestripe.Server, string) {
 	tb.Helper()
 
-	server := fakestripe.New(opts)
+	server, err := fakestripe.New(config)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	httpServer := httptest.NewServer(server)
 	tb.Cleanup(httpServer.Close)
 	return server, httpServer.URL

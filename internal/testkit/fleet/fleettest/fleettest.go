@@ -20,7 +20,7 @@ const logLines = 80
 // build failure fails the test.
 func New(tb testing.TB, env ...string) *fleet.Fleet {
 	tb.Helper()
-	f, err := fleet.New(fleet.Options{LogDir: tb.TempDir(), Env: env})
+	f, err := fleet.New(&fleet.Config{LogDir: tb.TempDir(), Env: env})
 	if err != nil {
 		tb.Fatalf("fleettest: %v", err)
 	}

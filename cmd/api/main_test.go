@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// t.Setenv rules out t.Parallel in this file.
+
+func TestBuild(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+
+	setEnv := func(t *testing.T, env ...string) {
+		t.Helper()
+		// The pool connects lazily: nothing needs to listen here.
+		t.Setenv("DATABASE_URL", "postgres://127.0.0.1:1/none")
+		t.Setenv("STRIPE_API_KEY", "sk_test_api")
+		for i := 0; i+1 < len(env); i += 2 {
+			t.Setenv(env[i], env[i+1])
+		}
+	}
+
+	t.Run("HonoursZeroPortAndPoolSize", func(t *testing.T) {
+		setEnv(t, "PORT", "0", "DATABASE_MAX_CONNS", "0")
+		program, err := build(t.Context(), logger)
+		require.NoError(t, err)
+		defer program.Close()
+		// Listening on a port of the system's choosing; a shutdown
+		// before the first request ends it at once.
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		require.NoError(t, program.Run(ctx))
+	})
+
+	t.Run("RefusesNegatives", func(t *testing.T) {
+		setEnv(t, "PORT", "-1", "DATABASE_MAX_CONNS", "-1", "IDEMPOTENCY_LOCK_TIMEOUT", "0s")
+		_, err := build(t.Context(), logger)
+		require.ErrorContains(t, err, "PORT=-1: must be a port number")
+		require.ErrorContains(t, err, "DATABASE_MAX_CONNS=-1: must not be negative")
+		require.ErrorContains(t, err, "IDEMPOTENCY_LOCK_TIMEOUT=0s: must be positive")
+	})
+}

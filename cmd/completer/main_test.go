@@ -1,0 +1,77 @@
+package main
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
+)
+
+// t.Setenv rules out t.Parallel in this file.
+
+func TestBuild(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+
+	setEnv := func(t *testing.T, databaseURL string, env ...string) {
+		t.Helper()
+		t.Setenv("DATABASE_URL", databaseURL)
+		t.Setenv("STRIPE_API_KEY", "sk_test_completer")
+		for i := 0; i+1 < len(env); i += 2 {
+			t.Setenv(env[i], env[i+1])
+		}
+	}
+
+	t.Run("RefusesZeroNamingEachSetting", func(t *testing.T) {
+		setEnv(t, "postgres://127.0.0.1:1/none",
+			"COMPLETER_MIN_AGE", "0s",
+			"COMPLETER_RETRY_INTERVAL", "0s",
+			"COMPLETER_POLL_INTERVAL", "0s",
+			"COMPLETER_BATCH_SIZE", "0",
+			"COMPLETER_CONCURRENCY", "0",
+			"IDEMPOTENCY_LOCK_TIMEOUT", "0s",
+			"STRIPE_KEY_RETENTION", "0s",
+			"MAX_CHARGE_ATTEMPTS", "0",
+			"STRIPE_TIMEOUT", "0s")
+		_, err := build(t.Context(), logger)
+		for _, want := range []string{
+			"COMPLETER_MIN_AGE=0s: must be positive",
+			"COMPLETER_RETRY_INTERVAL=0s: must be positive",
+			"COMPLETER_POLL_INTERVAL=0s: must be positive",
+			"COMPLETER_BATCH_SIZE=0: must be positive",
+			"COMPLETER_CONCURRENCY=0: must be positive",
+			"IDEMPOTENCY_LOCK_TIMEOUT=0s: must be positive",
+			"STRIPE_KEY_RETENTION=0s: must be positive",
+			"MAX_CHARGE_ATTEMPTS=0: must be positive",
+			"STRIPE_TIMEOUT=0s: must be positive",
+		} {
+			require.ErrorContains(t, err, want)
+		}
+	})
+
+	t.Run("RefusesNegatives", func(t *testing.T) {
+		setEnv(t, "postgres://127.0.0.1:1/none",
+			"COMPLETER_MIN_AGE", "-1m",
+			"COMPLETER_BATCH_SIZE", "-1")
+		_, err := build(t.Context(), logger)
+		require.ErrorContains(t, err, "COMPLETER_MIN_AGE=-1m: must be positive")
+		require.ErrorContains(t, err, "COMPLETER_BATCH_SIZE=-1: must be positive")
+	})
+
+	t.Run("RequiresTheDatabase", func(t *testing.T) {
+		setEnv(t, "")
+		_, err := build(t.Context(), logger)
+		require.ErrorContains(t, err, "DATABASE_URL must be set")
+	})
+
+	t.Run("BuildsAndWorksABatch", func(t *testing.T) {
+		setEnv(t, dbtest.NewURL(t), "COMPLETER_MIN_AGE", "1ms")
+		program, err := build(t.Context(), logger)
+		require.NoError(t, err)
+		defer program.Close()
+		summary, err := program.Once(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, "succeeded=0 failed=0", summary)
+	})
+}
