@@ -257,13 +257,12 @@ func TestStore(t *testing.T) {
 				_, _, err := b.store.Claim(context.Background(), b.req)
 				mu.Lock()
 				defer mu.Unlock()
-				switch {
-				case err == nil:
+				if err == nil {
 					winners++
-				default:
-					require.ErrorIs(t, err, idem.ErrInFlight)
-					inFlight++
+					return
 				}
+				require.ErrorIs(t, err, idem.ErrInFlight)
+				inFlight++
 			})
 		}
 		wg.Wait()

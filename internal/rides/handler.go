@@ -249,14 +249,14 @@ func unquoteStructuredString(s string) (string, bool) {
 	var b strings.Builder
 	for i := 1; i < len(s)-1; i++ {
 		c := s[i]
-		switch {
-		case c == '\\':
+		switch c {
+		case '\\':
 			i++
 			if i >= len(s)-1 || (s[i] != '"' && s[i] != '\\') {
 				return "", false
 			}
 			b.WriteByte(s[i])
-		case c == '"':
+		case '"':
 			return "", false
 		default:
 			b.WriteByte(c)

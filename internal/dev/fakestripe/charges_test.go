@@ -93,7 +93,7 @@ func TestCharges(t *testing.T) {
 		bundle := setup(t)
 
 		_, err := bundle.fake.client.Charges.Get("ch_missing", nil)
-		stripeErr := requireStripeError(t, err, http.StatusNotFound, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing)
+		stripeErr := asStripeError(t, err, http.StatusNotFound, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing)
 		require.Equal(t, "No such charge: 'ch_missing'", stripeErr.Msg)
 		require.Equal(t, "id", stripeErr.Param)
 	})
@@ -104,7 +104,7 @@ func TestCharges(t *testing.T) {
 		customer := bundle.fake.createCustomer(t, "broke@example.com", fakestripe.TokenChargeCustomerFail)
 
 		_, err := bundle.fake.client.Charges.New(chargeParams(customer.ID, 2000, ""))
-		stripeErr := requireStripeError(t, err, http.StatusPaymentRequired, stripe.ErrorTypeCard, stripe.ErrorCodeCardDeclined)
+		stripeErr := asStripeError(t, err, http.StatusPaymentRequired, stripe.ErrorTypeCard, stripe.ErrorCodeCardDeclined)
 		require.Equal(t, "Your card was declined.", stripeErr.Msg)
 		require.Equal(t, stripe.DeclineCodeGenericDecline, stripeErr.DeclineCode)
 		var cardErr *stripe.CardError
@@ -139,7 +139,7 @@ func TestCharges(t *testing.T) {
 		bundle := setup(t)
 
 		_, err := bundle.fake.client.Charges.New(chargeParams("cus_missing", 2000, ""))
-		stripeErr := requireStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing)
+		stripeErr := asStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing)
 		require.Equal(t, "customer", stripeErr.Param)
 		require.Empty(t, bundle.fake.server.Charges())
 	})

@@ -77,7 +77,7 @@ func TestCustomers(t *testing.T) {
 		bundle := setup(t)
 
 		_, err := bundle.fake.client.Customers.Get("cus_missing", nil)
-		stripeErr := requireStripeError(t, err, http.StatusNotFound, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing)
+		stripeErr := asStripeError(t, err, http.StatusNotFound, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing)
 		require.Equal(t, "No such customer: 'cus_missing'", stripeErr.Msg)
 	})
 
@@ -106,7 +106,7 @@ func TestCustomers(t *testing.T) {
 		bundle := setup(t)
 
 		_, err := bundle.fake.client.Customers.New(&stripe.CustomerParams{Source: stripe.String("tok_bogus")})
-		stripeErr := requireStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing)
+		stripeErr := asStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing)
 		require.Equal(t, "source", stripeErr.Param)
 		require.Empty(t, bundle.fake.server.Customers())
 	})
@@ -116,7 +116,7 @@ func TestCustomers(t *testing.T) {
 		bundle := setup(t)
 
 		_, err := bundle.fake.client.Customers.New(&stripe.CustomerParams{Email: stripe.String("not-an-email")})
-		stripeErr := requireStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeEmailInvalid)
+		stripeErr := asStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeEmailInvalid)
 		require.Equal(t, "email", stripeErr.Param)
 	})
 

@@ -117,8 +117,14 @@ func decode[T any](t *testing.T, body []byte) T {
 }
 
 // requireStripeError asserts that err is a Stripe API error with the given
-// status, type and code, and returns it.
-func requireStripeError(t *testing.T, err error, status int, typ stripe.ErrorType, code stripe.ErrorCode) *stripe.Error {
+// status, type and code, .
+func requireStripeError(t *testing.T, err error, status int, typ stripe.ErrorType, code stripe.ErrorCode) {
+	t.Helper()
+	_ = asStripeError(t, err, status, typ, code)
+}
+
+// asStripeError is requireStripeError, returning the error for a closer look.
+func asStripeError(t *testing.T, err error, status int, typ stripe.ErrorType, code stripe.ErrorCode) *stripe.Error {
 	t.Helper()
 	var stripeErr *stripe.Error
 	require.ErrorAs(t, err, &stripeErr)

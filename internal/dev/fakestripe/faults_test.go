@@ -93,11 +93,11 @@ func TestFaults(t *testing.T) {
 		bundle.fake.server.SetFaults(fakestripe.Faults{StoreFailureNext: 1})
 
 		_, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
-		first := requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+		first := asStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
 		require.Empty(t, first.LastResponse.Header.Get("Idempotent-Replayed"))
 
 		_, err = bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
-		second := requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+		second := asStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
 		require.Equal(t, "true", second.LastResponse.Header.Get("Idempotent-Replayed"))
 		require.Empty(t, bundle.fake.server.Charges())
 

@@ -77,7 +77,7 @@ func TestIdempotency(t *testing.T) {
 		require.NoError(t, err)
 
 		_, err = bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 3000, "ride-1"))
-		stripeErr := requireStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeIdempotency, "")
+		stripeErr := asStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeIdempotency, "")
 		require.Contains(t, stripeErr.Msg, "same parameters")
 		require.Contains(t, stripeErr.Msg, "ride-1")
 		var idempotencyErr *stripe.IdempotencyError
@@ -95,7 +95,7 @@ func TestIdempotency(t *testing.T) {
 		require.NoError(t, err)
 
 		_, err = bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "shared"))
-		stripeErr := requireStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeIdempotency, "")
+		stripeErr := asStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeIdempotency, "")
 		require.Contains(t, stripeErr.Msg, "same endpoint")
 	})
 
@@ -173,10 +173,10 @@ func TestIdempotency(t *testing.T) {
 		broke := bundle.fake.createCustomer(t, "broke@example.com", fakestripe.TokenChargeCustomerFail)
 
 		_, err := bundle.fake.client.Charges.New(chargeParams(broke.ID, 2000, "ride-1"))
-		first := requireStripeError(t, err, http.StatusPaymentRequired, stripe.ErrorTypeCard, stripe.ErrorCodeCardDeclined)
+		first := asStripeError(t, err, http.StatusPaymentRequired, stripe.ErrorTypeCard, stripe.ErrorCodeCardDeclined)
 
 		_, err = bundle.fake.client.Charges.New(chargeParams(broke.ID, 2000, "ride-1"))
-		second := requireStripeError(t, err, http.StatusPaymentRequired, stripe.ErrorTypeCard, stripe.ErrorCodeCardDeclined)
+		second := asStripeError(t, err, http.StatusPaymentRequired, stripe.ErrorTypeCard, stripe.ErrorCodeCardDeclined)
 		require.Equal(t, "true", second.LastResponse.Header.Get("Idempotent-Replayed"))
 		require.Equal(t, first.ChargeID, second.ChargeID)
 		require.Len(t, bundle.fake.server.Charges(), 1, "the decline executed once")

@@ -242,11 +242,11 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		if rec.Header().Get("Idempotent-Replayed") == "true" {
 			attrs = append(attrs, slog.Bool("replayed", true))
 		}
-		msg := "Served request"
 		if rec.status == 0 {
-			msg = "Dropped connection without a response"
+			s.logger.InfoContext(r.Context(), "Dropped connection without a response", attrs...)
+			return
 		}
-		s.logger.InfoContext(r.Context(), msg, attrs...)
+		s.logger.InfoContext(r.Context(), "Served request", attrs...)
 	})
 }
 

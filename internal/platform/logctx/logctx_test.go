@@ -38,7 +38,7 @@ func TestHandler(t *testing.T) {
 		b := setup(t)
 		ctx := logctx.New(context.Background(), slog.String(logctx.RequestID, "req-1"))
 		logctx.Set(ctx, slog.Int64(logctx.UserID, 7))
-		b.logger.InfoContext(ctx, "hello", "n", 1)
+		b.logger.InfoContext(ctx, "Hello", slog.Int("n", 1))
 		m := line(t, b)
 		require.Equal(t, "req-1", m["request_id"])
 		require.EqualValues(t, 7, m["user_id"])
@@ -51,7 +51,7 @@ func TestHandler(t *testing.T) {
 		ctx := logctx.New(context.Background())
 		logctx.Set(ctx, slog.String(logctx.RecoveryPoint, "started"))
 		logctx.Set(ctx, slog.String(logctx.RecoveryPoint, "finished"))
-		b.logger.InfoContext(ctx, "hello")
+		b.logger.InfoContext(ctx, "Hello")
 		require.Equal(t, "finished", line(t, b)["recovery_point"])
 		require.Equal(t, 1, bytes.Count(b.out.Bytes(), []byte(`"recovery_point"`)))
 	})
@@ -63,7 +63,7 @@ func TestHandler(t *testing.T) {
 		inner, cancel := context.WithCancel(outer)
 		defer cancel()
 		logctx.Set(inner, slog.Int64(logctx.IdempotencyKeyID, 42))
-		b.logger.InfoContext(outer, "request")
+		b.logger.InfoContext(outer, "Request")
 		require.EqualValues(t, 42, line(t, b)["idempotency_key_id"])
 	})
 
@@ -71,7 +71,7 @@ func TestHandler(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		ctx := logctx.New(context.Background(), slog.Int64(logctx.UserID, 7))
-		b.logger.InfoContext(ctx, "hello", logctx.UserID, 8)
+		b.logger.InfoContext(ctx, "Hello", slog.Int64(logctx.UserID, 8))
 		require.EqualValues(t, 8, line(t, b)["user_id"])
 		require.Equal(t, 1, bytes.Count(b.out.Bytes(), []byte(`"user_id"`)))
 	})
@@ -81,8 +81,8 @@ func TestHandler(t *testing.T) {
 		b := setup(t)
 		ctx := context.Background()
 		logctx.Set(ctx, slog.Int64(logctx.UserID, 7)) // no set: ignored
-		b.logger.InfoContext(ctx, "hello")
-		b.logger.Info("no context")
+		b.logger.InfoContext(ctx, "Hello")
+		b.logger.Info("No context")
 		require.NotContains(t, b.out.String(), "user_id")
 	})
 
@@ -90,7 +90,7 @@ func TestHandler(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		ctx := logctx.New(context.Background(), slog.String(logctx.RequestID, "req-1"))
-		b.logger.With("process", "api").InfoContext(ctx, "hello")
+		b.logger.With(slog.String("process", "api")).InfoContext(ctx, "Hello")
 		m := line(t, b)
 		require.Equal(t, "api", m["process"])
 		require.Equal(t, "req-1", m["request_id"])
@@ -107,7 +107,7 @@ func TestHandler(t *testing.T) {
 			wg.Go(func() {
 				for j := range 100 {
 					logctx.Set(ctx, slog.Int("i", i), slog.Int("j", j))
-					logger.InfoContext(ctx, "concurrent")
+					logger.InfoContext(ctx, "Concurrent")
 				}
 			})
 		}

@@ -320,8 +320,7 @@ func (p *Process) run(ctx context.Context) (string, error) {
 	case err = <-waitErr:
 	case <-ctx.Done():
 		_ = cmd.Process.Kill()
-		<-waitErr
-		err = fmt.Errorf("killed before it finished: %w", ctx.Err())
+		err = fmt.Errorf("killed before it finished (%v): %w", <-waitErr, ctx.Err())
 	}
 	p.mu.Lock()
 	p.exit = err
