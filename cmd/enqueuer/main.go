@@ -7,82 +7,67 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+	"log/slog"
 
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/receipt"
 	"github.com/rocketrides/rocketrides/internal/staged"
 )
 
 func main() {
-	once := flag.Bool("once", false, "move one batch, print enqueued=N and exit")
-	flag.Parse()
-	if err := run(*once); err != nil {
-		fmt.Fprintln(os.Stderr, "enqueuer:", err)
-		os.Exit(1)
-	}
+	process.Main(&process.Config{
+		Name:      "enqueuer",
+		OnceUsage: "move one batch, print enqueued=N and exit",
+		Build:     build,
+	})
 }
 
-func run(once bool) error {
-	logger, err := config.Logger("enqueuer")
-	if err != nil {
-		return err
-	}
+func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 	var env config.Env
 	databaseURL := env.Required("DATABASE_URL")
-	pollInterval := env.Duration("ENQUEUER_POLL_INTERVAL", staged.DefaultPollInterval)
-	batchSize := env.Int("ENQUEUER_BATCH_SIZE", staged.DefaultBatchSize)
+	cfg := &staged.Config{
+		// The kinds the worker works: a job of any other kind stays
+		// staged, and logged, rather than failing in River.
+		Kinds:        receipt.Kinds(),
+		PollInterval: env.Duration("ENQUEUER_POLL_INTERVAL", staged.DefaultPollInterval),
+		BatchSize:    env.Int("ENQUEUER_BATCH_SIZE", staged.DefaultBatchSize),
+		Logger:       logger,
+	}
 	metricsAddr := env.String("METRICS_ADDR", "")
 	if err := env.Err(); err != nil {
-		return err
+		return nil, err
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 
 	pool, err := db.Open(ctx, databaseURL, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer pool.Close()
-
 	reg := metrics.NewRegistry()
 	metrics.RegisterPool(reg, pool)
 	enqueued := metrics.NewEnqueued(reg)
-	enqueuer, err := staged.New(&staged.Config{
-		Pool:         pool,
-		Kinds:        receipt.Kinds(),
-		BatchSize:    batchSize,
-		PollInterval: pollInterval,
-		Logger:       logger,
-		OnMoved:      func(n int) { enqueued.Add(float64(n)) },
-	})
+	cfg.Pool = pool
+	cfg.OnMoved = func(n int) { enqueued.Add(float64(n)) }
+	e, err := staged.New(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
-	if once {
-		moved, err := enqueuer.RunOnce(ctx)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("enqueued=%d\n", moved)
-		return nil
-	}
-
-	if err := metrics.Serve(ctx, metricsAddr, reg, logger); err != nil {
-		return err
-	}
-	logger.Info("Enqueuer started", "batch_size", batchSize, "poll_interval", pollInterval)
-	if err := enqueuer.Run(ctx); err != nil {
-		return err
-	}
-	logger.Info("Enqueuer stopped")
-	return nil
+	return &process.Program{
+		Run: e.Run,
+		Once: func(ctx context.Context) (string, error) {
+			moved, err := e.RunOnce(ctx)
+			return fmt.Sprintf("enqueued=%d", moved), err
+		},
+		Metrics:     reg,
+		MetricsAddr: metricsAddr,
+		Settings: []slog.Attr{
+			slog.Duration("poll_interval", cfg.PollInterval),
+			slog.Int("batch_size", cfg.BatchSize),
+		},
+		Close: pool.Close,
+	}, nil
 }

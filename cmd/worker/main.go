@@ -9,136 +9,157 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/mail"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/platform/project"
 	"github.com/rocketrides/rocketrides/internal/receipt"
 )
 
+const (
+	// defaultShutdownTimeout (WORKER_SHUTDOWN_TIMEOUT) is how long a
+	// stopping worker lets the jobs in progress finish before it cancels
+	// them: a receipt waiting on a slow mail server gets the time to go
+	// out rather than being sent again later.
+	defaultShutdownTimeout = 30 * time.Second
+
+	// defaultOnceTimeout (WORKER_ONCE_TIMEOUT) bounds -once, so that a
+	// script waiting for it is not held up by a mail server that hangs.
+	defaultOnceTimeout = 30 * time.Second
+
+	// hardStopTimeout bounds the wait for cancelled jobs to return.
+	hardStopTimeout = 10 * time.Second
+)
+
 func main() {
-	once := flag.Bool("once", false, "work the jobs available now, print worked=N and exit")
-	flag.Parse()
-	if err := run(*once); err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		os.Exit(1)
-	}
+	process.Main(&process.Config{
+		Name:      "worker",
+		OnceUsage: "work the jobs available now, print worked=N and exit",
+		Build:     build,
+	})
 }
 
-func run(once bool) error {
-	logger, err := config.Logger("worker")
-	if err != nil {
-		return err
-	}
+func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 	var env config.Env
 	databaseURL := env.Required("DATABASE_URL")
-	shutdownTimeout := env.Duration("WORKER_SHUTDOWN_TIMEOUT", 30*time.Second)
-	onceTimeout := env.Duration("WORKER_ONCE_TIMEOUT", 30*time.Second)
+	// Zero is refused for both: a shutdown that may not wait cancels every
+	// receipt in hand (a short timeout says so on purpose), and a -once
+	// that may not run works nothing.
+	shutdownTimeout := env.Duration("WORKER_SHUTDOWN_TIMEOUT", defaultShutdownTimeout)
+	onceTimeout := env.Duration("WORKER_ONCE_TIMEOUT", defaultOnceTimeout)
+	from := env.String("RECEIPT_FROM", receipt.DefaultFrom)
+	smtpURL := env.String("SMTP_URL", "")
+	mailDir := env.String("MAIL_DIR", "")
 	metricsAddr := env.String("METRICS_ADDR", "")
 	if err := env.Err(); err != nil {
-		return err
+		return nil, err
 	}
-	mailer, err := newMailer(&env, logger)
+	mailer, err := newMailer(ctx, logger, smtpURL, mailDir, from)
 	if err != nil {
-		return err
+		return nil, err
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 
 	pool, err := db.Open(ctx, databaseURL, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer pool.Close()
-
 	client, err := receipt.NewClient(&receipt.ClientConfig{Pool: pool, Mailer: mailer, Logger: logger})
 	if err != nil {
-		return err
+		return nil, err
 	}
-
-	if once {
-		onceCtx, cancel := context.WithTimeout(ctx, onceTimeout)
-		defer cancel()
-		worked, err := receipt.WorkAvailable(onceCtx, client)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("worked=%d\n", worked)
-		return nil
-	}
-
 	reg := metrics.NewRegistry()
 	metrics.RegisterPool(reg, pool)
 	metrics.WatchJobs(reg, client)
-	if err := metrics.Serve(ctx, metricsAddr, reg, logger); err != nil {
-		return err
-	}
 
+	return &process.Program{
+		Run: func(ctx context.Context) error {
+			return run(ctx, client, shutdownTimeout, logger)
+		},
+		Once: func(ctx context.Context) (string, error) {
+			ctx, cancel := context.WithTimeout(ctx, onceTimeout)
+			defer cancel()
+			worked, err := receipt.WorkAvailable(ctx, client)
+			return fmt.Sprintf("worked=%d", worked), err
+		},
+		Metrics:     reg,
+		MetricsAddr: metricsAddr,
+		Settings: []slog.Attr{
+			slog.Int("max_workers", receipt.DefaultMaxWorkers),
+			slog.Duration("shutdown_timeout", shutdownTimeout),
+		},
+		Close: pool.Close,
+	}, nil
+}
+
+// run works jobs until ctx ends, then lets the jobs in progress finish
+// for up to shutdownTimeout before cancelling them.
+func run(ctx context.Context, client *river.Client[pgx.Tx], shutdownTimeout time.Duration, logger *slog.Logger) error {
 	// Cancelling the context given to Start would cancel the jobs in
 	// progress; a signal asks for a soft stop instead, below.
 	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start river client: %w", err)
 	}
-	logger.Info("Worker started")
 	<-ctx.Done()
 
-	logger.Info("Stopping: letting jobs in progress finish", "timeout", shutdownTimeout)
-	softCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	logger.InfoContext(ctx, "Stopping: letting jobs in progress finish",
+		slog.Duration("shutdown_timeout", shutdownTimeout))
+	softCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()
-	if err := client.Stop(softCtx); err != nil {
-		if !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("stop river client: %w", err)
-		}
-		// A cancelled job is retried later; a receipt that was already
-		// sent is found in ride_receipts and not sent again.
-		logger.Warn("Jobs still running after the shutdown timeout; cancelling them")
-		hardCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := client.StopAndCancel(hardCtx); err != nil {
-			return fmt.Errorf("stop river client: %w", err)
-		}
+	err := client.Stop(softCtx)
+	if err == nil {
+		return nil
 	}
-	logger.Info("Worker stopped")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("stop river client: %w", err)
+	}
+	// A cancelled job is retried later; a receipt that was already sent
+	// is found in ride_receipts and not sent again.
+	logger.WarnContext(ctx, "Jobs still running after the shutdown timeout; cancelling them",
+		slog.Duration("shutdown_timeout", shutdownTimeout))
+	hardCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hardStopTimeout)
+	defer cancel()
+	if err := client.StopAndCancel(hardCtx); err != nil {
+		return fmt.Errorf("stop river client: %w", err)
+	}
 	return nil
 }
 
-// newMailer sends through SMTP_URL when it is set and otherwise writes
-// .eml files into MAIL_DIR.
-func newMailer(env *config.Env, logger *slog.Logger) (mail.Mailer, error) {
-	from := env.String("RECEIPT_FROM", receipt.DefaultFrom)
-	if smtpURL := env.String("SMTP_URL", ""); smtpURL != "" {
+// newMailer sends through smtpURL when it is set and otherwise writes
+// .eml files into mailDir.
+func newMailer(ctx context.Context, logger *slog.Logger, smtpURL, mailDir, from string) (mail.Mailer, error) {
+	if smtpURL != "" {
 		mailer, err := mail.NewSMTP(&mail.SMTPConfig{URL: smtpURL, From: from})
 		if err != nil {
 			return nil, fmt.Errorf("SMTP_URL: %w", err)
 		}
-		logger.Info("Mailing receipts via SMTP")
+		// Not the URL: it may hold a password.
+		logger.InfoContext(ctx, "Mailing receipts via SMTP")
 		return mailer, nil
 	}
-	dir := env.String("MAIL_DIR", "")
-	if dir == "" {
+	if mailDir == "" {
 		// The same .data/mail wherever in the checkout the worker is
 		// started; outside a checkout, the working directory's.
 		root, err := project.Root()
 		if err != nil {
 			root = "."
 		}
-		dir = filepath.Join(root, ".data", "mail")
+		mailDir = filepath.Join(root, ".data", "mail")
 	}
-	mailer, err := mail.NewDir(&mail.DirConfig{Dir: dir, From: from})
+	mailer, err := mail.NewDir(&mail.DirConfig{Dir: mailDir, From: from})
 	if err != nil {
 		return nil, fmt.Errorf("MAIL_DIR: %w", err)
 	}
-	logger.Info("Writing receipts as .eml files; set SMTP_URL to send them", "mail_dir", dir)
+	logger.InfoContext(ctx, "Writing receipts as .eml files; set SMTP_URL to send them",
+		slog.String("mail_dir", mailDir))
 	return mailer, nil
 }

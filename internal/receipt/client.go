@@ -47,13 +47,12 @@ type ClientConfig struct {
 }
 
 func (c *ClientConfig) validate() error {
-	if c.Pool == nil {
-		return errors.New("receipt: ClientConfig.Pool must be set")
-	}
-	if c.Mailer == nil {
-		return errors.New("receipt: ClientConfig.Mailer must be set")
-	}
-	if c.MaxWorkers < 0 {
+	switch {
+	case c.Pool == nil:
+		return errors.New("receipt: ClientConfig.Pool is required")
+	case c.Mailer == nil:
+		return errors.New("receipt: ClientConfig.Mailer is required")
+	case c.MaxWorkers < 0:
 		return fmt.Errorf("receipt: ClientConfig.MaxWorkers must not be negative, got %d", c.MaxWorkers)
 	}
 	return nil
@@ -63,15 +62,12 @@ func (c *ClientConfig) validate() error {
 // Kinds) from the default queue once started.
 func NewClient(config *ClientConfig) (*river.Client[pgx.Tx], error) {
 	if config == nil {
-		config = &ClientConfig{}
+		return nil, errors.New("receipt: ClientConfig is required (ClientConfig.Pool and ClientConfig.Mailer)")
 	}
 	if err := config.validate(); err != nil {
 		return nil, err
 	}
-	logger := config.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
+	logger := cmp.Or(config.Logger, slog.Default())
 	worker, err := NewWorker(&WorkerConfig{Pool: config.Pool, Mailer: config.Mailer, Logger: logger})
 	if err != nil {
 		return nil, err

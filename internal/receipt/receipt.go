@@ -8,6 +8,7 @@
 package receipt
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -106,11 +107,11 @@ type WorkerConfig struct {
 }
 
 func (c *WorkerConfig) validate() error {
-	if c.Pool == nil {
-		return errors.New("receipt: WorkerConfig.Pool must be set")
-	}
-	if c.Mailer == nil {
-		return errors.New("receipt: WorkerConfig.Mailer must be set")
+	switch {
+	case c.Pool == nil:
+		return errors.New("receipt: WorkerConfig.Pool is required")
+	case c.Mailer == nil:
+		return errors.New("receipt: WorkerConfig.Mailer is required")
 	}
 	return nil
 }
@@ -118,16 +119,12 @@ func (c *WorkerConfig) validate() error {
 // NewWorker returns a worker mailing receipts through config.Mailer.
 func NewWorker(config *WorkerConfig) (*Worker, error) {
 	if config == nil {
-		config = &WorkerConfig{}
+		return nil, errors.New("receipt: WorkerConfig is required (WorkerConfig.Pool and WorkerConfig.Mailer)")
 	}
 	if err := config.validate(); err != nil {
 		return nil, err
 	}
-	logger := config.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	return &Worker{pool: config.Pool, mailer: config.Mailer, logger: logger}, nil
+	return &Worker{pool: config.Pool, mailer: config.Mailer, logger: cmp.Or(config.Logger, slog.Default())}, nil
 }
 
 // Work sends the receipt for job's ride unless it was sent before.

@@ -316,7 +316,7 @@ func readMessage(t *testing.T, path string) (*netmail.Message, string) {
 	if err != nil {
 		t.Fatalf("parse %s: %v", path, err)
 	}
-	var r io.Reader = msg.Body
+	r := msg.Body
 	if strings.EqualFold(msg.Header.Get("Content-Transfer-Encoding"), "quoted-printable") {
 		r = quotedprintable.NewReader(r)
 	}

@@ -16,11 +16,20 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/rocketrides/rocketrides/internal/platform/loop"
 )
 
 // Enqueuer defaults.
 const (
-	DefaultBatchSize    = 1000
+	// DefaultBatchSize is the most staged jobs moved in one transaction:
+	// large enough that a backlog drains in few round trips, small enough
+	// that a batch's locks and its River insert stay short.
+	DefaultBatchSize = 1000
+
+	// DefaultPollInterval is how long an idle enqueuer waits for a NOTIFY
+	// before looking anyway. A NOTIFY normally wakes it at once; the poll
+	// only covers one lost while the listening connection was down.
 	DefaultPollInterval = time.Second
 )
 
@@ -29,12 +38,6 @@ const (
 	// its context is cancelled, so a shutdown cannot hang on a dead
 	// database.
 	batchTimeout = 30 * time.Second
-
-	// Backoff after a failed batch or a failed LISTEN: long enough not to
-	// hammer a restarting Postgres, short enough that jobs resume moving
-	// soon after it is back.
-	minBackoff = 250 * time.Millisecond
-	maxBackoff = 30 * time.Second
 
 	// unknownKindsInterval is how often the enqueuer repeats its complaint
 	// about staged jobs it refuses to move.
@@ -91,16 +94,14 @@ type Config struct {
 }
 
 func (c *Config) validate() error {
-	if c.Pool == nil {
-		return errors.New("staged: Config.Pool must be set")
-	}
-	if len(c.Kinds) == 0 {
+	switch {
+	case c.Pool == nil:
+		return errors.New("staged: Config.Pool is required")
+	case len(c.Kinds) == 0:
 		return errors.New("staged: Config.Kinds must list at least one job kind")
-	}
-	if c.BatchSize < 0 {
+	case c.BatchSize < 0:
 		return fmt.Errorf("staged: Config.BatchSize must not be negative, got %d", c.BatchSize)
-	}
-	if c.PollInterval < 0 {
+	case c.PollInterval < 0:
 		return fmt.Errorf("staged: Config.PollInterval must not be negative, got %s", c.PollInterval)
 	}
 	return nil
@@ -132,15 +133,12 @@ type Enqueuer struct {
 // into the River queue of the same database.
 func New(config *Config) (*Enqueuer, error) {
 	if config == nil {
-		config = &Config{}
+		return nil, errors.New("staged: Config is required (Config.Pool and Config.Kinds)")
 	}
 	if err := config.validate(); err != nil {
 		return nil, err
 	}
-	logger := config.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
+	logger := cmp.Or(config.Logger, slog.Default())
 	// Without Queues the client only inserts: it starts no producers and
 	// needs no Start.
 	client, err := river.NewClient(riverpgxv5.New(config.Pool), &river.Config{Logger: logger})
@@ -358,7 +356,7 @@ func (e *Enqueuer) reportUnknownKinds(ctx context.Context) {
 // transaction that staged it commits, and polls every PollInterval in case
 // a notification was missed. Database errors, including losing the
 // listening connection when Postgres restarts, are logged and retried
-// with backoff: the enqueuer outlives them.
+// with backoff (package loop): the enqueuer outlives them.
 //
 // Run returns nil once ctx is cancelled.
 func (e *Enqueuer) Run(ctx context.Context) error {
@@ -369,28 +367,30 @@ func (e *Enqueuer) Run(ctx context.Context) error {
 	// the LISTEN would otherwise wait for the next poll.
 	l.connect(ctx)
 
-	backoff := minBackoff
-	for ctx.Err() == nil {
-		// Detached from ctx so that a shutdown finishes the batch in
-		// hand; batchTimeout keeps that bounded.
-		batchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
-		moved, err := e.RunOnce(batchCtx)
-		cancel()
-		if err != nil {
-			e.logger.ErrorContext(ctx, "Move staged jobs; retrying",
-				slog.Any("error", err), slog.Duration("backoff", backoff))
-			sleep(ctx, backoff)
-			backoff = min(backoff*2, maxBackoff)
-			continue
-		}
-		backoff = minBackoff
-		if moved == e.batchSize {
-			// Probably more waiting; go again without waiting.
-			continue
-		}
-		l.wait(ctx, e.pollInterval)
+	lp, err := loop.New(&loop.Config{
+		Work:         e.pass,
+		PollInterval: e.pollInterval,
+		Wait:         l.wait,
+		Logger:       e.logger,
+	})
+	if err != nil {
+		return err
 	}
-	return nil
+	return lp.Run(ctx)
+}
+
+// pass is one pass of Run's loop: one batch.
+func (e *Enqueuer) pass(ctx context.Context) (more bool, err error) {
+	// Detached from ctx so that a shutdown finishes the batch in hand;
+	// batchTimeout keeps that bounded.
+	batchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
+	defer cancel()
+	moved, err := e.RunOnce(batchCtx)
+	if err != nil {
+		return false, fmt.Errorf("move staged jobs: %w", err)
+	}
+	// A full batch means more are probably waiting: go again at once.
+	return moved == e.batchSize, nil
 }
 
 // listener holds the connection LISTENing on Channel. It is taken
@@ -416,7 +416,7 @@ func (l *listener) connect(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		l.backoff = min(max(l.backoff*2, minBackoff), maxBackoff)
+		l.backoff = min(max(l.backoff*2, loop.DefaultMinBackoff), loop.DefaultMaxBackoff)
 		l.nextAttempt = time.Now().Add(l.backoff)
 		l.logger.WarnContext(ctx, "Listen for staged jobs; polling until it succeeds",
 			slog.Any("error", err), slog.Duration("retry_in", l.backoff))
@@ -448,7 +448,7 @@ func (l *listener) wait(ctx context.Context, d time.Duration) {
 	if l.conn == nil {
 		// Poll, but wake for the next attempt to listen again, so a
 		// long poll interval does not also delay the reconnect.
-		sleep(ctx, min(d, max(time.Until(l.nextAttempt), 0)))
+		_ = loop.Sleep(ctx, min(d, max(time.Until(l.nextAttempt), 0))) // a shutdown is seen by the loop
 		return
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, d)
@@ -466,7 +466,7 @@ func (l *listener) wait(ctx context.Context, d time.Duration) {
 		slog.Any("error", err))
 	l.closeConn(ctx, l.conn)
 	l.conn = nil
-	l.backoff = minBackoff
+	l.backoff = loop.DefaultMinBackoff
 	l.nextAttempt = time.Now().Add(l.backoff)
 	// Whatever was notified while the connection was failing may not
 	// have been seen; look now.
@@ -486,15 +486,5 @@ func (l *listener) closeConn(ctx context.Context, conn *pgx.Conn) {
 	// expected and only worth a debug line.
 	if err := conn.Close(closeCtx); err != nil {
 		l.logger.DebugContext(ctx, "Close listen connection", slog.Any("error", err))
-	}
-}
-
-// sleep waits for d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }

@@ -3,6 +3,7 @@ package mail
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,7 +22,7 @@ type DirConfig struct {
 
 func (c *DirConfig) validate() error {
 	if c.Dir == "" {
-		return fmt.Errorf("mail: DirConfig.Dir must be set")
+		return errors.New("mail: DirConfig.Dir is required")
 	}
 	return checkFrom("DirConfig.From", c.From)
 }
@@ -37,7 +38,7 @@ type Dir struct {
 // NewDir returns a mailer writing into config.Dir, which it creates.
 func NewDir(config *DirConfig) (*Dir, error) {
 	if config == nil {
-		config = &DirConfig{}
+		return nil, errors.New("mail: DirConfig is required (DirConfig.Dir and DirConfig.From)")
 	}
 	if err := config.validate(); err != nil {
 		return nil, err

@@ -51,7 +51,7 @@ func build(from string, msg *Message) (*gomail.Msg, error) {
 // setting stops the process at startup rather than each job later.
 func checkFrom(field, from string) error {
 	if from == "" {
-		return fmt.Errorf("mail: %s must be set", field)
+		return fmt.Errorf("mail: %s is required", field)
 	}
 	if err := gomail.NewMsg().From(from); err != nil {
 		return fmt.Errorf("mail: %s %q is not an address: %w", field, from, err)

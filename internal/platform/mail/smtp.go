@@ -1,7 +1,9 @@
 package mail
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -36,7 +38,7 @@ type SMTPConfig struct {
 
 func (c *SMTPConfig) validate() error {
 	if c.URL == "" {
-		return fmt.Errorf("mail: SMTPConfig.URL must be set")
+		return errors.New("mail: SMTPConfig.URL is required")
 	}
 	if c.Timeout < 0 {
 		return fmt.Errorf("mail: SMTPConfig.Timeout must not be negative, got %s", c.Timeout)
@@ -53,7 +55,7 @@ type SMTP struct {
 // NewSMTP returns a mailer for the server at config.URL.
 func NewSMTP(config *SMTPConfig) (*SMTP, error) {
 	if config == nil {
-		config = &SMTPConfig{}
+		return nil, errors.New("mail: SMTPConfig is required (SMTPConfig.URL and SMTPConfig.From)")
 	}
 	if err := config.validate(); err != nil {
 		return nil, err
@@ -95,11 +97,7 @@ func NewSMTP(config *SMTPConfig) (*SMTP, error) {
 			gomail.WithPassword(password),
 		)
 	}
-	timeout := config.Timeout
-	if timeout == 0 {
-		timeout = DefaultTimeout
-	}
-	opts = append(opts, gomail.WithTimeout(timeout))
+	opts = append(opts, gomail.WithTimeout(cmp.Or(config.Timeout, DefaultTimeout)))
 	client, err := gomail.NewClient(u.Hostname(), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("mail: create SMTP client for %s: %w", u.Host, err)

@@ -128,7 +128,10 @@ func startSMTPServer(t *testing.T) *smtpServer {
 			return
 		}
 		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+			t.Errorf("set the SMTP session's deadline: %v", err)
+			return
+		}
 		srv.serve(conn)
 	})
 	return srv
@@ -136,7 +139,11 @@ func startSMTPServer(t *testing.T) *smtpServer {
 
 func (s *smtpServer) serve(conn net.Conn) {
 	r := bufio.NewReader(conn)
-	reply := func(lines ...string) { conn.Write([]byte(strings.Join(lines, "\r\n") + "\r\n")) }
+	reply := func(lines ...string) {
+		// A client that hung up shows as the next read failing, which
+		// ends the session.
+		_, _ = conn.Write([]byte(strings.Join(lines, "\r\n") + "\r\n"))
+	}
 	var d delivery
 	reply("220 localhost ESMTP test")
 	for {

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/platform/db"
+	"github.com/rocketrides/rocketrides/internal/receipt"
+	"github.com/rocketrides/rocketrides/internal/staged"
+	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
+)
+
+// t.Setenv rules out t.Parallel in this file.
+
+func TestBuild(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+
+	setEnv := func(t *testing.T, databaseURL string, env ...string) {
+		t.Helper()
+		t.Setenv("DATABASE_URL", databaseURL)
+		for i := 0; i+1 < len(env); i += 2 {
+			t.Setenv(env[i], env[i+1])
+		}
+	}
+
+	t.Run("RefusesZeroNamingEachSetting", func(t *testing.T) {
+		setEnv(t, "postgres://127.0.0.1:1/none",
+			"ENQUEUER_POLL_INTERVAL", "0s",
+			"ENQUEUER_BATCH_SIZE", "0")
+		_, err := build(t.Context(), logger)
+		for _, want := range []string{
+			"ENQUEUER_POLL_INTERVAL=0s: must be positive",
+			"ENQUEUER_BATCH_SIZE=0: must be positive",
+		} {
+			require.ErrorContains(t, err, want)
+		}
+	})
+
+	t.Run("RefusesNegatives", func(t *testing.T) {
+		setEnv(t, "postgres://127.0.0.1:1/none",
+			"ENQUEUER_POLL_INTERVAL", "-1s",
+			"ENQUEUER_BATCH_SIZE", "-1")
+		_, err := build(t.Context(), logger)
+		require.ErrorContains(t, err, "ENQUEUER_POLL_INTERVAL=-1s: must be positive")
+		require.ErrorContains(t, err, "ENQUEUER_BATCH_SIZE=-1: must be positive")
+	})
+
+	t.Run("RequiresTheDatabase", func(t *testing.T) {
+		setEnv(t, "")
+		_, err := build(t.Context(), logger)
+		require.ErrorContains(t, err, "DATABASE_URL must be set")
+	})
+
+	t.Run("BuildsAndMovesABatch", func(t *testing.T) {
+		url := dbtest.NewURL(t)
+		setEnv(t, url, "ENQUEUER_BATCH_SIZE", "1")
+		stage(t, url,
+			receipt.Args{RideID: 1, UserID: 1, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_1"},
+			receipt.Args{RideID: 2, UserID: 1, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_2"})
+
+		program, err := build(t.Context(), logger)
+		require.NoError(t, err)
+		defer program.Close()
+		summary, err := program.Once(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, "enqueued=1", summary, "one batch of ENQUEUER_BATCH_SIZE")
+		require.Equal(t, 1.0, counter(t, program.Metrics, "rocketrides_enqueuer_jobs_enqueued_total"))
+		require.Contains(t, program.Settings, slog.Int("batch_size", 1))
+		require.Contains(t, program.Settings, slog.Duration("poll_interval", staged.DefaultPollInterval))
+	})
+}
+
+// stage commits args as staged jobs in the database at databaseURL, as an
+// atomic phase would. The rides need not exist for the enqueuer.
+func stage(t *testing.T, databaseURL string, args ...river.JobArgs) {
+	t.Helper()
+	pool, err := db.Open(t.Context(), databaseURL, 0)
+	require.NoError(t, err)
+	defer pool.Close()
+	err = pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		var b pgx.Batch
+		for _, a := range args {
+			if err := staged.Stage(&b, a); err != nil {
+				return err
+			}
+		}
+		return tx.SendBatch(t.Context(), &b).Close()
+	})
+	require.NoError(t, err)
+}
+
+// counter returns the value of the counter called name in g.
+func counter(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	families, err := g.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == name {
+			require.Len(t, f.GetMetric(), 1, name)
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}

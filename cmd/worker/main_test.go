@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
+)
+
+// t.Setenv rules out t.Parallel in this file.
+
+func TestBuild(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+
+	setEnv := func(t *testing.T, databaseURL string, env ...string) {
+		t.Helper()
+		t.Setenv("DATABASE_URL", databaseURL)
+		t.Setenv("MAIL_DIR", filepath.Join(t.TempDir(), "mail"))
+		for i := 0; i+1 < len(env); i += 2 {
+			t.Setenv(env[i], env[i+1])
+		}
+	}
+
+	t.Run("RefusesZeroNamingEachSetting", func(t *testing.T) {
+		setEnv(t, "postgres://127.0.0.1:1/none",
+			"WORKER_SHUTDOWN_TIMEOUT", "0s",
+			"WORKER_ONCE_TIMEOUT", "0s")
+		_, err := build(t.Context(), logger)
+		for _, want := range []string{
+			"WORKER_SHUTDOWN_TIMEOUT=0s: must be positive",
+			"WORKER_ONCE_TIMEOUT=0s: must be positive",
+		} {
+			require.ErrorContains(t, err, want)
+		}
+	})
+
+	t.Run("RefusesNegatives", func(t *testing.T) {
+		setEnv(t, "postgres://127.0.0.1:1/none",
+			"WORKER_SHUTDOWN_TIMEOUT", "-1s",
+			"WORKER_ONCE_TIMEOUT", "-30s")
+		_, err := build(t.Context(), logger)
+		require.ErrorContains(t, err, "WORKER_SHUTDOWN_TIMEOUT=-1s: must be positive")
+		require.ErrorContains(t, err, "WORKER_ONCE_TIMEOUT=-30s: must be positive")
+	})
+
+	t.Run("RequiresTheDatabase", func(t *testing.T) {
+		setEnv(t, "")
+		_, err := build(t.Context(), logger)
+		require.ErrorContains(t, err, "DATABASE_URL must be set")
+	})
+
+	t.Run("RefusesABadSMTPURLNamingIt", func(t *testing.T) {
+		setEnv(t, "postgres://127.0.0.1:1/none", "SMTP_URL", "http://localhost:25")
+		_, err := build(t.Context(), logger)
+		require.ErrorContains(t, err, "SMTP_URL: ")
+	})
+
+	t.Run("BuildsAndWorksTheAvailableJobs", func(t *testing.T) {
+		setEnv(t, dbtest.NewURL(t))
+		program, err := build(t.Context(), logger)
+		require.NoError(t, err)
+		defer program.Close()
+		summary, err := program.Once(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, "worked=0", summary)
+	})
+
+	t.Run("RunStopsOnShutdown", func(t *testing.T) {
+		setEnv(t, dbtest.NewURL(t), "WORKER_SHUTDOWN_TIMEOUT", "5s")
+		program, err := build(t.Context(), logger)
+		require.NoError(t, err)
+		defer program.Close()
+		require.Contains(t, program.Settings, slog.Duration("shutdown_timeout", 5*time.Second))
+
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- program.Run(ctx) }()
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return after its context was cancelled")
+		}
+	})
+}
