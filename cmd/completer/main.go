@@ -14,8 +14,6 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/completer"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
-	"github.com/rocketrides/rocketrides/internal/platform/db"
-	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
@@ -48,12 +46,10 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 		return nil, err
 	}
 
-	pool, err := db.Open(ctx, databaseURL, 0)
+	pool, reg, err := process.OpenDatabase(ctx, databaseURL)
 	if err != nil {
 		return nil, err
 	}
-	reg := metrics.NewRegistry()
-	metrics.RegisterPool(reg, pool)
 	if cfg.Service, cfg.Keys, err = settings.NewService(pool, reg, logger); err != nil {
 		return nil, err
 	}

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 
 	"github.com/rocketrides/rocketrides/internal/platform/config"
-	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/receipt"
@@ -42,12 +41,10 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 		return nil, err
 	}
 
-	pool, err := db.Open(ctx, databaseURL, 0)
+	pool, reg, err := process.OpenDatabase(ctx, databaseURL)
 	if err != nil {
 		return nil, err
 	}
-	reg := metrics.NewRegistry()
-	metrics.RegisterPool(reg, pool)
 	enqueued := metrics.NewEnqueued(reg)
 	cfg.Pool = pool
 	cfg.OnMoved = func(n int) { enqueued.Add(float64(n)) }

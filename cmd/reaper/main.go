@@ -14,8 +14,6 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
-	"github.com/rocketrides/rocketrides/internal/platform/db"
-	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/reaper"
 )
@@ -46,12 +44,10 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 		return nil, err
 	}
 
-	pool, err := db.Open(ctx, databaseURL, 0)
+	pool, reg, err := process.OpenDatabase(ctx, databaseURL)
 	if err != nil {
 		return nil, err
 	}
-	reg := metrics.NewRegistry()
-	metrics.RegisterPool(reg, pool)
 	if cfg.Keys, err = idem.New(&idem.Config{Pool: pool, LockTimeout: lockTimeout}); err != nil {
 		return nil, err
 	}

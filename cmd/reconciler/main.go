@@ -19,8 +19,6 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
-	"github.com/rocketrides/rocketrides/internal/platform/db"
-	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/reconcile"
 )
@@ -55,12 +53,10 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 		window = *since
 	}
 
-	pool, err := db.Open(ctx, databaseURL, 0)
+	pool, reg, err := process.OpenDatabase(ctx, databaseURL)
 	if err != nil {
 		return nil, err
 	}
-	reg := metrics.NewRegistry()
-	metrics.RegisterPool(reg, pool)
 	payments, err := payment.New(&stripe)
 	if err != nil {
 		return nil, err

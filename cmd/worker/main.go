@@ -18,7 +18,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/rocketrides/rocketrides/internal/platform/config"
-	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/mail"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
@@ -69,7 +68,7 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 		return nil, err
 	}
 
-	pool, err := db.Open(ctx, databaseURL, 0)
+	pool, reg, err := process.OpenDatabase(ctx, databaseURL)
 	if err != nil {
 		return nil, err
 	}
@@ -77,8 +76,6 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	reg := metrics.NewRegistry()
-	metrics.RegisterPool(reg, pool)
 	metrics.WatchJobs(reg, client)
 
 	return &process.Program{

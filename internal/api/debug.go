@@ -29,10 +29,7 @@ func DebugHandler() http.Handler {
 // the process's internals (command line, heap), so they are off unless
 // DEBUG_ADDR asks for them, on an address meant for operators only.
 func ServeDebug(ctx context.Context, addr string, logger *slog.Logger) error {
-	if addr == "" {
-		return nil
-	}
-	srv, err := serve.Listen(&serve.Config{
+	return serve.Background(ctx, &serve.Config{
 		Name:    "pprof",
 		Addr:    addr,
 		Handler: DebugHandler(),
@@ -42,9 +39,4 @@ func ServeDebug(ctx context.Context, addr string, logger *slog.Logger) error {
 		// is only a lost profile.
 		ShutdownTimeout: 5 * time.Second,
 	})
-	if err != nil {
-		return err
-	}
-	srv.Start(ctx)
-	return nil
 }

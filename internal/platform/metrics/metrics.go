@@ -54,12 +54,9 @@ func Handler(g prometheus.Gatherer) http.Handler {
 // serves nothing: background processes expose metrics only when
 // METRICS_ADDR is set.
 func Serve(ctx context.Context, addr string, g prometheus.Gatherer, logger *slog.Logger) error {
-	if addr == "" {
-		return nil
-	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", Handler(g))
-	srv, err := serve.Listen(&serve.Config{
+	return serve.Background(ctx, &serve.Config{
 		Name:    "metrics",
 		Addr:    addr,
 		Handler: mux,
@@ -67,9 +64,4 @@ func Serve(ctx context.Context, addr string, g prometheus.Gatherer, logger *slog
 		// A scrape cut short is retried by Prometheus.
 		ShutdownTimeout: 5 * time.Second,
 	})
-	if err != nil {
-		return err
-	}
-	srv.Start(ctx)
-	return nil
 }

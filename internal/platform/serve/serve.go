@@ -157,3 +157,18 @@ func (s *Server) Start(ctx context.Context) {
 		}
 	}()
 }
+
+// Background serves config beside a process's main work until ctx ends,
+// for a listener an operator asks for (metrics, pprof): an empty Addr
+// serves nothing. A bad address is an error at once.
+func Background(ctx context.Context, config *Config) error {
+	if config == nil || config.Addr == "" {
+		return nil
+	}
+	srv, err := Listen(config)
+	if err != nil {
+		return err
+	}
+	srv.Start(ctx)
+	return nil
+}

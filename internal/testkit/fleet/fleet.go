@@ -110,26 +110,12 @@ func (f *Fleet) Start(ctx context.Context, name string, env ...string) (*Process
 
 // StartArgs is Start with command-line arguments.
 func (f *Fleet) StartArgs(ctx context.Context, name string, args []string, env ...string) (*Process, error) {
-	if err := f.bins.Err(name); err != nil {
+	p, err := f.newProcess(name, name, args, env)
+	if err != nil {
 		return nil, err
-	}
-	f.mu.Lock()
-	f.instances[name]++
-	instance := fmt.Sprintf("%s-%d", name, f.instances[name])
-	baseEnv := slices.Clone(f.env)
-	f.mu.Unlock()
-
-	p := &Process{
-		Name:    instance,
-		Command: name,
-		LogPath: filepath.Join(f.logDir, instance+".log"),
-		path:    f.bins.Path(name),
-		args:    slices.Clone(args),
-		env:     mergeEnv(baseEnv, env),
 	}
 	// Another process may take a free port between our probe and the
 	// command's listen; only a first start picks a new one and tries again.
-	var err error
 	for attempt := 1; attempt <= 3; attempt++ {
 		if p.Port, err = FreePort(); err != nil {
 			return nil, err
@@ -148,31 +134,39 @@ func (f *Fleet) StartArgs(ctx context.Context, name string, args []string, env .
 	return p, nil
 }
 
-// Run runs command name to completion with args and env and returns what
-// it printed on stdout (trimmed), for the -once modes of the background
-// processes. Its stderr, and a copy of stdout, go to its log. A non-zero
-// exit is an error carrying the end of the log.
-func (f *Fleet) Run(ctx context.Context, name string, env []string, args ...string) (string, error) {
+// newProcess describes the next instance of command name, numbered in
+// series (api-1, api-2, ...; api-run-1 for Run), with env over the
+// fleet's.
+func (f *Fleet) newProcess(name, series string, args, env []string) (*Process, error) {
 	if err := f.bins.Err(name); err != nil {
-		return "", err
+		return nil, err
 	}
 	f.mu.Lock()
-	f.instances[name+"-run"]++
-	instance := fmt.Sprintf("%s-run-%d", name, f.instances[name+"-run"])
+	f.instances[series]++
+	instance := fmt.Sprintf("%s-%d", series, f.instances[series])
 	baseEnv := slices.Clone(f.env)
 	f.mu.Unlock()
-	port, err := FreePort()
-	if err != nil {
-		return "", err
-	}
-	p := &Process{
+	return &Process{
 		Name:    instance,
 		Command: name,
 		LogPath: filepath.Join(f.logDir, instance+".log"),
 		path:    f.bins.Path(name),
 		args:    slices.Clone(args),
 		env:     mergeEnv(baseEnv, env),
-		Port:    port,
+	}, nil
+}
+
+// Run runs command name to completion with args and env and returns what
+// it printed on stdout (trimmed), for the -once modes of the background
+// processes. Its stderr, and a copy of stdout, go to its log. A non-zero
+// exit is an error carrying the end of the log.
+func (f *Fleet) Run(ctx context.Context, name string, env []string, args ...string) (string, error) {
+	p, err := f.newProcess(name, name+"-run", args, env)
+	if err != nil {
+		return "", err
+	}
+	if p.Port, err = FreePort(); err != nil {
+		return "", err
 	}
 	f.mu.Lock()
 	f.procs = append(f.procs, p)
