@@ -1,8 +1,6 @@
-// Command bench measures Rocket Rides on a scratch Postgres cluster of its
-// own (.data/bench, fsync on) against the ceiling of its database work,
-// prints the figures next to the project's targets and writes them as
-// JSON. It takes under ten minutes; -quick is a smoke run of a minute or
-// two. See docs/scaling.md for what the figures mean.
+// Command bench measures Rocket Rides against the ceiling of its database
+// work on a scratch cluster (.data/bench) and prints the figures next to
+// the project's targets; see docs/scaling.md. It takes under ten minutes.
 //
 //	go run ./cmd/bench -json .data/bench/results.json
 //	go run ./cmd/bench -quick -only limit,new

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -51,13 +50,6 @@ func TestPercentile(t *testing.T) {
 		require.Zero(t, Percentile(nil, 99))
 		require.Equal(t, time.Second, Percentile([]time.Duration{time.Second}, 1))
 		require.Equal(t, time.Second, Percentile([]time.Duration{time.Second}, 99))
-	})
-
-	t.Run("SummarizeSortsAndAverages", func(t *testing.T) {
-		t.Parallel()
-		shuffled := []time.Duration{5, 1, 4, 2, 3}
-		s := Summarize(shuffled)
-		require.Equal(t, Summary{Count: 5, Mean: 3, P50: 3, P90: 5, P99: 5, Max: 5}, s)
 	})
 }
 
@@ -196,18 +188,14 @@ func TestLoad(t *testing.T) {
 			time.Sleep(2 * time.Millisecond)
 			w.WriteHeader(http.StatusCreated)
 		})
-		var successes atomic.Int64
-		l := load(bundle)
-		l.OnSuccess = func(int, int) { successes.Add(1) }
-		res, err := l.Run(context.Background())
+		res, err := load(bundle).Run(context.Background())
 		require.NoError(t, err)
 		require.Zero(t, res.Errors)
 		require.Positive(t, res.OK)
 		require.Less(t, int64(res.OK), bundle.requests.Load(), "warm-up requests are not counted")
-		require.Equal(t, int64(res.Total), successes.Load())
 		require.InDelta(t, float64(res.OK)/res.Elapsed.Seconds(), res.Rate, 0.001)
-		require.GreaterOrEqual(t, res.Latency.P50, 2*time.Millisecond)
-		require.GreaterOrEqual(t, res.Latency.P99, res.Latency.P50)
+		require.GreaterOrEqual(t, res.P50, 2*time.Millisecond)
+		require.GreaterOrEqual(t, res.P99, res.P50)
 	})
 
 	t.Run("CountsErrorsByProblemCode", func(t *testing.T) {
@@ -258,10 +246,8 @@ func TestRideScript(t *testing.T) {
 	ctx := context.Background()
 	cluster, err := localpg.New(localpg.Options{})
 	require.NoError(t, err)
-	if _, err := exec.LookPath(filepath.Join(cluster.BinDir, "pgbench")); err != nil {
-		if _, err := exec.LookPath("pgbench"); err != nil {
-			t.Skipf("no pgbench: %v", err)
-		}
+	if _, err := os.Stat(filepath.Join(cluster.BinDir, "pgbench")); err != nil {
+		t.Skipf("no pgbench next to the server binaries: %v", err)
 	}
 
 	type testBundle struct {
@@ -285,20 +271,18 @@ func TestRideScript(t *testing.T) {
 		script, _ := b.capture.script(b.capture.ride)
 		rest := script
 		pipelines := 0
-		for _, trip := range b.capture.ride {
-			if trip.pipeline {
+		for i, s := range b.capture.ride {
+			if s.pipeline && (i == 0 || b.capture.ride[i-1].trip != s.trip) {
 				pipelines++
 				i := strings.Index(rest, "\\startpipeline\n")
 				require.GreaterOrEqual(t, i, 0, "a pipeline missing in:\n%s", script)
 				rest = rest[i:]
 			}
-			for _, s := range trip.stmts {
-				for _, fragment := range placeholder.Split(s.sql, -1) {
-					fragment = strings.TrimSpace(fragment)
-					i := strings.Index(rest, fragment)
-					require.GreaterOrEqual(t, i, 0, "%q of %q missing, or out of order, in:\n%s", fragment, s.sql, script)
-					rest = rest[i+len(fragment):]
-				}
+			for _, fragment := range placeholder.Split(s.sql, -1) {
+				fragment = strings.TrimSpace(fragment)
+				i := strings.Index(rest, fragment)
+				require.GreaterOrEqual(t, i, 0, "%q of %q missing, or out of order, in:\n%s", fragment, s.sql, script)
+				rest = rest[i+len(fragment):]
 			}
 		}
 		require.Positive(t, pipelines, "each atomic phase is pipelined")
@@ -348,12 +332,10 @@ func TestRideScript(t *testing.T) {
 				}
 			}
 		}
-		for _, trip := range slices.Concat(b.capture.ride, b.capture.replay) {
-			for _, s := range trip.stmts {
-				for _, fragment := range placeholder.Split(s.sql, -1) {
-					if fragment = strings.Join(strings.Fields(fragment), " "); len(fragment) >= 30 {
-						require.NotContains(t, source.String(), fragment, "a copy of part of %q", s.sql)
-					}
+		for _, s := range slices.Concat(b.capture.ride, b.capture.replay) {
+			for _, fragment := range placeholder.Split(s.sql, -1) {
+				if fragment = strings.Join(strings.Fields(fragment), " "); len(fragment) >= 30 {
+					require.NotContains(t, source.String(), fragment, "a copy of part of %q", s.sql)
 				}
 			}
 		}

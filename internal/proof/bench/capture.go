@@ -2,15 +2,20 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -19,6 +24,7 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/api"
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
+	"github.com/rocketrides/rocketrides/internal/dev/localpg"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/rides"
@@ -36,36 +42,36 @@ func apiHandler(pool *pgxpool.Pool, stripeURL string) (http.Handler, *payment.Ga
 		Rides: rides.NewHandler(rides.HandlerConfig{Service: svc, Pool: pool, Logger: quiet})}), gateway
 }
 
-// trip is one round trip to Postgres: a statement, or a pipelined batch
-// (each atomic phase sends two: BEGIN, the fence and its first writes,
-// then the rest, the new recovery point and COMMIT).
-type trip struct {
-	pipeline bool
-	stmts    []statement
-}
-
+// statement is one statement the api sent, in round trip trip: alone, or
+// in a pipelined batch (each atomic phase sends two: BEGIN, the fence and
+// its first writes, then the rest, the new recovery point and COMMIT).
 type statement struct {
-	sql  string
-	args []any     // as the code passed them
-	oids []uint32  // each parameter's type, as Postgres inferred it
-	text []*string // each argument as Postgres reads it; nil is NULL
+	trip     int
+	pipeline bool
+	sql      string
+	args     []any     // as the code passed them
+	oids     []uint32  // each parameter's type, as Postgres inferred it
+	text     []*string // each argument as Postgres reads it; nil is NULL
 }
 
-// tracer records what a pool sends, round trip by round trip. Requests
-// are captured one at a time, so it needs no lock.
-type tracer struct{ trips []trip }
+// tracer records what a pool sends. Requests are captured one at a time,
+// so it needs no lock.
+type tracer struct {
+	stmts []statement
+	trips int
+}
 
 func (t *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	t.trips = append(t.trips, trip{stmts: []statement{{sql: d.SQL, args: slices.Clone(d.Args)}}})
+	t.trips++
+	t.stmts = append(t.stmts, statement{trip: t.trips, sql: d.SQL, args: slices.Clone(d.Args)})
 	return ctx
 }
 
 func (t *tracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
-	tr := trip{pipeline: true}
+	t.trips++
 	for _, q := range d.Batch.QueuedQueries {
-		tr.stmts = append(tr.stmts, statement{sql: q.SQL, args: slices.Clone(q.Arguments)})
+		t.stmts = append(t.stmts, statement{trip: t.trips, pipeline: true, sql: q.SQL, args: slices.Clone(q.Arguments)})
 	}
-	t.trips = append(t.trips, tr)
 	return ctx
 }
 
@@ -74,13 +80,12 @@ func (*tracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryDa
 func (*tracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 // capture is what the api sent Postgres for a new ride, a second new ride
-// and a replay of the first.
+// and a replay of the first. dynamic holds what a replay of them must make
+// new for each ride (see dynamics).
 type capture struct {
-	ride, ride2, replay []trip
+	ride, ride2, replay []statement
 	userID              int64
-	// dynamic holds the arguments that differ between the two rides: what
-	// a replay must make new for each ride (see dynamics).
-	dynamic map[string]dynamic
+	dynamic             map[string]string
 }
 
 const captureToken = "rr_bench_token_capture_0123456789"
@@ -102,7 +107,7 @@ func captureRides(ctx context.Context, url string) (*capture, error) {
 	cfg.ConnConfig.Tracer = rec
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("open capture database: %w", err)
+		return nil, err
 	}
 	defer pool.Close()
 	var sequences []string
@@ -126,8 +131,8 @@ func captureRides(ctx context.Context, url string) (*capture, error) {
 	}
 	c := &capture{userID: u.ID}
 	keys := []string{uuid.NewString(), uuid.NewString()}
-	for i, out := range []*[]trip{&c.ride, &c.ride2, &c.replay} {
-		rec.trips = nil
+	for i, out := range []*[]statement{&c.ride, &c.ride2, &c.replay} {
+		rec.stmts = nil
 		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/rides", bytes.NewReader(rideBody))
 		req.Header.Set("Authorization", "Bearer "+captureToken)
 		req.Header.Set("Idempotency-Key", keys[i%2])
@@ -137,7 +142,7 @@ func captureRides(ctx context.Context, url string) (*capture, error) {
 		if replay := w.Header().Get("Idempotent-Replayed") == "true"; w.Code != http.StatusCreated || replay != (i == 2) {
 			return nil, fmt.Errorf("captured request %d: status %d, replayed %v: %s", i+1, w.Code, replay, w.Body)
 		}
-		*out = rec.trips
+		*out = rec.stmts
 		if err := pool.AcquireFunc(ctx, func(conn *pgxpool.Conn) error { return describe(ctx, conn.Conn(), *out) }); err != nil {
 			return nil, err
 		}
@@ -148,68 +153,60 @@ func captureRides(ctx context.Context, url string) (*capture, error) {
 
 // describe fills in each statement's parameter types, and its arguments
 // as text as pgx encoded them.
-func describe(ctx context.Context, conn *pgx.Conn, trips []trip) error {
-	for _, t := range trips {
-		for i := range t.stmts {
-			s := &t.stmts[i]
-			sd, err := conn.PgConn().Prepare(ctx, "", s.sql, nil)
+func describe(ctx context.Context, conn *pgx.Conn, stmts []statement) error {
+	for i := range stmts {
+		s := &stmts[i]
+		sd, err := conn.PgConn().Prepare(ctx, "", s.sql, nil)
+		if err != nil {
+			return fmt.Errorf("describe %q: %w", s.sql, err)
+		}
+		s.oids = sd.ParamOIDs
+		for k, a := range s.args {
+			b, err := conn.TypeMap().Encode(s.oids[k], pgtype.TextFormatCode, a, []byte{})
 			if err != nil {
-				return fmt.Errorf("describe %q: %w", s.sql, err)
+				return fmt.Errorf("encode argument %d of %q: %w", k+1, s.sql, err)
 			}
-			s.oids = sd.ParamOIDs
-			for k, a := range s.args {
-				b, err := conn.TypeMap().Encode(s.oids[k], pgtype.TextFormatCode, a, []byte{})
-				if err != nil {
-					return fmt.Errorf("encode argument %d of %q: %w", k+1, s.sql, err)
-				}
-				v := string(b)
-				s.text = append(s.text, map[bool]*string{true: &v}[b != nil])
-			}
+			v := string(b)
+			s.text = append(s.text, map[bool]*string{true: &v}[b != nil])
 		}
 	}
 	return nil
 }
 
-// What a replay sends in place of an argument that changes from ride to
-// ride.
-type dynamic struct {
-	sequence string // an id: this session's last value of the sequence
-	uuid     bool   // a lock token, made new for each ride; otherwise a text (a key, a charge id), likewise
-}
+// rideExpr is a text that is new for each ride pgbench runs: of the run,
+// the client and the client's ride count.
+const rideExpr = "('-' || :run::text || '-' || :client_id::text || '-' || :n::text)"
 
 // dynamics compares two captured rides argument by argument: what differs
-// between them is what a replay must make new for each ride. Anything it
-// cannot make new is an error, so that a ride the bench cannot replay
-// fails the bench's test instead of being measured wrongly. Other values
-// (JSON: a stored response, a job's arguments) are sent as captured.
-func dynamics(ride, ride2 []trip, sequences []string) (map[string]dynamic, error) {
-	d := map[string]dynamic{}
+// a replay must make new for each ride. It maps each such value to what
+// a replay sends instead, %s standing for the value: an id becomes the
+// session's last value of its sequence (in a subquery, so that it can be an
+// index condition); a lock token, a client's key or a charge id is made
+// unique; JSON (a stored response, a job's arguments) stays. Any other
+// change is an error, which fails the bench's test: better than measuring
+// a ride the script does not reproduce.
+func dynamics(ride, ride2 []statement, sequences []string) (map[string]string, error) {
+	d := map[string]string{}
 	if len(ride) != len(ride2) {
-		return nil, fmt.Errorf("two rides took %d and %d round trips", len(ride), len(ride2))
+		return nil, fmt.Errorf("two rides sent %d and %d statements", len(ride), len(ride2))
 	}
-	for i, t := range ride {
-		if t.pipeline != ride2[i].pipeline || len(t.stmts) != len(ride2[i].stmts) {
-			return nil, fmt.Errorf("round trip %d differs between two rides", i+1)
+	for i, s := range ride {
+		if s2 := ride2[i]; s.sql != s2.sql || s.trip-ride[0].trip != s2.trip-ride2[0].trip || s.pipeline != s2.pipeline {
+			return nil, fmt.Errorf("statement %d differs between two rides: %q", i+1, s.sql)
 		}
-		for j, s := range t.stmts {
-			s2 := ride2[i].stmts[j]
-			if s.sql != s2.sql || len(s.text) != len(s2.text) {
-				return nil, fmt.Errorf("statement %d of round trip %d differs between two rides: %q", j+1, i+1, s.sql)
+		for k, v := range s.text {
+			if w := ride2[i].text[k]; v == nil || w != nil && *v == *w {
+				continue
 			}
-			for k, v := range s.text {
-				if w := s2.text[k]; v == nil || w != nil && *v == *w {
-					continue
-				}
-				switch n, err := strconv.ParseInt(*v, 10, 64); {
-				case err == nil && n >= seqSpacing && int(n/seqSpacing) <= len(sequences):
-					d[*v] = dynamic{sequence: sequences[n/seqSpacing-1]}
-				case err == nil:
-					return nil, fmt.Errorf("argument %d of %q changes from ride to ride and comes from no sequence", k+1, s.sql)
-				case s.oids[k] == pgtype.UUIDOID:
-					d[*v] = dynamic{uuid: true}
-				case s.oids[k] == pgtype.TextOID || s.oids[k] == pgtype.VarcharOID:
-					d[*v] = dynamic{}
-				}
+			switch n, err := strconv.ParseInt(*v, 10, 64); {
+			case err == nil && n >= seqSpacing && int(n/seqSpacing) <= len(sequences):
+				d[*v] = fmt.Sprintf("(SELECT currval('%s'))", sequences[n/seqSpacing-1])
+			case err == nil:
+				return nil, fmt.Errorf("argument %d of %q changes from ride to ride and comes from no sequence", k+1, s.sql)
+			case s.oids[k] == pgtype.UUIDOID:
+				d[*v] = "md5(%s::text || " + rideExpr + ")::uuid"
+			case s.oids[k] == pgtype.TextOID || s.oids[k] == pgtype.VarcharOID:
+				d[*v] = "(%s::text || " + rideExpr + ")"
 			}
 		}
 	}
@@ -218,50 +215,126 @@ func dynamics(ride, ride2 []trip, sequences []string) (map[string]dynamic, error
 
 var placeholder = regexp.MustCompile(`\$\d+`)
 
-// script renders trips as a pgbench script, round trip for round trip, with
-// the -D name=value definitions of the captured values it reads; it also
-// needs -D uid=<user id> -D run=<new for each pgbench run> -D n=0. Where an
-// argument changes from ride to ride it sends an expression of the run,
-// the client and the ride's number, :n, so that every ride is new.
-func (c *capture) script(trips []trip) (string, []string) {
-	const ride = "('-' || :run::text || '-' || :client_id::text || '-' || :n::text)"
+// script renders stmts as a pgbench script, round trip for round trip,
+// with the -D name=value definitions of the captured values it reads; it
+// also needs -D uid=<user id> -D run=<new for each pgbench run> -D n=0.
+func (c *capture) script(stmts []statement) (string, []string) {
 	names := map[string]string{}
 	var defs []string
-	constant := func(v string) string {
-		if _, ok := names[v]; !ok {
-			names[v] = fmt.Sprintf("c%d", len(names))
-			defs = append(defs, names[v]+"="+v)
-		}
-		return ":" + names[v]
-	}
 	var b strings.Builder
 	b.WriteString("-- Statements the api sent, captured with a pgx tracer (internal/proof/bench/capture.go).\n\\set n :n + 1\n")
-	for _, t := range trips {
-		b.WriteString(map[bool]string{true: "\\startpipeline\n"}[t.pipeline])
-		for _, s := range t.stmts {
-			sql := placeholder.ReplaceAllStringFunc(s.sql, func(p string) string {
-				k, _ := strconv.Atoi(p[1:])
-				v := s.text[k-1]
-				if v == nil {
-					return "NULL"
-				} else if *v == strconv.FormatInt(c.userID, 10) {
-					return ":uid"
-				}
-				switch dyn, ok := c.dynamic[*v]; {
-				case !ok:
-					return constant(*v)
-				case dyn.sequence != "":
-					// A subquery, not a bare volatile call, so that it can
-					// be an index condition.
-					return fmt.Sprintf("(SELECT currval('%s'))", dyn.sequence)
-				case dyn.uuid:
-					return "md5(" + constant(*v) + "::text || " + ride + ")::uuid"
-				}
-				return "(" + constant(*v) + "::text || " + ride + ")"
-			})
-			b.WriteString(strings.TrimSuffix(strings.TrimSpace(sql), ";") + ";\n")
+	for i, s := range stmts {
+		if s.pipeline && (i == 0 || stmts[i-1].trip != s.trip) {
+			b.WriteString("\\startpipeline\n")
 		}
-		b.WriteString(map[bool]string{true: "\\endpipeline\n"}[t.pipeline])
+		b.WriteString(strings.TrimSuffix(strings.TrimSpace(placeholder.ReplaceAllStringFunc(s.sql, func(p string) string {
+			k, _ := strconv.Atoi(p[1:])
+			v := s.text[k-1]
+			if v == nil {
+				return "NULL"
+			} else if *v == strconv.FormatInt(c.userID, 10) {
+				return ":uid"
+			}
+			expr := cmp.Or(c.dynamic[*v], "%s")
+			if _, ok := names[*v]; !ok && strings.Contains(expr, "%s") {
+				names[*v] = fmt.Sprintf("c%d", len(names))
+				defs = append(defs, names[*v]+"="+*v)
+			}
+			return strings.ReplaceAll(expr, "%s", ":"+names[*v])
+		})), ";") + ";\n")
+		if s.pipeline && (i == len(stmts)-1 || stmts[i+1].trip != s.trip) {
+			b.WriteString("\\endpipeline\n")
+		}
 	}
 	return b.String(), defs
+}
+
+// pgbenchResult is what pgbench reported.
+type pgbenchResult struct {
+	TPS, LatencyMs    float64
+	Processed, Failed int64
+}
+
+var pgbenchRe = regexp.MustCompile(`(?m)^(tps|number of transactions actually processed|number of failed transactions|latency average)(?:: | = )([0-9.]+)`)
+
+// parsePgbench reads pgbench's summary.
+func parsePgbench(out string) (pgbenchResult, error) {
+	var res pgbenchResult
+	for _, m := range pgbenchRe.FindAllStringSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		switch m[1] {
+		case "tps":
+			res.TPS = v
+		case "latency average":
+			res.LatencyMs = v
+		case "number of failed transactions":
+			res.Failed = int64(v)
+		default:
+			res.Processed = int64(v)
+		}
+	}
+	if res.TPS == 0 {
+		return res, fmt.Errorf("no tps in pgbench output:\n%s", out)
+	}
+	return res, nil
+}
+
+// pgbench runs stmts as a pgbench script (written to path) with args, as
+// user uid, against url in prepared mode, as pgx sends statements, and
+// returns its output. It runs the cluster's pgbench with env (PGOPTIONS,
+// say) added to this process's.
+func (c *capture) pgbench(ctx context.Context, cluster localpg.Cluster, url, path string, stmts []statement, uid int64,
+	env []string, args ...string) (string, error) {
+	script, defs := c.script(stmts)
+	if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
+		return "", fmt.Errorf("write pgbench script: %w", err)
+	}
+	args = append(args, "-n", "-M", "prepared", "-f", path, "-D", fmt.Sprintf("uid=%d", uid), "-D", "n=0", url)
+	for _, d := range defs {
+		args = append(args, "-D", d)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(cluster.BinDir, "pgbench"), args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("pgbench %s: %w:\n%s", path, err, out)
+	}
+	return string(out), nil
+}
+
+// stepLimit measures the ceiling: pgbench running the captured ride on a
+// freshly migrated database, as a user with the capture's API token.
+func (r *run) stepLimit(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, r.cluster.DatabaseURL(limitDB))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	u, err := user.Upsert(ctx, conn, "pgbench@example.com", "cus_pgbench", captureToken)
+	if err != nil {
+		return err
+	}
+	for i, clients := range r.sz.pgbenchClients {
+		d := map[bool]time.Duration{false: r.sz.short, true: r.sz.step}[clients == 32]
+		out, err := r.capture.pgbench(ctx, r.cluster, r.cluster.DatabaseURL(limitDB), filepath.Join(r.cfg.DataDir, "ride.sql"),
+			r.capture.ride, u.ID, nil, "-D", fmt.Sprintf("run=%s%d", r.runID, i),
+			"-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)), "-T", strconv.Itoa(int(d.Seconds())))
+		if err != nil {
+			return err
+		}
+		res, err := parsePgbench(out)
+		if err != nil {
+			return err
+		}
+		if r.limit[clients] = res.TPS; res.TPS > r.limit[r.bestAt] {
+			r.bestAt = clients
+		}
+		note := fmt.Sprintf("latency avg %.1f ms", res.LatencyMs)
+		if clients == r.report.Machine.APIPoolSize {
+			note += "; the api's pool size"
+		}
+		r.add(Figure{Step: "1 limit (pgbench)", Name: "one ride's SQL", Clients: clients, Value: res.TPS, Unit: "rides/s",
+			Errors: int(res.Failed), Note: note})
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -28,21 +29,16 @@ type Load struct {
 	// Stop, when closed, ends the measurement before Duration is up (the
 	// reaper finished).
 	Stop <-chan struct{}
-	// OnSuccess, if set, is told about every success.
-	OnSuccess func(c, n int)
 }
 
 // LoadResult is what a Load measured: completions between the end of the
 // warm-up and the end of the measurement.
 type LoadResult struct {
 	Clients, OK, Errors int
-	// Total counts every success, warm-up and tail included: the
-	// denominator when the database's counters are read around the load.
-	Total      int
-	ErrorKinds map[string]int // errors by status and problem code
-	Latency    Summary
-	Elapsed    time.Duration
-	Rate       float64 // successes per second
+	ErrorKinds          map[string]int // errors by status and problem code
+	P50, P99            time.Duration
+	Elapsed             time.Duration
+	Rate                float64 // successes per second
 }
 
 type sample struct {
@@ -59,28 +55,21 @@ func (l Load) Run(ctx context.Context) (LoadResult, error) {
 	from := time.Now().Add(l.Warmup)
 	end := from.Add(l.Duration)
 	var stopAt atomic.Pointer[time.Time]
-	if l.Stop != nil {
-		done := make(chan struct{})
-		defer close(done)
-		go func() {
-			select {
-			case <-l.Stop:
-				now := time.Now()
-				stopAt.Store(&now)
-			case <-done:
-			}
-		}()
+	stopped := func() bool {
+		select {
+		case <-l.Stop: // a nil Stop never is
+			stopAt.CompareAndSwap(nil, new(time.Now()))
+			return true
+		default:
+			return false
+		}
 	}
 	samples := make([][]sample, l.Clients)
 	var wg sync.WaitGroup
 	for c := range l.Clients {
 		wg.Go(func() {
-			for n := 0; ctx.Err() == nil && stopAt.Load() == nil && time.Now().Before(end); n++ {
-				s := l.one(ctx, client, c, n)
-				samples[c] = append(samples[c], s)
-				if s.err == "" && l.OnSuccess != nil {
-					l.OnSuccess(c, n)
-				}
+			for n := 0; ctx.Err() == nil && !stopped() && time.Now().Before(end); n++ {
+				samples[c] = append(samples[c], l.one(ctx, client, c, n))
 			}
 		})
 	}
@@ -94,9 +83,6 @@ func (l Load) Run(ctx context.Context) (LoadResult, error) {
 	res := LoadResult{Clients: l.Clients, Elapsed: end.Sub(from), ErrorKinds: map[string]int{}}
 	var latencies []time.Duration
 	for _, s := range slices.Concat(samples...) {
-		if s.err == "" {
-			res.Total++
-		}
 		switch {
 		case s.at.Before(from) || s.at.After(end):
 		case s.err != "":
@@ -107,7 +93,8 @@ func (l Load) Run(ctx context.Context) (LoadResult, error) {
 			latencies = append(latencies, s.latency)
 		}
 	}
-	res.Latency = Summarize(latencies)
+	slices.Sort(latencies)
+	res.P50, res.P99 = Percentile(latencies, 50), Percentile(latencies, 99)
 	if res.Elapsed > 0 {
 		res.Rate = float64(res.OK) / res.Elapsed.Seconds()
 	}
@@ -147,38 +134,14 @@ func statusError(resp *http.Response, body []byte) error {
 // errorNote summarises a result's errors for the table, most frequent
 // first.
 func errorNote(kinds map[string]int) string {
-	labels := slices.Sorted(maps.Keys(kinds))
-	slices.SortStableFunc(labels, func(a, b string) int { return kinds[b] - kinds[a] })
-	var parts []string
+	labels := slices.SortedFunc(maps.Keys(kinds), func(a, b string) int { return cmp.Or(kinds[b]-kinds[a], strings.Compare(a, b)) })
 	for i, k := range labels {
-		if i == 2 {
-			parts = append(parts, "...")
-			break
-		}
-		parts = append(parts, fmt.Sprintf("%s x%d", k, kinds[k]))
+		labels[i] = fmt.Sprintf("%s x%d", k, kinds[k])
 	}
-	return strings.Join(parts, ", ")
-}
-
-// Summary describes a set of request latencies.
-type Summary struct {
-	Count                    int
-	Mean, P50, P90, P99, Max time.Duration
-}
-
-// Summarize sorts latencies in place and summarises them.
-func Summarize(latencies []time.Duration) Summary {
-	if len(latencies) == 0 {
-		return Summary{}
+	if len(labels) > 2 {
+		labels = append(labels[:2], "...")
 	}
-	slices.Sort(latencies)
-	var total time.Duration
-	for _, l := range latencies {
-		total += l
-	}
-	return Summary{Count: len(latencies), Mean: total / time.Duration(len(latencies)),
-		P50: Percentile(latencies, 50), P90: Percentile(latencies, 90), P99: Percentile(latencies, 99),
-		Max: latencies[len(latencies)-1]}
+	return strings.Join(labels, ", ")
 }
 
 // Percentile returns the p-th percentile (0 < p <= 100) of sorted by the

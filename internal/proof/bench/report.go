@@ -14,14 +14,16 @@ import (
 // Report is everything one run measured, printed as tables and written
 // as JSON.
 type Report struct {
-	Command  string    `json:"command"`
-	Started  time.Time `json:"started"`
-	Seconds  float64   `json:"seconds"`
-	Quick    bool      `json:"quick"`
-	Machine  Machine   `json:"machine"`
-	Figures  []Figure  `json:"figures"`
-	Targets  []Target  `json:"targets"`
-	Findings []Section `json:"findings"`
+	Command string    `json:"command"`
+	Started time.Time `json:"started"`
+	Seconds float64   `json:"seconds"`
+	Quick   bool      `json:"quick"`
+	Machine Machine   `json:"machine"`
+	Figures []Figure  `json:"figures"`
+	Targets []Target  `json:"targets"`
+	// Explain is the plan of each statement of a captured ride and replay
+	// on the table with millions of keys.
+	Explain string `json:"explain"`
 }
 
 // Machine is what the figures were measured on.
@@ -62,26 +64,6 @@ type Target struct {
 	Want string `json:"want"`
 	Got  string `json:"got"`
 	Met  *bool  `json:"met"`
-}
-
-// Section is one of the findings behind the figures: a table (the
-// database's work per request) or a text (a plan).
-type Section struct {
-	Title  string     `json:"title"`
-	Header []string   `json:"header,omitempty"`
-	Rows   [][]string `json:"rows,omitempty"`
-	Text   string     `json:"text,omitempty"`
-}
-
-// finding adds a row to the section titled title, starting it with header.
-func (r *run) finding(title string, header []string, row ...string) {
-	for i, s := range r.report.Findings {
-		if s.Title == title {
-			r.report.Findings[i].Rows = append(s.Rows, row)
-			return
-		}
-	}
-	r.report.Findings = append(r.report.Findings, Section{Title: title, Header: header, Rows: [][]string{row}})
 }
 
 // Table is rows of cells printed with aligned columns: numbers to the
@@ -174,14 +156,8 @@ func (r *Report) WriteText(w io.Writer) {
 		r.Machine.Postgres, r.Machine.APIPoolSize, r.Machine.LoadAverageStart, r.FiguresTable())
 	fmt.Fprintf(w, "(load: the machine's 1-minute load average when the figure was taken; the bench alone keeps it near 2-3)\n\n%s",
 		r.TargetsTable())
-	for _, f := range r.Findings {
-		fmt.Fprintf(w, "\n%s\n", f.Title)
-		if f.Header != nil {
-			fmt.Fprint(w, Table{Header: f.Header, Rows: f.Rows})
-		}
-		if f.Text != "" {
-			fmt.Fprintln(w, strings.TrimRight(f.Text, "\n"))
-		}
+	if r.Explain != "" {
+		fmt.Fprintf(w, "\nEXPLAIN ANALYZE of a captured ride and replay on the large table (auto_explain):\n%s\n", strings.TrimSpace(r.Explain))
 	}
 }
 
