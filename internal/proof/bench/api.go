@@ -52,8 +52,7 @@ func (r *run) rideLoad(tag string, clients int, apis []*fleet.Process) Load {
 		}}
 }
 
-// replaysOf is a load of replays at 32 clients, each of the key keys
-// picks.
+// replaysOf is a load of replays at 32 clients of the keys keys picks.
 func (r *run) replaysOf(keys func() string) Load {
 	return Load{Clients: 32, Warmup: r.sz.warmup, Duration: r.sz.step, Check: replayed,
 		Request: func(c, n int) (*http.Request, error) { return newRide(r.apis[0].URL, keys()) }}
@@ -77,9 +76,8 @@ func (r *run) measure(ctx context.Context, l Load, f Figure, of float64, notes .
 	return res, nil
 }
 
-// figure adds f with res's rate, latencies and errors, its ratio to of
-// (named f.RatioOf) when of is known, and the errors' kinds, f.Note and
-// notes as its note.
+// figure adds f with res's figures, its ratio to of (named f.RatioOf) when
+// of is known, and res's errors, f.Note and notes as its note.
 func (r *run) figure(f Figure, res LoadResult, of float64, notes ...string) {
 	f.Clients, f.Value, f.P50Ms, f.P99Ms, f.Errors = res.Clients, res.Rate, ms(res.P50), ms(res.P99), res.Errors
 	if f.RatioOf = map[bool]string{true: f.RatioOf}[of > 0]; of > 0 {

@@ -54,8 +54,7 @@ type statement struct {
 	text     []*string // each argument as Postgres reads it; nil is NULL
 }
 
-// tracer records what a pool sends. Requests are captured one at a time,
-// so it needs no lock.
+// tracer records what a pool sends, one request at a time: no lock.
 type tracer struct {
 	stmts []statement
 	trips int

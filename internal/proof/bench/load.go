@@ -144,10 +144,9 @@ func errorNote(kinds map[string]int) string {
 	return strings.Join(labels, ", ")
 }
 
-// Percentile returns the p-th percentile (0 < p <= 100) of sorted by the
-// nearest-rank method: the smallest value that at least p percent of the
-// values are at or below, so that a p99 is always a latency that was
-// observed, never an interpolation between two requests.
+// Percentile returns the p-th percentile of sorted by the nearest-rank
+// method, the smallest value with at least p percent of the values at or
+// below it: a p99 is always a latency that was observed.
 func Percentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
@@ -156,8 +155,7 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(rank, 1), len(sorted))-1]
 }
 
-// ms renders a duration as fractional milliseconds, the unit of every
-// latency in the report.
+// ms is d in milliseconds, the unit of every latency in the report.
 func ms(d time.Duration) float64 {
 	return math.Round(float64(d.Microseconds())/10) / 100
 }

@@ -37,11 +37,9 @@ type Machine struct {
 	LoadAverageEnd   string  `json:"load_average_end"`
 }
 
-// Figure is one measured figure: a rate with its latencies, or a single
-// value (a duration, a size). Ratio is Value over the figure named by
-// RatioOf (the pgbench limit, the empty table ...). LoadAverage is the
-// machine's one-minute load average when the figure was taken: on a shared
-// machine, how much else was running.
+// Figure is a rate with its latencies, or a single value. Ratio is Value
+// over the figure named by RatioOf. LoadAverage is the machine's load
+// when it was taken: on a shared machine, how much else was running.
 type Figure struct {
 	Step        string  `json:"step"`
 	Name        string  `json:"name"`

@@ -30,14 +30,12 @@ type keyBatch struct {
 	idBase   int64
 }
 
-// generatedKey is the Idempotency-Key of key g of a batch, as
-// insertKeysSQL makes it.
+// generatedKey is key g of a batch, as insertKeysSQL makes it.
 func generatedKey(prefix string, g int64) string {
 	return uuid.UUID(md5.Sum(fmt.Appendf(nil, "%s%d", prefix, g))).String()
 }
 
-// seededKey picks a random key of the batch that belongs to the seeded
-// user.
+// seededKey picks a random key of the batch that is the seeded user's.
 func (b keyBatch) seededKey() string {
 	for {
 		if g := 1 + rand.Int64N(b.count); g%5 < 3 {
