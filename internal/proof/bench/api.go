@@ -80,8 +80,10 @@ func (r *run) measure(ctx context.Context, l Load, f Figure, of float64, notes .
 // of is known, and res's errors, f.Note and notes as its note.
 func (r *run) figure(f Figure, res LoadResult, of float64, notes ...string) {
 	f.Clients, f.Value, f.P50Ms, f.P99Ms, f.Errors = res.Clients, res.Rate, ms(res.P50), ms(res.P99), res.Errors
-	if f.RatioOf = map[bool]string{true: f.RatioOf}[of > 0]; of > 0 {
+	if of > 0 {
 		f.Ratio = res.Rate / of
+	} else {
+		f.RatioOf = ""
 	}
 	notes = append([]string{errorNote(res.ErrorKinds), f.Note}, notes...)
 	f.Note = strings.Join(slices.DeleteFunc(notes, func(s string) bool { return s == "" }), "; ")

@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -165,8 +164,11 @@ func describe(ctx context.Context, conn *pgx.Conn, stmts []statement) error {
 			if err != nil {
 				return fmt.Errorf("encode argument %d of %q: %w", k+1, s.sql, err)
 			}
-			v := string(b)
-			s.text = append(s.text, map[bool]*string{true: &v}[b != nil])
+			var text *string // NULL
+			if b != nil {
+				text = new(string(b))
+			}
+			s.text = append(s.text, text)
 		}
 	}
 	return nil
@@ -314,7 +316,10 @@ func (r *run) stepLimit(ctx context.Context) error {
 		return err
 	}
 	for i, clients := range r.sz.pgbenchClients {
-		d := map[bool]time.Duration{false: r.sz.short, true: r.sz.step}[clients == 32]
+		d := r.sz.short
+		if clients == 32 {
+			d = r.sz.step
+		}
 		out, err := r.capture.pgbench(ctx, r.cluster, r.cluster.DatabaseURL(limitDB), filepath.Join(r.cfg.DataDir, "ride.sql"),
 			r.capture.ride, u.ID, nil, "-D", fmt.Sprintf("run=%s%d", r.runID, i),
 			"-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)), "-T", strconv.Itoa(int(d.Seconds())))
