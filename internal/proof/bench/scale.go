@@ -231,7 +231,9 @@ func (r *run) drain(ctx context.Context, command, name, unit string, n int64, li
 	defer p.Stop(context.WithoutCancel(ctx))
 	var left int64
 	for ; time.Since(begin) < limit; time.Sleep(200 * time.Millisecond) {
-		if err := r.db.QueryRow(ctx, query).Scan(&left); err != nil || left == 0 {
+		if err := r.db.QueryRow(ctx, query).Scan(&left); err != nil {
+			return fmt.Errorf("count what %s has left: %w", command, err)
+		} else if left == 0 {
 			break
 		} else if !p.Running() {
 			return fmt.Errorf("%s exited (%v); see %s", p.Name, p.ExitErr(), p.LogPath)
