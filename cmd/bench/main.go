@@ -1,8 +1,6 @@
-// Command bench measures Rocket Rides on a scratch Postgres cluster of its
-// own (.data/bench, fsync on) against the ceiling of its database work,
-// prints the figures next to the project's targets and writes them as
-// JSON. It takes under ten minutes; -quick is a smoke run of a minute or
-// two. See docs/scaling.md for what the figures mean.
+// Command bench measures Rocket Rides against the ceiling of its database
+// work on a scratch cluster (.data/bench) and prints the figures next to
+// the project's targets; see docs/scaling.md. It takes under ten minutes.
 //
 //	go run ./cmd/bench -json .data/bench/results.json
 //	go run ./cmd/bench -quick -only limit,new
@@ -10,6 +8,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -18,53 +17,33 @@ import (
 	"syscall"
 
 	"github.com/rocketrides/rocketrides/internal/proof/bench"
+	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
 	quick := flag.Bool("quick", false, "short steps and 100k keys instead of 5M: a smoke run")
 	jsonPath := flag.String("json", "", "also write the figures as JSON to this file")
 	only := flag.String("only", "", "comma-separated steps to run (default all): "+strings.Join(bench.Steps, ","))
 	port := flag.Int("port", bench.DefaultPort, "port of the bench's own Postgres cluster")
 	keep := flag.Bool("keep", false, "leave the bench cluster running afterwards")
-	variants := flag.Bool("variants", false, "also measure candidate optimisations of the ride's SQL with pgbench (90s more)")
 	flag.Parse()
-
-	root, err := bench.ProjectRoot()
-	if err != nil {
-		return err
-	}
-	var steps []string
-	if *only != "" {
-		steps = strings.Split(*only, ",")
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-
-	report, err := bench.Run(ctx, bench.Config{
-		Root:     root,
-		Port:     *port,
-		Quick:    *quick,
-		Only:     steps,
-		Keep:     *keep,
-		Variants: *variants,
-		Log:      os.Stderr,
-		Command:  strings.Join(append([]string{"bench"}, os.Args[1:]...), " "),
-	})
+	root, err := fleet.ModuleRoot()
+	var report *bench.Report
+	if err == nil {
+		report, err = bench.Run(ctx, bench.Config{Root: root, Port: *port, Quick: *quick, Keep: *keep, Log: os.Stderr,
+			Only: strings.FieldsFunc(*only, func(r rune) bool { return r == ',' }), Command: strings.Join(append([]string{"bench"}, os.Args[1:]...), " ")})
+	}
 	if report != nil {
 		fmt.Println()
 		report.WriteText(os.Stdout)
 		if *jsonPath != "" {
-			if werr := report.WriteJSON(*jsonPath); werr != nil && err == nil {
-				err = werr
-			}
+			err = errors.Join(err, report.WriteJSON(*jsonPath))
 		}
 	}
-	return err
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
 }

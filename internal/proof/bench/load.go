@@ -1,16 +1,18 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
-	"net"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,36 +20,25 @@ import (
 // sending its next request as soon as the last one is answered (a closed
 // loop, as clients waiting on their answer behave).
 type Load struct {
-	Clients  int
-	Warmup   time.Duration
-	Duration time.Duration
-	// Request builds client c's n-th request.
+	Clients          int
+	Warmup, Duration time.Duration
+	// Request builds client c's n-th request; Check returns nil for a
+	// response that counts as a success.
 	Request func(c, n int) (*http.Request, error)
-	// Check returns nil for a response that counts as a success.
-	Check func(*http.Response, []byte) error
+	Check   func(*http.Response, []byte) error
 	// Stop, when closed, ends the measurement before Duration is up (the
 	// reaper finished).
 	Stop <-chan struct{}
-	// OnSuccess, if set, is told about every success (to keep the keys of
-	// finished rides for the replay step).
-	OnSuccess func(c, n int)
 }
 
 // LoadResult is what a Load measured: completions between the end of the
 // warm-up and the end of the measurement.
 type LoadResult struct {
-	Clients int
-	Elapsed time.Duration
-	OK      int
-	Errors  int
-	// ErrorKinds counts errors by status and problem code.
-	ErrorKinds map[string]int
-	Latency    Summary
-	Rate       float64 // successes per second
-	// Total counts every success, warm-up and tail included: the
-	// denominator when the database's own counters are read around the
-	// whole load.
-	Total int
+	Clients, OK, Errors int
+	ErrorKinds          map[string]int // errors by status and problem code
+	P50, P99            time.Duration
+	Elapsed             time.Duration
+	Rate                float64 // successes per second
 }
 
 type sample struct {
@@ -58,88 +49,52 @@ type sample struct {
 
 // Run runs the load and returns what it measured.
 func (l Load) Run(ctx context.Context) (LoadResult, error) {
-	transport := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        2 * l.Clients,
-		MaxIdleConnsPerHost: l.Clients + 8,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-	}
-	defer transport.CloseIdleConnections()
-	client := &http.Client{Transport: transport, Timeout: 60 * time.Second}
-
-	start := time.Now()
-	from := start.Add(l.Warmup)
-	deadline := from.Add(l.Duration)
-	var (
-		stopMu sync.Mutex
-		stopAt time.Time
-	)
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{
+		MaxIdleConns: 2 * l.Clients, MaxIdleConnsPerHost: l.Clients + 8, DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	from := time.Now().Add(l.Warmup)
+	end := from.Add(l.Duration)
+	var stopAt atomic.Pointer[time.Time]
 	stopped := func() bool {
-		stopMu.Lock()
-		defer stopMu.Unlock()
-		return !stopAt.IsZero()
+		select {
+		case <-l.Stop: // a nil Stop never is
+			stopAt.CompareAndSwap(nil, new(time.Now()))
+			return true
+		default:
+			return false
+		}
 	}
-	if l.Stop != nil {
-		watchDone := make(chan struct{})
-		defer close(watchDone)
-		go func() {
-			select {
-			case <-l.Stop:
-				stopMu.Lock()
-				stopAt = time.Now()
-				stopMu.Unlock()
-			case <-watchDone:
-			}
-		}()
-	}
-
 	samples := make([][]sample, l.Clients)
 	var wg sync.WaitGroup
 	for c := range l.Clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; ctx.Err() == nil && !stopped() && time.Now().Before(deadline); n++ {
-				s := l.one(ctx, client, c, n)
-				samples[c] = append(samples[c], s)
-				if s.err == "" && l.OnSuccess != nil {
-					l.OnSuccess(c, n)
-				}
+		wg.Go(func() {
+			for n := 0; ctx.Err() == nil && !stopped() && time.Now().Before(end); n++ {
+				samples[c] = append(samples[c], l.one(ctx, client, c, n))
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return LoadResult{}, err
 	}
-
-	end := deadline
-	stopMu.Lock()
-	if !stopAt.IsZero() && stopAt.Before(end) {
-		end = stopAt
+	if at := stopAt.Load(); at != nil && at.Before(end) {
+		end = *at
 	}
-	stopMu.Unlock()
 	res := LoadResult{Clients: l.Clients, Elapsed: end.Sub(from), ErrorKinds: map[string]int{}}
 	var latencies []time.Duration
-	for _, ss := range samples {
-		for _, s := range ss {
-			if s.err == "" {
-				res.Total++
-			}
-			if s.at.Before(from) || s.at.After(end) {
-				continue
-			}
-			if s.err != "" {
-				res.Errors++
-				res.ErrorKinds[s.err]++
-				continue
-			}
+	for _, s := range slices.Concat(samples...) {
+		switch {
+		case s.at.Before(from) || s.at.After(end):
+		case s.err != "":
+			res.Errors++
+			res.ErrorKinds[s.err]++
+		default:
 			res.OK++
 			latencies = append(latencies, s.latency)
 		}
 	}
-	res.Latency = Summarize(latencies)
+	slices.Sort(latencies)
+	res.P50, res.P99 = Percentile(latencies, 50), Percentile(latencies, 99)
 	if res.Elapsed > 0 {
 		res.Rate = float64(res.OK) / res.Elapsed.Seconds()
 	}
@@ -151,33 +106,26 @@ func (l Load) one(ctx context.Context, client *http.Client, c, n int) sample {
 	if err != nil {
 		return sample{at: time.Now(), err: "build request: " + err.Error()}
 	}
-	req = req.WithContext(ctx)
 	begin := time.Now()
-	resp, err := client.Do(req)
+	resp, err := client.Do(req.WithContext(ctx))
 	if err != nil {
 		return sample{at: time.Now(), latency: time.Since(begin), err: "transport error"}
 	}
 	body, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	s := sample{at: time.Now(), latency: time.Since(begin)}
-	switch {
-	case err != nil:
+	if err != nil {
 		s.err = "read body"
-	default:
-		if cerr := l.Check(resp, body); cerr != nil {
-			s.err = cerr.Error()
-		}
+	} else if err := l.Check(resp, body); err != nil {
+		s.err = err.Error()
 	}
 	return s
 }
 
 // statusError names an unexpected response by status and problem code.
 func statusError(resp *http.Response, body []byte) error {
-	var p struct {
-		Code string `json:"code"`
-	}
-	_ = json.Unmarshal(body, &p)
-	if p.Code != "" {
+	var p struct{ Code string }
+	if json.Unmarshal(body, &p) == nil && p.Code != "" {
 		return fmt.Errorf("HTTP %d %s", resp.StatusCode, p.Code)
 	}
 	return fmt.Errorf("HTTP %d", resp.StatusCode)
@@ -186,15 +134,28 @@ func statusError(resp *http.Response, body []byte) error {
 // errorNote summarises a result's errors for the table, most frequent
 // first.
 func errorNote(kinds map[string]int) string {
-	labels := slices.Sorted(maps.Keys(kinds))
-	slices.SortStableFunc(labels, func(a, b string) int { return kinds[b] - kinds[a] })
-	var parts []string
+	labels := slices.SortedFunc(maps.Keys(kinds), func(a, b string) int { return cmp.Or(kinds[b]-kinds[a], strings.Compare(a, b)) })
 	for i, k := range labels {
-		if i == 2 {
-			parts = append(parts, "...")
-			break
-		}
-		parts = append(parts, fmt.Sprintf("%s x%d", k, kinds[k]))
+		labels[i] = fmt.Sprintf("%s x%d", k, kinds[k])
 	}
-	return strings.Join(parts, ", ")
+	if len(labels) > 2 {
+		labels = append(labels[:2], "...")
+	}
+	return strings.Join(labels, ", ")
+}
+
+// Percentile returns the p-th percentile of sorted by the nearest-rank
+// method, the smallest value with at least p percent of the values at or
+// below it: a p99 is always a latency that was observed.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	return sorted[min(max(rank, 1), len(sorted))-1]
+}
+
+// ms is d in milliseconds, the unit of every latency in the report.
+func ms(d time.Duration) float64 {
+	return math.Round(float64(d.Microseconds())/10) / 100
 }
