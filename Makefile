@@ -40,6 +40,7 @@ dev: build
 ## then each fuzz target briefly
 test:
 	$(GO) vet ./...
+	@$(MAKE) --no-print-directory lint
 	$(GO) test -count=1 -timeout 9m ./...
 	@$(MAKE) --no-print-directory fuzz
 

@@ -16,8 +16,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/rocketrides/rocketrides/internal/platform/project"
 	"github.com/rocketrides/rocketrides/internal/proof/bench"
-	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
 )
 
 func main() {
@@ -29,7 +29,7 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	root, err := fleet.ModuleRoot()
+	root, err := project.Root()
 	var report *bench.Report
 	if err == nil {
 		report, err = bench.Run(ctx, bench.Config{Root: root, Port: *port, Quick: *quick, Keep: *keep, Log: os.Stderr,

@@ -212,7 +212,7 @@ func (r *run) add(f Figure) {
 func (r *run) setup(ctx context.Context) error {
 	r.logf("building commands (package fleet), starting the cluster on port %d", r.cfg.Port)
 	var err error
-	if r.fleet, err = fleet.New(fleet.Options{LogDir: filepath.Join(r.cfg.DataDir, "logs")}); err != nil {
+	if r.fleet, err = fleet.New(&fleet.Config{LogDir: filepath.Join(r.cfg.DataDir, "logs")}); err != nil {
 		return err
 	}
 	r.cluster, err = localpg.Ensure(ctx, localpg.Options{

@@ -33,12 +33,26 @@ import (
 // apiHandler is the api's own HTTP handler on pool, charging through the
 // Stripe at stripeURL, and its Stripe client. It is the one place the
 // bench builds product services; everywhere else it runs the commands.
-func apiHandler(pool *pgxpool.Pool, stripeURL string) (http.Handler, *payment.Gateway) {
+func apiHandler(pool *pgxpool.Pool, stripeURL string) (http.Handler, *payment.Gateway, error) {
 	quiet := slog.New(slog.DiscardHandler)
-	gateway := payment.New(payment.Config{APIKey: stripeKey, BaseURL: stripeURL})
-	svc := rides.NewService(rides.Config{Pool: pool, Keys: idem.NewStore(pool, idem.Config{}), Payments: gateway, Logger: quiet})
-	return api.NewHandler(api.Config{Pool: pool, Logger: quiet,
-		Rides: rides.NewHandler(rides.HandlerConfig{Service: svc, Pool: pool, Logger: quiet})}), gateway
+	gateway, err := payment.New(&payment.Config{APIKey: stripeKey, BaseURL: stripeURL})
+	if err != nil {
+		return nil, nil, err
+	}
+	keys, err := idem.New(&idem.Config{Pool: pool})
+	if err != nil {
+		return nil, nil, err
+	}
+	svc, err := rides.NewService(&rides.ServiceConfig{Pool: pool, Keys: keys, Payments: gateway, Logger: quiet})
+	if err != nil {
+		return nil, nil, err
+	}
+	ridesHandler, err := rides.NewHandler(&rides.HandlerConfig{Service: svc, Pool: pool, Logger: quiet})
+	if err != nil {
+		return nil, nil, err
+	}
+	handler, err := api.New(&api.Config{Pool: pool, Logger: quiet, Rides: ridesHandler})
+	return handler, gateway, err
 }
 
 // statement is one statement the api sent, in round trip trip: alone, or
@@ -116,9 +130,16 @@ func captureRides(ctx context.Context, url string) (*capture, error) {
 			      FROM pg_sequences) AS s) AS t`, seqSpacing).Scan(&sequences); err != nil {
 		return nil, fmt.Errorf("spread sequences: %w", err)
 	}
-	stripe := httptest.NewServer(fakestripe.New(fakestripe.Options{}))
+	fake, err := fakestripe.New(nil)
+	if err != nil {
+		return nil, err
+	}
+	stripe := httptest.NewServer(fake)
 	defer stripe.Close()
-	handler, gateway := apiHandler(pool, stripe.URL)
+	handler, gateway, err := apiHandler(pool, stripe.URL)
+	if err != nil {
+		return nil, err
+	}
 	customer, err := gateway.CreateCustomer(ctx, "capture@example.com", "tok_visa", "bench-capture")
 	if err != nil {
 		return nil, err

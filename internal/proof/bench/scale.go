@@ -222,13 +222,14 @@ func count(n int64) string {
 // drain starts command (in its loop mode, as it runs in production) with
 // env and polls the count query until it reaches zero or limit passes,
 // then records the command's rate on the n rows it started with.
-func (r *run) drain(ctx context.Context, command, name, unit string, n int64, limit time.Duration, query string, env ...string) error {
+func (r *run) drain(ctx context.Context, command, name, unit string, n int64, limit time.Duration, query string, env ...string) (err error) {
 	begin := time.Now()
 	p, err := r.fleet.Start(ctx, command, env...)
 	if err != nil {
 		return err
 	}
-	defer p.Stop(context.WithoutCancel(ctx))
+	// A command that does not stop cleanly is a finding too.
+	defer func() { err = errors.Join(err, p.Stop(context.WithoutCancel(ctx))) }()
 	var left int64
 	for ; time.Since(begin) < limit; time.Sleep(200 * time.Millisecond) {
 		if err := r.db.QueryRow(ctx, query).Scan(&left); err != nil {
