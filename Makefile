@@ -36,7 +36,7 @@ dev: build
 	echo "api:      http://127.0.0.1:$$API_PORT"; \
 	exec $$runner
 
-## test: the whole suite against real Postgres, River and the Stripe fake,
+## test: vet, lint, the whole suite against real Postgres, River and the Stripe fake,
 ## then each fuzz target briefly
 test:
 	$(GO) vet ./...
