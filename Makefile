@@ -23,7 +23,7 @@ export SIMULATED_ERRORS ?= true
 FUZZTIME ?= 20000x
 FUZZ_TARGETS := FuzzParams FuzzEquivalentEncodings FuzzIdempotencyKey
 
-.PHONY: dev test lint fuzz chaos bench build db migrate seed vet fmt clean
+.PHONY: dev test lint fuzz chaos bench build db migrate seed vet fmt generate clean
 
 ## dev: local Postgres, migrations, then every Procfile process (Ctrl-C stops them all)
 dev: build
@@ -83,6 +83,11 @@ lint:
 
 fmt:
 	gofmt -l -w .
+
+## generate: rewrite the code generated from docs/openapi.yaml (the Go client
+## in internal/testkit/apiclient) with the pinned oapi-codegen; commit the result
+generate:
+	$(GO) generate ./...
 
 ## clean: stop the local cluster and remove binaries and local data
 clean:

@@ -9,6 +9,7 @@
 package apitest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -198,16 +199,62 @@ func (s *Stack) Do(t testing.TB, method, path, body string, headers ...string) *
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Add(headers[i], headers[i+1])
 	}
+	_, r, err := exchange(t, req, []byte(body))
+	require.NoError(t, err)
+	return r
+}
+
+// exchange sends req, whose body is body, reads the answer whole and
+// validates the exchange against docs/openapi.yaml. The answer comes back
+// twice: as sent, its body the bytes read, and as a Response.
+func exchange(t testing.TB, req *http.Request, body []byte) (*http.Response, *Response, error) {
+	t.Helper()
 	// The request as sent, for validation once the answer is known.
 	sent := req.Clone(context.Background())
 	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	if err != nil {
+		return nil, nil, err
+	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the answer to %s %s: %w", req.Method, req.URL.RequestURI(), err)
+	}
 	r := &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
-	checkContract(t, sent, []byte(body), r)
-	return r
+	checkContract(t, sent, body, r)
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	return resp, r, nil
+}
+
+// Doer sends requests to the stack as an http.Client does, validating
+// each exchange against docs/openapi.yaml like Do. Give it to a generated
+// client (as its HttpRequestDoer), so that every exchange the client is
+// tested with is also checked against the document. Like Do, it fails the
+// test, so it must be called from the test's goroutine.
+type Doer struct {
+	t testing.TB
+}
+
+// Doer returns a Doer that fails t.
+func (s *Stack) Doer(t testing.TB) *Doer { return &Doer{t: t} }
+
+// Do sends req and returns the answer with its body already read whole:
+// what the caller reads is what was validated.
+func (d *Doer) Do(req *http.Request) (*http.Response, error) {
+	d.t.Helper()
+	var body []byte
+	if req.Body != nil {
+		var err error
+		if body, err = io.ReadAll(req.Body); err != nil {
+			return nil, fmt.Errorf("read the body of %s %s: %w", req.Method, req.URL.RequestURI(), err)
+		}
+		if err := req.Body.Close(); err != nil {
+			return nil, fmt.Errorf("close the body of %s %s: %w", req.Method, req.URL.RequestURI(), err)
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	resp, _, err := exchange(d.t, req, body)
+	return resp, err
 }
 
 // DefaultParams is a ride from San Francisco to Oakland, as a form.
