@@ -73,9 +73,14 @@ func Clip(s string) string {
 	if len(s) <= MaxClip {
 		return s
 	}
+	// Back to the start of the character the cut would split; bytes that
+	// start none (invalid UTF-8) are cut anywhere.
 	cut := MaxClip
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
+	for back := cut; back > MaxClip-utf8.UTFMax; back-- {
+		if utf8.RuneStart(s[back]) {
+			cut = back
+			break
+		}
 	}
 	return s[:cut] + "…"
 }

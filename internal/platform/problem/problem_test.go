@@ -64,4 +64,10 @@ func TestClip(t *testing.T) {
 		require.LessOrEqual(t, len(got), problem.MaxClip+len("…"))
 		require.True(t, strings.HasSuffix(got, "é…"), "%q", got)
 	})
+
+	t.Run("CutsInvalidUTF8Anywhere", func(t *testing.T) {
+		t.Parallel()
+		got := problem.Clip(strings.Repeat("\x80", 1000))
+		require.Equal(t, strings.Repeat("\x80", problem.MaxClip)+"…", got)
+	})
 }
