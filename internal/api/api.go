@@ -114,7 +114,6 @@ func New(config *Config) (*Handler, error) {
 			_, _ = w.Write([]byte("ok\n"))
 		})
 		r.Get("/readyz", readyz(config.Pool))
-		r.Method(http.MethodGet, "/metrics", metrics.Handler(reg))
 		r.Get("/openapi.yaml", serveOpenAPI)
 
 		r.Group(func(r chi.Router) {

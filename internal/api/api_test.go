@@ -48,6 +48,15 @@ func TestRouting(t *testing.T) {
 		}
 	})
 
+	// /metrics is unauthenticated: it is served on a listener of its own
+	// (METRICS_ADDR), never on the public port.
+	t.Run("NoMetricsOnThePublicPort", func(t *testing.T) {
+		t.Parallel()
+		resp := b.Do(t, http.MethodGet, "/metrics", "")
+		require.Equal(t, http.StatusNotFound, resp.Status)
+		require.Equal(t, "not_found", resp.JSON(t)["code"])
+	})
+
 	t.Run("NoProfilesOnThePublicPort", func(t *testing.T) {
 		t.Parallel()
 		resp := b.Do(t, http.MethodGet, "/debug/pprof/", "")
