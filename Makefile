@@ -10,10 +10,15 @@ CMDS  := $(notdir $(wildcard cmd/*))
 
 # Development defaults (see .env.example). Anything already in the
 # environment wins.
-export STRIPE_API_KEY  ?= sk_test_rocketrides_dev
-export FAKESTRIPE_PORT ?= 12111
-export API_PORT        ?= 5000
-export STRIPE_API_BASE ?= http://127.0.0.1:$(FAKESTRIPE_PORT)
+export STRIPE_API_KEY   ?= sk_test_rocketrides_dev
+# Every listener binds to loopback: the Stripe fake answers anyone with
+# any sk_ key, and the api's metrics are unauthenticated.
+export FAKESTRIPE_HOST  ?= 127.0.0.1
+export FAKESTRIPE_PORT  ?= 12111
+export API_HOST         ?= 127.0.0.1
+export API_PORT         ?= 5000
+export API_METRICS_ADDR ?= 127.0.0.1:9100
+export STRIPE_API_BASE  ?= http://127.0.0.1:$(FAKESTRIPE_PORT)
 export SIMULATED_ERRORS ?= true
 
 # An execution count, not a duration: with a duration, Go 1.26's fuzzing
@@ -33,7 +38,8 @@ dev: build
 	runner=$$(scripts/procfile-runner); \
 	echo "database: $$DATABASE_URL"; \
 	echo "stripe:   $$STRIPE_API_BASE"; \
-	echo "api:      http://127.0.0.1:$$API_PORT"; \
+	echo "api:      http://$$API_HOST:$$API_PORT"; \
+	echo "metrics:  http://$$API_METRICS_ADDR/metrics"; \
 	exec $$runner
 
 ## test: vet, lint, the whole suite against real Postgres, River and the Stripe fake,

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"net"
 	"strconv"
 
 	"github.com/rocketrides/rocketrides/internal/api"
@@ -28,8 +29,14 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 	simulatedErrors := env.Bool("SIMULATED_ERRORS", false)
 	// Zero keeps pgx's default pool size.
 	maxConns := env.IntOrZero("DATABASE_MAX_CONNS", 0)
+	// Loopback unless told otherwise: a container, or a host behind a
+	// load balancer, sets HOST=0.0.0.0.
+	host := env.Host("HOST", "127.0.0.1")
 	// Zero listens on any free port; the "Serving HTTP" line says which.
 	port := env.Port("PORT", 5000)
+	// /metrics is unauthenticated, so it is never on the public port: it
+	// is served here, an address for operators, and not at all when unset.
+	metricsAddr := env.String("METRICS_ADDR", "")
 	debugAddr := env.String("DEBUG_ADDR", "")
 	if err := env.Err(); err != nil {
 		return nil, err
@@ -39,7 +46,7 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Served at GET /metrics on the API's own port.
+	// Served at GET /metrics on METRICS_ADDR.
 	reg := metrics.NewRegistry()
 	svc, _, err := settings.NewService(pool, reg, logger)
 	if err != nil {
@@ -67,13 +74,15 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 	if err := api.ServeDebug(ctx, debugAddr, logger); err != nil {
 		return nil, err
 	}
-	srv, err := serve.Listen(api.ServerConfig(":"+strconv.Itoa(port), handler, logger))
+	srv, err := serve.Listen(api.ServerConfig(net.JoinHostPort(host, strconv.Itoa(port)), handler, logger))
 	if err != nil {
 		return nil, err
 	}
 
 	return &process.Program{
-		Run: srv.Serve,
+		Run:         srv.Serve,
+		Metrics:     reg,
+		MetricsAddr: metricsAddr,
 		Settings: []slog.Attr{
 			slog.String("stripe_api_base", settings.Stripe.BaseURL),
 			slog.Bool("simulated_errors", simulatedErrors),

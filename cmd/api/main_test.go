@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"testing"
@@ -18,6 +19,9 @@ func TestBuild(t *testing.T) {
 		// The pool connects lazily: nothing needs to listen here.
 		t.Setenv("DATABASE_URL", "postgres://127.0.0.1:1/none")
 		t.Setenv("STRIPE_API_KEY", "sk_test_api")
+		// Empty is unset, whatever the shell running the tests exports.
+		t.Setenv("HOST", "")
+		t.Setenv("METRICS_ADDR", "")
 		for i := 0; i+1 < len(env); i += 2 {
 			t.Setenv(env[i], env[i+1])
 		}
@@ -33,6 +37,35 @@ func TestBuild(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
 		require.NoError(t, program.Run(ctx))
+	})
+
+	// Everything used to listen on all interfaces, /metrics included.
+	t.Run("ListensOnLoopbackByDefault", func(t *testing.T) {
+		setEnv(t, "PORT", "0")
+		var logs bytes.Buffer
+		program, err := build(t.Context(), slog.New(slog.NewTextHandler(&logs, nil)))
+		require.NoError(t, err)
+		defer program.Close()
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		require.NoError(t, program.Run(ctx))
+		require.Contains(t, logs.String(), "server=api addr=127.0.0.1:")
+		require.Empty(t, program.MetricsAddr, "no metrics listener unless METRICS_ADDR asks for one")
+	})
+
+	t.Run("ServesMetricsOnMetricsAddr", func(t *testing.T) {
+		setEnv(t, "PORT", "0", "HOST", "localhost", "METRICS_ADDR", "127.0.0.1:9100")
+		program, err := build(t.Context(), logger)
+		require.NoError(t, err)
+		defer program.Close()
+		require.Equal(t, "127.0.0.1:9100", program.MetricsAddr)
+		require.NotNil(t, program.Metrics)
+	})
+
+	t.Run("RefusesAHostWithAPort", func(t *testing.T) {
+		setEnv(t, "HOST", "0.0.0.0:5000")
+		_, err := build(t.Context(), logger)
+		require.ErrorContains(t, err, "HOST=0.0.0.0:5000: not an IP address or host name")
 	})
 
 	t.Run("RefusesNegatives", func(t *testing.T) {

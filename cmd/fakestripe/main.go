@@ -5,6 +5,8 @@
 //
 // Settings, from the environment:
 //
+//	HOST                       host to listen on (default 127.0.0.1: the fake
+//	                           answers anyone who reaches it, faults included)
 //	PORT                       port to listen on (default 12111; 0: any free port)
 //	FAKESTRIPE_KEY_RETENTION   how long idempotency keys are remembered, a Go
 //	                           duration such as 24h or 90s (default 24h)
@@ -16,6 +18,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"net"
 	"strconv"
 	"time"
 
@@ -32,6 +35,9 @@ func main() {
 func build(_ context.Context, logger *slog.Logger) (*process.Program, error) {
 	var env config.Env
 	keyRetention := env.Duration("FAKESTRIPE_KEY_RETENTION", fakestripe.DefaultKeyRetention)
+	// Loopback unless told otherwise: /_fake/faults and the customer list
+	// answer anyone with any sk_ key. A container sets HOST=0.0.0.0.
+	host := env.Host("HOST", "127.0.0.1")
 	// Zero listens on any free port; the "Serving HTTP" line says which.
 	port := env.Port("PORT", 12111)
 	if err := env.Err(); err != nil {
@@ -44,7 +50,7 @@ func build(_ context.Context, logger *slog.Logger) (*process.Program, error) {
 	}
 	srv, err := serve.Listen(&serve.Config{
 		Name:    "fakestripe",
-		Addr:    ":" + strconv.Itoa(port),
+		Addr:    net.JoinHostPort(host, strconv.Itoa(port)),
 		Handler: fake,
 		Logger:  logger,
 		// Requests in flight (a charge sleeping out injected latency,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"testing"
@@ -20,6 +21,27 @@ func TestBuild(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
 		require.NoError(t, program.Run(ctx))
+	})
+
+	// /_fake/faults and the customer list answer anyone who reaches the
+	// fake; it used to listen on all interfaces.
+	t.Run("ListensOnLoopbackByDefault", func(t *testing.T) {
+		t.Setenv("PORT", "0")
+		t.Setenv("HOST", "") // unset, whatever the shell exports
+		var logs bytes.Buffer
+		program, err := build(t.Context(), slog.New(slog.NewTextHandler(&logs, nil)))
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		require.NoError(t, program.Run(ctx))
+		require.Contains(t, logs.String(), "server=fakestripe addr=127.0.0.1:")
+	})
+
+	t.Run("RefusesAHostWithAPort", func(t *testing.T) {
+		t.Setenv("PORT", "0")
+		t.Setenv("HOST", "127.0.0.1:12111")
+		_, err := build(t.Context(), logger)
+		require.ErrorContains(t, err, "HOST=127.0.0.1:12111: not an IP address or host name")
 	})
 
 	t.Run("RefusesZeroKeyRetention", func(t *testing.T) {

@@ -1,19 +1,24 @@
 // Package api assembles the HTTP server: routing, authentication, and the
 // hygiene every endpoint shares (request ids, structured request logs,
 // metrics, panic recovery, a body size limit, timeouts, graceful
-// shutdown). It also serves the API's own description, docs/openapi.yaml,
-// and its Prometheus metrics, and, on a separate listener, pprof.
+// shutdown). It also serves the API's own description, docs/openapi.yaml.
+// Its Prometheus metrics and pprof are served on listeners of their own,
+// never on the public port.
 package api
 
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -42,9 +47,10 @@ type Config struct {
 	Rides *rides.Handler
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// Registry receives the HTTP and connection pool metrics, and
-	// everything registered on it is served at GET /metrics. Nil means a
-	// registry of the handler's own.
+	// Registry receives the HTTP and connection pool metrics. The API
+	// does not serve it: the process serves it on its metrics listener
+	// (METRICS_ADDR), apart from the public port. Nil means a registry of
+	// the handler's own.
 	Registry *prometheus.Registry
 }
 
@@ -80,35 +86,40 @@ func New(config *Config) (*Handler, error) {
 	metrics.RegisterPool(reg, config.Pool)
 
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID)
-	r.Use(requestLog(logger, metrics.NewHTTP(reg)))
+	r.Use(requestLog(logger, metrics.NewHTTP(reg), newRequestIDs()))
 	r.Use(recoverPanic(logger))
-	r.Use(limitBody(MaxBodyBytes))
+	// HEAD on every GET route, as RFC 9110 asks and load balancers use;
+	// net/http sends the headers and drops the body.
+	r.Use(middleware.GetHead)
 
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		problem.New(http.StatusNotFound, "not_found", "No such endpoint: "+r.URL.Path).Write(w)
+		problem.New(http.StatusNotFound, "not_found", "No such endpoint: "+problem.Clip(r.URL.Path)).Write(w)
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		// RFC 9110 requires a 405 to say what is allowed; chi's own 405
 		// does, but a custom handler has to look it up.
 		w.Header().Set("Allow", strings.Join(allowedMethods(r, req.URL.Path), ", "))
 		problem.New(http.StatusMethodNotAllowed, "method_not_allowed",
-			req.Method+" is not supported on "+req.URL.Path).Write(w)
+			problem.Clip(req.Method)+" is not supported on "+problem.Clip(req.URL.Path)).Write(w)
 	})
 
-	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	r.Get("/readyz", readyz(config.Pool))
-	// Unauthenticated, like /healthz: keep it off the public internet at
-	// the load balancer rather than handing Prometheus an API token.
-	r.Method(http.MethodGet, "/metrics", metrics.Handler(reg))
-	r.Get("/openapi.yaml", serveOpenAPI)
-
+	// The checks every request's body passes run once the request is
+	// routed, so that what they refuse is counted under its route.
 	r.Group(func(r chi.Router) {
-		r.Use(authenticate(config.Pool, logger))
-		config.Rides.Mount(r)
+		r.Use(limitBody(MaxBodyBytes))
+		r.Use(refuseContentEncoding)
+
+		r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = w.Write([]byte("ok\n"))
+		})
+		r.Get("/readyz", readyz(config.Pool))
+		r.Get("/openapi.yaml", serveOpenAPI)
+
+		r.Group(func(r chi.Router) {
+			r.Use(authenticate(config.Pool, logger))
+			config.Rides.Mount(r)
+		})
 	})
 	return &Handler{router: r}, nil
 }
@@ -118,12 +129,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.router.ServeHTTP(w, r)
 }
 
-// allowedMethods lists the methods routes serves path with.
+// allowedMethods lists the methods routes serves path with. HEAD is
+// served wherever GET is (middleware.GetHead).
 func allowedMethods(routes chi.Routes, path string) []string {
 	var allowed []string
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
 		http.MethodPatch, http.MethodDelete, http.MethodOptions} {
-		if routes.Match(chi.NewRouteContext(), m, path) {
+		if routes.Match(chi.NewRouteContext(), m, path) ||
+			m == http.MethodHead && routes.Match(chi.NewRouteContext(), http.MethodGet, path) {
 			allowed = append(allowed, m)
 		}
 	}
@@ -152,6 +165,12 @@ func ServerConfig(addr string, h http.Handler, logger *slog.Logger) *serve.Confi
 func authenticate(pool *pgxpool.Pool, logger *slog.Logger) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// Two credentials are none: which one a proxy or a framework
+			// would pick differs, so none is picked here.
+			if len(r.Header.Values("Authorization")) > 1 {
+				unauthorized(w, "Send the Authorization header once.")
+				return
+			}
 			scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 			token = strings.TrimSpace(token)
 			if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
@@ -219,6 +238,30 @@ func limitBody(n int64) func(http.Handler) http.Handler {
 	}
 }
 
+// refuseContentEncoding answers 415 to a request whose body is encoded
+// (Content-Encoding: gzip, br, ...). The API decodes no content coding;
+// reading a compressed body as if it were plain would only fail later and
+// less precisely. RFC 9110, section 15.5.16: the answer lists the coding
+// the API accepts in Accept-Encoding.
+func refuseContentEncoding(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 {
+			for _, v := range r.Header.Values("Content-Encoding") {
+				for coding := range strings.SplitSeq(v, ",") {
+					coding = strings.TrimSpace(coding)
+					if coding != "" && !strings.EqualFold(coding, "identity") {
+						w.Header().Set("Accept-Encoding", "identity")
+						problem.New(http.StatusUnsupportedMediaType, "unsupported_content_encoding",
+							fmt.Sprintf("Content-Encoding %q is not supported; send the body unencoded.", problem.Clip(coding))).Write(w)
+						return
+					}
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // recoverPanic turns a panic into a logged 500 problem instead of a
 // dropped connection. chi's Recoverer answers in plain text; the API's
 // errors are problem documents.
@@ -242,20 +285,64 @@ func recoverPanic(logger *slog.Logger) func(http.Handler) http.Handler {
 	}
 }
 
+// requestIDs hands out the server's request ids: a random prefix per
+// process and a counter, unique across instances and restarts without a
+// random read per request. The client never chooses one: an id it chose
+// could make its lines carry another request's id.
+type requestIDs struct {
+	prefix string
+	n      atomic.Uint64
+}
+
+func newRequestIDs() *requestIDs {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return &requestIDs{prefix: "req_" + hex.EncodeToString(b) + "_"}
+}
+
+func (g *requestIDs) next() string {
+	return g.prefix + strconv.FormatUint(g.n.Add(1), 10)
+}
+
+// maxClientRequestID bounds the client's own request id as logged.
+const maxClientRequestID = 64
+
+// clientRequestID is the X-Request-Id a client sent, as it may be logged:
+// at most maxClientRequestID bytes, each printable ASCII (anything else
+// becomes '?'), and "..." when cut. It is logged apart from request_id,
+// so a client can correlate its own ids without choosing ours.
+func clientRequestID(v string) string {
+	cut := len(v) > maxClientRequestID
+	if cut {
+		v = v[:maxClientRequestID]
+	}
+	b := []byte(v)
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	if cut {
+		b = append(b, "..."...)
+	}
+	return string(b)
+}
+
 // requestLog writes one structured line per request, records the request
-// in the HTTP metrics, and echoes the request id to the client, so a
+// in the HTTP metrics, and sends the request id to the client, so a
 // support question can quote it.
 //
 // It also gives the request its log attribute set (package logctx),
 // starting with the request id: every line logged with the request's
 // context carries it, and whatever inner layers add (the user, the
 // idempotency key and its recovery point) is on this line too, written
-// after them.
-func requestLog(logger *slog.Logger, m *metrics.HTTP) func(http.Handler) http.Handler {
+// after them. What the client chose (the path, its own X-Request-Id) is
+// clipped, so that a request cannot make its line as long as itself.
+func requestLog(logger *slog.Logger, m *metrics.HTTP, ids *requestIDs) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
-			reqID := middleware.GetReqID(r.Context())
+			reqID := ids.next()
 			w.Header().Set("Request-Id", reqID)
 			r = r.WithContext(logctx.New(r.Context(), slog.String(logctx.RequestID, reqID)))
 			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
@@ -272,16 +359,20 @@ func requestLog(logger *slog.Logger, m *metrics.HTTP) func(http.Handler) http.Ha
 			if status >= 500 {
 				level = slog.LevelWarn
 			}
-			logger.LogAttrs(r.Context(), level, "Served request",
-				slog.String("method", r.Method),
+			attrs := []slog.Attr{
+				slog.String("method", problem.Clip(r.Method)),
 				slog.String("route", route),
-				slog.String("path", r.URL.Path),
+				slog.String("path", problem.Clip(r.URL.Path)),
 				slog.Int("status", status),
 				slog.Int("bytes", ww.BytesWritten()),
 				slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
 				slog.String("remote", r.RemoteAddr),
 				slog.Bool("replayed", ww.Header().Get("Idempotent-Replayed") == "true"),
-			)
+			}
+			if v := r.Header.Get("X-Request-Id"); v != "" {
+				attrs = append(attrs, slog.String("client_request_id", clientRequestID(v)))
+			}
+			logger.LogAttrs(r.Context(), level, "Served request", attrs...)
 		})
 	}
 }

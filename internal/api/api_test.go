@@ -23,16 +23,44 @@ func TestRouting(t *testing.T) {
 	})
 
 	// RFC 9110, section 15.5.6: a 405 lists the methods that are allowed.
+	// HEAD is among them wherever GET is.
 	t.Run("UnsupportedMethodListsTheAllowedOnes", func(t *testing.T) {
 		t.Parallel()
 		resp := b.Do(t, http.MethodDelete, "/rides", "", "Authorization", "Bearer "+b.Token)
 		require.Equal(t, http.StatusMethodNotAllowed, resp.Status)
 		require.Equal(t, "method_not_allowed", resp.JSON(t)["code"])
-		require.Equal(t, "GET, POST", resp.Header.Get("Allow"))
+		require.Equal(t, "GET, HEAD, POST", resp.Header.Get("Allow"))
 
 		resp = b.Do(t, http.MethodPost, "/rides/1", "")
 		require.Equal(t, http.StatusMethodNotAllowed, resp.Status)
-		require.Equal(t, "GET", resp.Header.Get("Allow"))
+		require.Equal(t, "GET, HEAD", resp.Header.Get("Allow"))
+	})
+
+	// Load balancers check health with HEAD; it used to be a 405.
+	t.Run("HeadOnGetRoutes", func(t *testing.T) {
+		t.Parallel()
+		for _, path := range []string{"/healthz", "/readyz"} {
+			resp := b.Do(t, http.MethodHead, path, "")
+			require.Equal(t, http.StatusOK, resp.Status, path)
+			require.Empty(t, resp.Body, path)
+			require.Equal(t, "text/plain", resp.Header.Get("Content-Type"), path)
+			require.NotEmpty(t, resp.Header.Get("Request-Id"), path)
+		}
+	})
+
+	// /metrics is unauthenticated: it is served on a listener of its own
+	// (METRICS_ADDR), never on the public port.
+	t.Run("NoMetricsOnThePublicPort", func(t *testing.T) {
+		t.Parallel()
+		resp := b.Do(t, http.MethodGet, "/metrics", "")
+		require.Equal(t, http.StatusNotFound, resp.Status)
+		require.Equal(t, "not_found", resp.JSON(t)["code"])
+	})
+
+	t.Run("NoProfilesOnThePublicPort", func(t *testing.T) {
+		t.Parallel()
+		resp := b.Do(t, http.MethodGet, "/debug/pprof/", "")
+		require.Equal(t, http.StatusNotFound, resp.Status)
 	})
 }
 

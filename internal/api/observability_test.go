@@ -18,6 +18,7 @@ import (
 	"github.com/rocketrides/rocketrides/docs"
 	"github.com/rocketrides/rocketrides/internal/api"
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
+	"github.com/rocketrides/rocketrides/internal/platform/problem"
 	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 )
 
@@ -130,6 +131,29 @@ func TestMetrics(t *testing.T) {
 		}
 	})
 
+	// A request refused before its handler runs (a body too large by its
+	// Content-Length, an encoded body) is still a request to its route;
+	// these used to be counted as route="unmatched".
+	t.Run("AttributesEarlyRejectsToTheirRoute", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		tooLarge := b.Do(t, http.MethodPost, "/rides", strings.Repeat("x", api.MaxBodyBytes+1),
+			"Authorization", "Bearer "+b.Token, "Idempotency-Key", apitest.NewKey(),
+			"Content-Type", "application/x-www-form-urlencoded")
+		require.Equal(t, http.StatusRequestEntityTooLarge, tooLarge.Status)
+		encoded := b.Do(t, http.MethodPost, "/rides", apitest.DefaultParams,
+			"Authorization", "Bearer "+b.Token, "Idempotency-Key", apitest.NewKey(),
+			"Content-Type", "application/x-www-form-urlencoded", "Content-Encoding", "gzip")
+		require.Equal(t, http.StatusUnsupportedMediaType, encoded.Status)
+
+		m := b.Metrics(t)
+		require.Equal(t, 1.0, m[`rocketrides_http_requests_total{method="POST",route="/rides",status="413"}`])
+		require.Equal(t, 1.0, m[`rocketrides_http_requests_total{method="POST",route="/rides",status="415"}`])
+		for series := range m {
+			require.NotContains(t, series, `route="unmatched"`)
+		}
+	})
+
 	t.Run("ExportsPoolStats", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -237,6 +261,50 @@ func TestRequestLogs(t *testing.T) {
 				require.LessOrEqual(t, strings.Count(line, " "+attr), 1, "%s", line)
 			}
 		}
+	})
+
+	// The client's X-Request-Id used to become the request's id: one
+	// client could make its lines carry another request's id, and a 1 MB
+	// header grew the log by 1 MB.
+	t.Run("ServerChoosesTheRequestID", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		first := b.Do(t, http.MethodGet, "/healthz", "", "X-Request-Id", "req_someone_else")
+		second := b.Do(t, http.MethodGet, "/healthz", "", "X-Request-Id", "req_someone_else")
+		require.Equal(t, http.StatusOK, first.Status)
+		reqID := first.Header.Get("Request-Id")
+		require.Regexp(t, `^req_[0-9a-f]{12}_[0-9]+$`, reqID)
+		require.NotEqual(t, reqID, second.Header.Get("Request-Id"))
+
+		lines := b.logs.linesWith(`msg="Served request" `, "request_id="+reqID)
+		require.Len(t, lines, 1, "logs:\n%s", strings.Join(b.logs.lines(), "\n"))
+		require.Contains(t, lines[0], "client_request_id=req_someone_else")
+		require.Empty(t, b.logs.linesWith(" request_id=req_someone_else"))
+	})
+
+	t.Run("ClientRequestIDIsCappedAndSanitised", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		resp := b.Do(t, http.MethodGet, "/healthz", "", "X-Request-Id", "tab\there-é-"+strings.Repeat("x", 900<<10))
+		require.Equal(t, http.StatusOK, resp.Status)
+		lines := b.logs.linesWith(`msg="Served request" `, "request_id="+resp.Header.Get("Request-Id"))
+		require.Len(t, lines, 1)
+		require.Less(t, len(lines[0]), 1<<10, "%.2000s", lines[0])
+		// Printable ASCII only: the tab and both bytes of the é are '?'.
+		require.Contains(t, lines[0], " client_request_id=tab?here-??-"+strings.Repeat("x", 64-len("tab?here-??-"))+"... ")
+	})
+
+	t.Run("LongPathIsClipped", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		path := "/" + strings.Repeat("p", 900<<10)
+		resp := b.Do(t, http.MethodGet, path, "")
+		require.Equal(t, http.StatusNotFound, resp.Status)
+		require.Less(t, len(resp.Body), 1<<10)
+		require.Equal(t, "No such endpoint: "+problem.Clip(path), resp.JSON(t)["detail"])
+		lines := b.logs.linesWith(`msg="Served request" `, "request_id="+resp.Header.Get("Request-Id"))
+		require.Len(t, lines, 1)
+		require.Less(t, len(lines[0]), 1<<10, "%.2000s", lines[0])
 	})
 
 	t.Run("UnauthenticatedRequestHasNoUser", func(t *testing.T) {

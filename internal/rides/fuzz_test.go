@@ -107,6 +107,7 @@ func FuzzParams(f *testing.F) {
 				case errors.As(err, &malformed):
 				case errors.As(err, &params):
 					require.NotEmpty(t, params.Params)
+					require.LessOrEqual(t, len(params.Params), MaxInvalidParams)
 					for _, ip := range params.Params {
 						require.NotEmpty(t, ip.Reason, "reason for %q", ip.Name)
 					}

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/rocketrides/rocketrides/internal/platform/problem"
 )
 
 // Params are the parameters of POST /rides.
@@ -46,9 +48,20 @@ type MalformedError struct{ Err error }
 func (e *MalformedError) Error() string { return "malformed request body: " + e.Err.Error() }
 func (e *MalformedError) Unwrap() error { return e.Err }
 
-// ParamError lists every parameter that is missing, unknown or invalid.
+// MaxInvalidParams is how many rejected parameters a ParamError lists. A
+// body of thousands of unknown fields gets a short answer that counts the
+// rest, not an answer larger than the request.
+const MaxInvalidParams = 20
+
+// ParamError lists the parameters that are missing, unknown or invalid:
+// the first MaxInvalidParams of them, and how many more there are.
 type ParamError struct {
+	// Params are the rejected parameters, each once, at most
+	// MaxInvalidParams of them. A name the client made up is clipped
+	// (problem.Clip).
 	Params []InvalidParam
+	// Unlisted counts the rejected parameters past Params.
+	Unlisted int
 }
 
 // InvalidParam is one rejected parameter and why.
@@ -57,12 +70,18 @@ type InvalidParam struct {
 	Reason string
 }
 
+// Error counts the rejected parameters without naming them: the names
+// and reasons are in Params (a problem's invalid_params), once.
 func (e *ParamError) Error() string {
-	parts := make([]string, len(e.Params))
-	for i, p := range e.Params {
-		parts[i] = p.Name + " " + p.Reason
+	total := len(e.Params) + e.Unlisted
+	switch {
+	case total == 1:
+		return "1 parameter is invalid; invalid_params says which and why"
+	case e.Unlisted == 0:
+		return fmt.Sprintf("%d parameters are invalid; invalid_params says which and why", total)
 	}
-	return strings.Join(parts, "; ")
+	return fmt.Sprintf("%d parameters are invalid; invalid_params lists the first %d, and %d more",
+		total, len(e.Params), e.Unlisted)
 }
 
 // SimulateErrorParam asks the API to fail on purpose after the ride is
@@ -92,7 +111,7 @@ func decodeBody(contentType string, body io.Reader) (rawParams, error) {
 	if contentType != "" {
 		mediaType, _, err = mime.ParseMediaType(contentType)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %q", ErrUnsupportedMediaType, contentType)
+			return nil, fmt.Errorf("%w: %q", ErrUnsupportedMediaType, problem.Clip(contentType))
 		}
 	}
 	switch {
@@ -105,7 +124,7 @@ func decodeBody(contentType string, body io.Reader) (rawParams, error) {
 		// validation step reports by name.
 		return rawParams{}, nil
 	default:
-		return nil, fmt.Errorf("%w: %q (send application/json or application/x-www-form-urlencoded)", ErrUnsupportedMediaType, contentType)
+		return nil, fmt.Errorf("%w: %q (send application/json or application/x-www-form-urlencoded)", ErrUnsupportedMediaType, problem.Clip(contentType))
 	}
 }
 
@@ -148,7 +167,7 @@ func decodeJSON(data []byte) (rawParams, error) {
 		name := tok.(string) // object keys are always strings
 		var value json.RawMessage
 		if err := dec.Decode(&value); err != nil {
-			return nil, &MalformedError{Err: fmt.Errorf("json: value of %q: %w", name, err)}
+			return nil, &MalformedError{Err: fmt.Errorf("json: value of %q: %w", problem.Clip(name), err)}
 		}
 		_, seen := raw[name]
 		v := rawValue{text: string(value), repeated: seen}
@@ -229,11 +248,12 @@ func parseParams(raw rawParams, allowSimulated bool) (p Params, raiseError bool,
 		}
 	}
 	slices.Sort(unknown)
-	for _, name := range unknown {
-		invalid = append(invalid, InvalidParam{name, "is not a known parameter"})
+	total := len(invalid) + len(unknown)
+	for _, name := range unknown[:min(len(unknown), max(0, MaxInvalidParams-len(invalid)))] {
+		invalid = append(invalid, InvalidParam{problem.Clip(name), "is not a known parameter"})
 	}
-	if len(invalid) > 0 {
-		return Params{}, false, &ParamError{Params: invalid}
+	if total > 0 {
+		return Params{}, false, &ParamError{Params: invalid, Unlisted: total - len(invalid)}
 	}
 	return p, raiseError, nil
 }

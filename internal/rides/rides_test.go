@@ -469,7 +469,7 @@ func TestCreateRideRejectsBadInput(t *testing.T) {
 			require.Equal(t, tc.wantCode, body["code"])
 			require.EqualValues(t, tc.wantStatus, body["status"])
 			for _, name := range tc.wantInvalid {
-				require.Contains(t, body["detail"], name, "the detail names the parameter")
+				require.Contains(t, invalidParams(t, resp), name, "invalid_params names the parameter")
 			}
 		})
 	}
@@ -569,7 +569,7 @@ func TestSimulatedErrors(t *testing.T) {
 
 	repeated := b.PostRide(t, apitest.NewKey(), apitest.DefaultParams+"&raise_error=true&raise_error=false")
 	require.Equal(t, http.StatusUnprocessableEntity, repeated.Status, "%s", repeated.Body)
-	require.Contains(t, repeated.JSON(t)["detail"], "raise_error is given more than once")
+	require.Contains(t, invalidParams(t, repeated), "raise_error is given more than once")
 
 	// raise_error is not part of the request's fingerprint: the retry
 	// without it is the same request and finishes it.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,7 +17,7 @@ var ErrNotFound = errors.New("ride not found")
 // Ride is a row of rides, and the JSON a client sees.
 type Ride struct {
 	ID               int64     `db:"id" json:"id"`
-	CreatedAt        time.Time `db:"created_at" json:"created_at"`
+	CreatedAt        Timestamp `db:"created_at" json:"created_at"`
 	OriginLat        float64   `db:"origin_lat" json:"origin_lat"`
 	OriginLon        float64   `db:"origin_lon" json:"origin_lon"`
 	TargetLat        float64   `db:"target_lat" json:"target_lat"`

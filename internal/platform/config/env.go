@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
+	"regexp"
 	"strconv"
 	"time"
 )
@@ -105,6 +107,24 @@ func (e *Env) Port(name string, def int) int {
 	}
 	return n
 }
+
+// Host returns $name, the host a listener binds to (an IP address such as
+// 127.0.0.1, 0.0.0.0 or ::1, or a host name), or def. A value with a port
+// is refused: the port is a setting of its own.
+func (e *Env) Host(name, def string) string {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	if net.ParseIP(v) == nil && !hostName.MatchString(v) {
+		e.fail(name, v, "not an IP address or host name such as 127.0.0.1 or 0.0.0.0 (without a port)")
+		return ""
+	}
+	return v
+}
+
+// hostName is a DNS name as RFC 1123 allows it.
+var hostName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$`)
 
 func (e *Env) int(name string, def int) (n int, set bool) {
 	v := os.Getenv(name)

@@ -90,6 +90,25 @@ func TestEnv(t *testing.T) {
 		require.ErrorContains(t, err, "ENV_TEST_PORT=65536: must be a port number")
 	})
 
+	t.Run("ReadsAHost", func(t *testing.T) {
+		var env config.Env
+		require.Equal(t, "127.0.0.1", env.Host("ENV_TEST_UNSET", "127.0.0.1"))
+		for _, host := range []string{"0.0.0.0", "127.0.0.1", "::1", "::", "api", "db.internal.example"} {
+			t.Setenv("ENV_TEST_HOST", host)
+			require.Equal(t, host, env.Host("ENV_TEST_HOST", "127.0.0.1"))
+		}
+		require.NoError(t, env.Err())
+	})
+
+	t.Run("RefusesAHostWithAPort", func(t *testing.T) {
+		for _, host := range []string{"127.0.0.1:5000", ":5000", "[::1]", "http://api", "a host"} {
+			t.Setenv("ENV_TEST_HOST", host)
+			var env config.Env
+			require.Empty(t, env.Host("ENV_TEST_HOST", "127.0.0.1"))
+			require.ErrorContains(t, env.Err(), "ENV_TEST_HOST="+host+": not an IP address or host name", host)
+		}
+	})
+
 	t.Run("NamesEveryBadSetting", func(t *testing.T) {
 		t.Setenv("ENV_TEST_URL", "")
 		t.Setenv("ENV_TEST_WAIT", "soon")

@@ -48,18 +48,23 @@ func Handler(g prometheus.Gatherer) http.Handler {
 	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
+// Mux serves g at GET /metrics (and HEAD): the metrics listener's handler.
+func Mux(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", Handler(g))
+	return mux
+}
+
 // Serve exposes g at http://addr/metrics until ctx is done. It listens
 // before it returns, so an address that is taken or malformed stops the
 // process at start; it then serves in the background. An empty addr
-// serves nothing: background processes expose metrics only when
-// METRICS_ADDR is set.
+// serves nothing: processes expose metrics only when METRICS_ADDR is set,
+// on an address of its own, never on a public port.
 func Serve(ctx context.Context, addr string, g prometheus.Gatherer, logger *slog.Logger) error {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", Handler(g))
 	return serve.Background(ctx, &serve.Config{
 		Name:    "metrics",
 		Addr:    addr,
-		Handler: mux,
+		Handler: Mux(g),
 		Logger:  logger,
 		// A scrape cut short is retried by Prometheus.
 		ShutdownTimeout: 5 * time.Second,

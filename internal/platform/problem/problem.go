@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"unicode/utf8"
 )
 
 // ContentType is the media type of a problem document.
@@ -36,11 +37,52 @@ type InvalidParam struct {
 func New(status int, code, detail string) *Problem {
 	return &Problem{
 		Type:   "https://docs.rocketrides.local/errors#" + code,
-		Title:  http.StatusText(status),
+		Title:  Title(status),
 		Status: status,
 		Detail: detail,
 		Code:   code,
 	}
+}
+
+// Title is the status's reason phrase as RFC 9110 gives it. net/http
+// keeps RFC 7231's older phrases for a few statuses ("Request Entity Too
+// Large", "Unprocessable Entity"); RFC 9110 renamed them.
+func Title(status int) string {
+	switch status {
+	case http.StatusRequestEntityTooLarge:
+		return "Content Too Large"
+	case http.StatusRequestURITooLong:
+		return "URI Too Long"
+	case http.StatusRequestedRangeNotSatisfiable:
+		return "Range Not Satisfiable"
+	case http.StatusUnprocessableEntity:
+		return "Unprocessable Content"
+	}
+	return http.StatusText(status)
+}
+
+// MaxClip is how many bytes of a client's string Clip keeps.
+const MaxClip = 256
+
+// Clip returns s, a string the client chose (a path, a parameter name, a
+// header value), cut to at most MaxClip bytes on a character boundary and
+// marked with "…" when cut. Everything echoed in a problem or written to
+// a log passes through it: a client must not be able to make an answer or
+// a log line as long as the request it sent.
+func Clip(s string) string {
+	if len(s) <= MaxClip {
+		return s
+	}
+	// Back to the start of the character the cut would split; bytes that
+	// start none (invalid UTF-8) are cut anywhere.
+	cut := MaxClip
+	for back := cut; back > MaxClip-utf8.UTFMax; back-- {
+		if utf8.RuneStart(s[back]) {
+			cut = back
+			break
+		}
+	}
+	return s[:cut] + "…"
 }
 
 // WithRetryAfter asks the client to wait seconds before retrying.

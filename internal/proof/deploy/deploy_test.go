@@ -59,7 +59,7 @@ func commands(t *testing.T) []string {
 
 var (
 	// env.Required("NAME"), env.Duration("NAME", ...), env.IntOrZero("NAME", ...), os.Getenv("NAME") ...
-	readsEnv    = regexp.MustCompile(`\b(?:String|Duration|Int|Port|Fraction|Bool|Required|Getenv|LookupEnv)(?:OrZero)?\(\s*"([A-Z][A-Z0-9_]*)"`)
+	readsEnv    = regexp.MustCompile(`\b(?:String|Duration|Int|Port|Host|Fraction|Bool|Required|Getenv|LookupEnv)(?:OrZero)?\(\s*"([A-Z][A-Z0-9_]*)"`)
 	requiresEnv = regexp.MustCompile(`\.Required\(\s*"([A-Z][A-Z0-9_]*)"`)
 )
 
@@ -170,14 +170,19 @@ func TestProcfile(t *testing.T) {
 	t.Parallel()
 
 	type testBundle struct {
-		procs   []process
-		exports []string // what the Makefile exports to the Procfile runner
+		procs    []process
+		exports  []string          // what the Makefile exports to the Procfile runner
+		defaults map[string]string // export NAME ?= default
 	}
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		b := &testBundle{procs: readProcfile(t)}
-		for _, m := range regexp.MustCompile(`(?m)\bexport\s+([A-Z][A-Z0-9_]*)`).FindAllStringSubmatch(read(t, filepath.Join(root(t), "Makefile")), -1) {
+		b := &testBundle{procs: readProcfile(t), defaults: map[string]string{}}
+		makefile := read(t, filepath.Join(root(t), "Makefile"))
+		for _, m := range regexp.MustCompile(`(?m)\bexport\s+([A-Z][A-Z0-9_]*)`).FindAllStringSubmatch(makefile, -1) {
 			b.exports = append(b.exports, m[1])
+		}
+		for _, m := range regexp.MustCompile(`(?m)^export\s+([A-Z][A-Z0-9_]*)\s*\?=\s*(\S+)`).FindAllStringSubmatch(makefile, -1) {
+			b.defaults[m[1]] = m[2]
 		}
 		require.Contains(t, b.exports, "DATABASE_URL")
 		return b
@@ -227,6 +232,36 @@ func TestProcfile(t *testing.T) {
 				}
 			}
 		}
+	})
+
+	// make dev binds every listener to loopback: the Stripe fake answers
+	// anyone with any sk_ key, and the api's metrics are unauthenticated.
+	t.Run("ListensOnLoopback", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		listeners := 0
+		for _, p := range b.procs {
+			env := envOf(t, p.binary(t))
+			for _, name := range []string{"HOST", "METRICS_ADDR"} {
+				if !slices.Contains(env.read, name) {
+					continue
+				}
+				m := regexp.MustCompile(`\b` + name + `=\$\{?([A-Z][A-Z0-9_]*)`).FindStringSubmatch(p.command)
+				if m == nil {
+					// Without METRICS_ADDR there is no metrics listener;
+					// without HOST the command's own default would decide.
+					require.NotEqual(t, "HOST", name,
+						"Procfile %s: bin/%s listens; set HOST=$..._HOST on its line, 127.0.0.1 in the Makefile", p.name, p.binary(t))
+					continue
+				}
+				def, ok := b.defaults[m[1]]
+				require.True(t, ok, "Procfile %s: the Makefile gives %s no default", p.name, m[1])
+				require.True(t, def == "127.0.0.1" || strings.HasPrefix(def, "127.0.0.1:"),
+					"Procfile %s: %s=$%s defaults to %s, not loopback", p.name, name, m[1], def)
+				listeners++
+			}
+		}
+		require.GreaterOrEqual(t, listeners, 3, "the fake, the api and the api's metrics")
 	})
 
 	t.Run("SimulatorWaitsForAPI", func(t *testing.T) {
@@ -399,6 +434,26 @@ func TestCompose(t *testing.T) {
 				require.Empty(t, s.Ports, "service %s: only the api is published", s.Name)
 			}
 		}
+	})
+
+	// The processes bind to loopback unless told otherwise; in a
+	// container that would be unreachable, so compose says 0.0.0.0.
+	t.Run("ListensOnAllInterfacesInContainers", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		listeners := 0
+		for _, s := range appServices(b) {
+			env := envOf(t, s.Command[0])
+			if slices.Contains(env.read, "HOST") {
+				v := s.Environment["HOST"]
+				require.True(t, v != nil && *v == "0.0.0.0", "service %s: %s listens on loopback unless HOST=0.0.0.0", s.Name, s.Command[0])
+				listeners++
+			}
+			if v := s.Environment["METRICS_ADDR"]; v != nil && *v != "" {
+				require.True(t, strings.HasPrefix(*v, "0.0.0.0:"), "service %s: METRICS_ADDR=%s is unreachable from other containers", s.Name, *v)
+			}
+		}
+		require.Equal(t, 2, listeners, "the fake and the api")
 	})
 
 	t.Run("KeepsMailOnVolume", func(t *testing.T) {

@@ -77,10 +77,13 @@ type Stack struct {
 	Gateway   *payment.Gateway
 	Keys      *idem.Store
 	Service   *rides.Service
-	// Registry holds the stack's metrics, as served at /metrics.
+	// Registry holds the stack's metrics.
 	Registry *prometheus.Registry
 	// URL is the API's base URL.
 	URL string
+	// MetricsURL is the base URL of the metrics listener, apart from the
+	// API's port as the api process runs it (METRICS_ADDR).
+	MetricsURL string
 
 	// User's card works; BadSourceUser's card is always declined.
 	User, BadSourceUser   user.User
@@ -140,6 +143,9 @@ func New(t testing.TB, opts Options) *Stack {
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 	s.URL = srv.URL
+	metricsSrv := httptest.NewServer(metrics.Mux(s.Registry))
+	t.Cleanup(metricsSrv.Close)
+	s.MetricsURL = metricsSrv.URL
 	return s
 }
 
@@ -322,15 +328,19 @@ func (s *Stack) ChargesFor(keyID int64) []fakestripe.Charge {
 	return out
 }
 
-// Metrics scrapes GET /metrics and returns each sample's value by its
-// series as the exposition format writes it, such as
-// `rocketrides_idempotency_outcomes_total{outcome="new"}`.
+// Metrics scrapes GET /metrics from the metrics listener and returns
+// each sample's value by its series as the exposition format writes it,
+// such as `rocketrides_idempotency_outcomes_total{outcome="new"}`.
 func (s *Stack) Metrics(t testing.TB) map[string]float64 {
 	t.Helper()
-	resp := s.Do(t, http.MethodGet, "/metrics", "")
-	require.Equal(t, http.StatusOK, resp.Status, "%s", resp.Body)
+	resp, err := http.Get(s.MetricsURL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
 	samples := map[string]float64{}
-	for line := range strings.Lines(string(resp.Body)) {
+	for line := range strings.Lines(string(body)) {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue

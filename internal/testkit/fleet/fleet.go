@@ -10,7 +10,7 @@
 // still runs every defer.
 //
 // A Fleet builds the binaries once per process (Build), starts each with
-// a free port in PORT (reached over 127.0.0.1) and a hermetic
+// a free port in PORT on HOST=127.0.0.1 and a hermetic
 // environment, waits until it answers, and captures its output to a log
 // file per process, which survives restarts and is what a failing test
 // prints. Package fleettest wraps it for tests.

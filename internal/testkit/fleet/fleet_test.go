@@ -139,14 +139,15 @@ func TestFleet(t *testing.T) {
 		p := fleettest.Start(t, b.fleet, "fakestripe", "FAKESTRIPE_KEY_RETENTION=1h")
 		environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.Pid()))
 		require.NoError(t, err)
-		allowed := []string{"PATH", "HOME", "TMPDIR", "TZ", "USER", "LANG", "LC_ALL", "LOG_FORMAT", "FAKESTRIPE_KEY_RETENTION", "PORT"}
+		allowed := []string{"PATH", "HOME", "TMPDIR", "TZ", "USER", "LANG", "LC_ALL", "LOG_FORMAT", "FAKESTRIPE_KEY_RETENTION", "HOST", "PORT"}
 		var names []string
 		for _, kv := range strings.Split(strings.TrimRight(string(environ), "\x00"), "\x00") {
 			name, _, _ := strings.Cut(kv, "=")
 			names = append(names, name)
 			require.Contains(t, allowed, name)
 		}
-		require.Subset(t, names, []string{"LOG_FORMAT", "FAKESTRIPE_KEY_RETENTION", "PORT"})
+		require.Subset(t, names, []string{"LOG_FORMAT", "FAKESTRIPE_KEY_RETENTION", "HOST", "PORT"})
 		require.Contains(t, string(environ), fmt.Sprintf("PORT=%d", p.Port))
+		require.Contains(t, string(environ), "HOST=127.0.0.1\x00")
 	})
 }

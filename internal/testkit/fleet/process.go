@@ -188,7 +188,8 @@ func (p *Process) signalAndWait(ctx context.Context, sig syscall.Signal) error {
 func (p *Process) command(stdout, stderr io.Writer) *exec.Cmd {
 	cmd := exec.Command(p.path, p.args...)
 	p.mu.Lock()
-	cmd.Env = append(mergeEnv(p.env), "PORT="+strconv.Itoa(p.Port))
+	// HOST as well as PORT: the process listens where p.URL points.
+	cmd.Env = append(mergeEnv(p.env), "HOST=127.0.0.1", "PORT="+strconv.Itoa(p.Port))
 	p.mu.Unlock()
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
