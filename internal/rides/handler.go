@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"maps"
 	"net/netip"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -147,7 +150,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		h.errorProblem(ctx, err).Write(w)
+		h.readProblem(ctx, err).Write(w)
 		return
 	}
 	writeJSON(w, http.StatusOK, ride)
@@ -159,38 +162,33 @@ const (
 	maxListLimit     = 100
 )
 
+// listQuery is what GET /rides was asked for.
+type listQuery struct {
+	limit         int
+	startingAfter int64 // 0: from the newest ride
+}
+
+// listParams are the query parameters GET /rides knows.
+var listParams = []string{"limit", "starting_after"}
+
 // list serves GET /rides: the caller's rides, newest first, a page at a
 // time (limit, starting_after), in the shape of Stripe's list objects.
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	q := r.URL.Query()
-	limit := defaultListLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxListLimit {
-			invalidQuery("limit", fmt.Sprintf("must be an integer between 1 and %d", maxListLimit)).Write(w)
-			return
-		}
-		limit = n
-	}
-	var after int64
-	if v := q.Get("starting_after"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 1 {
-			invalidQuery("starting_after", "must be a ride id").Write(w)
-			return
-		}
-		after = n
-	}
-	// One extra row tells whether there is another page.
-	rides, err := listRides(ctx, h.pool, user.FromContext(ctx).ID, after, limit+1)
-	if err != nil {
-		h.errorProblem(ctx, err).Write(w)
+	q, prob := parseListQuery(r.URL.RawQuery)
+	if prob != nil {
+		prob.Write(w)
 		return
 	}
-	hasMore := len(rides) > limit
+	// One extra row tells whether there is another page.
+	rides, err := listRides(ctx, h.pool, user.FromContext(ctx).ID, q.startingAfter, q.limit+1)
+	if err != nil {
+		h.readProblem(ctx, err).Write(w)
+		return
+	}
+	hasMore := len(rides) > q.limit
 	if hasMore {
-		rides = rides[:limit]
+		rides = rides[:q.limit]
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"object":   "list",
@@ -198,6 +196,57 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		"data":     rides,
 		"has_more": hasMore,
 	})
+}
+
+// parseListQuery reads GET /rides's query string strictly: a query that
+// does not parse, a parameter given twice or one the endpoint does not
+// know is refused, naming it, rather than dropped. A client that misspells
+// starting_after should hear so, not get the first page again.
+func parseListQuery(rawQuery string) (listQuery, *problem.Problem) {
+	q := listQuery{limit: defaultListLimit}
+	values, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		// url.ParseQuery drops what it cannot parse (a pair separated by
+		// ";", a bad %-escape) and reports only the first such error.
+		return q, problem.New(http.StatusBadRequest, "invalid_query",
+			"The query string is malformed: "+clip(err.Error())+". Separate parameters with &.")
+	}
+	names := slices.Sorted(maps.Keys(values))
+	for _, name := range names {
+		switch {
+		case !slices.Contains(listParams, name):
+			return q, invalidQuery(clip(name), "is not a known query parameter (known: "+strings.Join(listParams, ", ")+")")
+		case len(values[name]) > 1:
+			return q, invalidQuery(name, "is given more than once")
+		}
+	}
+	if v := values.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListLimit {
+			return q, invalidQuery("limit", fmt.Sprintf("must be an integer between 1 and %d", maxListLimit))
+		}
+		q.limit = n
+	}
+	if v := values.Get("starting_after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return q, invalidQuery("starting_after", "must be a ride id")
+		}
+		q.startingAfter = n
+	}
+	return q, nil
+}
+
+// maxEchoed bounds how much of a client's string a problem repeats back.
+const maxEchoed = 64
+
+// clip shortens s, a string the client chose, to what a problem document
+// may repeat back to it.
+func clip(s string) string {
+	if len(s) <= maxEchoed {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxEchoed], "") + "…"
 }
 
 // idempotencyKey validates the Idempotency-Key header. A value sent as an
@@ -330,6 +379,15 @@ func (h *Handler) errorProblem(ctx context.Context, err error) *problem.Problem 
 		return problem.New(http.StatusInternalServerError, "internal_error",
 			"Something went wrong on our side. Retry with the same Idempotency-Key; the request resumes where it stopped.")
 	}
+}
+
+// readProblem turns a failure to read rides (GET) into its response. A
+// read changes nothing, so there is nothing to resume: the client asks
+// again.
+func (h *Handler) readProblem(ctx context.Context, err error) *problem.Problem {
+	h.logger.ErrorContext(ctx, "Reading rides failed", slog.Any("error", err))
+	return problem.New(http.StatusInternalServerError, "internal_error",
+		"Something went wrong on our side while reading rides. Nothing was changed; try again shortly.")
 }
 
 // writeStored sends a key's stored response.

@@ -54,19 +54,19 @@ func insertRide(ctx context.Context, tx *idem.Tx, keyID, userID int64, p Params)
 // rideByKey finds the ride an idempotency key created.
 func rideByKey(ctx context.Context, q querier, keyID int64) (*Ride, error) {
 	return oneRide(ctx, q, fmt.Sprintf("for key %d", keyID),
-		`SELECT `+rideColumns+` FROM rides WHERE idempotency_key_id = $1`, keyID)
+		`SELECT `+rideColumns+` FROM rides WHERE idempotency_key_id = $1::bigint`, keyID)
 }
 
 // rideByKeyIn is rideByKey inside an atomic phase; it flushes tx.
 func rideByKeyIn(ctx context.Context, tx *idem.Tx, keyID int64) (*Ride, error) {
 	return flushOneRide(ctx, tx, fmt.Sprintf("for key %d", keyID),
-		`SELECT `+rideColumns+` FROM rides WHERE idempotency_key_id = $1`, keyID)
+		`SELECT `+rideColumns+` FROM rides WHERE idempotency_key_id = $1::bigint`, keyID)
 }
 
 // rideByID finds a ride of a user; another user's ride is not found.
 func rideByID(ctx context.Context, q querier, userID, id int64) (*Ride, error) {
 	return oneRide(ctx, q, fmt.Sprintf("%d", id),
-		`SELECT `+rideColumns+` FROM rides WHERE id = $1 AND user_id = $2`, id, userID)
+		`SELECT `+rideColumns+` FROM rides WHERE id = $1::bigint AND user_id = $2::bigint`, id, userID)
 }
 
 // listRides returns up to limit rides of a user, newest first, older than
@@ -74,9 +74,9 @@ func rideByID(ctx context.Context, q querier, userID, id int64) (*Ride, error) {
 func listRides(ctx context.Context, q querier, userID, startingAfter int64, limit int) ([]*Ride, error) {
 	rows, err := q.Query(ctx, `
 		SELECT `+rideColumns+` FROM rides
-		WHERE user_id = $1 AND ($2 = 0 OR id < $2)
+		WHERE user_id = $1::bigint AND ($2::bigint = 0 OR id < $2::bigint)
 		ORDER BY id DESC
-		LIMIT $3`,
+		LIMIT $3::int`,
 		userID, startingAfter, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list rides of user %d: %w", userID, err)
@@ -95,7 +95,7 @@ func listRides(ctx context.Context, q querier, userID, startingAfter int64, limi
 func recordCharge(tx *idem.Tx, rideID int64, chargeID string) {
 	tx.Queue(`
 		UPDATE rides SET stripe_charge_id = $2
-		WHERE id = $1 AND (stripe_charge_id IS NULL OR stripe_charge_id = $2)`,
+		WHERE id = $1::bigint AND (stripe_charge_id IS NULL OR stripe_charge_id = $2)`,
 		rideID, chargeID,
 	).Exec(func(tag pgconn.CommandTag) error {
 		if tag.RowsAffected() != 1 {
