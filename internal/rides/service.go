@@ -76,6 +76,12 @@ const (
 	DefaultMaxChargeAttempts = 10
 )
 
+// claimTimeout bounds a claim, which runs detached from the client (see
+// Create). It is the time a claim may take, not a lock: a claim cut off
+// by it after committing leaves a lock that goes stale after the lock
+// timeout, as a crashed server's does.
+const claimTimeout = 10 * time.Second
+
 // ServiceConfig configures a Service.
 type ServiceConfig struct {
 	// Pool is the database of rides and idempotency keys. Required.
@@ -170,7 +176,15 @@ type Result struct {
 // response, resuming from the key's recovery point if an earlier attempt
 // got part way.
 func (s *Service) Create(ctx context.Context, req CreateRequest) (Result, error) {
-	key, replayed, err := s.keys.Claim(ctx, idem.Request{
+	// The claim runs on a context the client cannot cancel. A claim that
+	// commits in Postgres while its caller gives up (the client hung up
+	// a moment after sending) would otherwise leave the key locked with
+	// nobody to release it, and every retry would be refused 409 until
+	// the lock went stale. Finished, the claim hands back the key, and a
+	// request cut short after it releases the key as any failure does.
+	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	key, replayed, err := s.keys.Claim(claimCtx, idem.Request{
 		UserID:   req.User.ID,
 		Key:      req.IdempotencyKey,
 		Method:   http.MethodPost,
