@@ -1,6 +1,7 @@
 package docs_test
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocketrides/rocketrides/docs"
+	"github.com/rocketrides/rocketrides/internal/completer"
 )
 
 func load(t *testing.T) *openapi3.T {
@@ -50,6 +52,19 @@ func TestOpenAPI(t *testing.T) {
 		}
 		slices.Sort(ids)
 		require.Equal(t, len(ids), len(slices.Compact(slices.Clone(ids))), "operationIds: %v", ids)
+	})
+
+	// The contract promises a client that gives up after a 5xx that the
+	// server settles its ride in a stated time; the time is the
+	// completer's defaults, and the text must say so.
+	t.Run("StatesTheCompletersPromise", func(t *testing.T) {
+		t.Parallel()
+		doc := load(t)
+		promise := fmt.Sprintf("within %d minutes of the last attempt", int(completer.DefaultSettleWithin.Minutes()))
+		require.Contains(t, strings.Join(strings.Fields(doc.Info.Description), " "), promise)
+		for _, setting := range []string{"COMPLETER_MIN_AGE", "COMPLETER_RETRY_INTERVAL"} {
+			require.Contains(t, doc.Info.Description, setting, "the promise names what it is derived from")
+		}
 	})
 
 	// The requests the tests make exercise most problem codes, and

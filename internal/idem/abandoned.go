@@ -45,7 +45,7 @@ const claimAbandonedSQL = `
 // ClaimAbandoned locks, for the completer, up to limit keys whose requests
 // look abandoned by their clients: unfinished, created more than minAge
 // ago, last worked more than retryInterval ago, not set aside for a human
-// (see FlagForAttention), and not locked by a live request (a lock older
+// (see SetAside), and not locked by a live request (a lock older
 // than the store's lock timeout is taken over). Each key comes back locked
 // with a new lock token, ready for the endpoint to resume it; the endpoint
 // unlocks it on failure as it would for a client's request.

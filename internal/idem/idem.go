@@ -114,7 +114,7 @@ type Key struct {
 	FirstForeignAttemptAt *time.Time `db:"first_foreign_attempt_at"`
 	UnknownOutcomes       int        `db:"unknown_outcomes"`
 	// AttentionReason is set when the key was set aside for a human
-	// (see FlagForAttention); no request or completer works it again.
+	// (see SetAside); no request or completer works it again.
 	AttentionReason *string `db:"attention_reason"`
 }
 
@@ -340,11 +340,13 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 }
 
 // Outcome is what an atomic phase decides: move to the next recovery
-// point, or finish the request with a response.
+// point, finish the request with a response, or set it aside for a human.
 type Outcome struct {
 	next        RecoveryPoint
 	response    Response
 	foreignCall bool
+	// attention, when set, is why the key is set aside (see SetAside).
+	attention string
 }
 
 // AdvanceToForeignCall moves the key to recovery point next, from which
@@ -363,6 +365,15 @@ func Advance(next RecoveryPoint) Outcome { return Outcome{next: next} }
 func Respond(code int, body []byte) Outcome {
 	return Outcome{next: Finished, response: Response{Code: code, Body: body}}
 }
+
+// SetAside sets the key aside for a human, with reason, and releases it.
+// The key keeps its recovery point, so once a person has settled the
+// outcome (say, found the charge at Stripe and recorded it) clearing
+// attention_reason lets a retry or the completer finish it; until then
+// neither works it. Decided in a phase, the flag commits together with
+// the phase's writes (the endpoint's own record of why its resource
+// waits for a person).
+func SetAside(reason string) Outcome { return Outcome{attention: reason} }
 
 // PhaseFunc is the body of an atomic phase: the writes it queues on tx
 // and where the request goes next.
@@ -461,6 +472,10 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 		}
 	}
 
+	if out.attention != "" {
+		return s.commitSetAside(ctx, tx, key, out.attention)
+	}
+
 	var code *int
 	var body []byte
 	if out.next == Finished {
@@ -491,14 +506,8 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 		}
 		return nil
 	})
-	tx.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
-		if tag.String() != "COMMIT" {
-			return fmt.Errorf("commit phase at %s for key %d: %w", key.RecoveryPoint, key.ID, pgx.ErrTxCommitRollback)
-		}
-		return nil
-	})
-	if err := tx.Flush(ctx); err != nil {
-		return fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
+	if err := tx.commit(ctx, key); err != nil {
+		return err
 	}
 
 	// Committed: only now may the in-memory key follow.
@@ -513,6 +522,44 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 		key.LockedAt, key.LockToken = nil, nil
 	}
 	annotate(ctx, key)
+	return nil
+}
+
+// commitSetAside ends a phase that sets key aside (see SetAside): the
+// flag, under the fence's row lock, then COMMIT.
+func (s *Store) commitSetAside(ctx context.Context, tx *Tx, key *Key, reason string) error {
+	tx.Queue(`
+		UPDATE idempotency_keys
+		SET attention_reason = $4, locked_at = NULL, lock_token = NULL
+		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3`,
+		key.ID, key.lockToken(), key.RecoveryPoint, reason,
+	).Exec(func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("set key %d aside at %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
+		}
+		return nil
+	})
+	if err := tx.commit(ctx, key); err != nil {
+		return err
+	}
+	s.metrics.Outcome(metrics.OutcomeNeedsAttention)
+	key.AttentionReason = &reason
+	key.LockedAt, key.LockToken = nil, nil
+	annotate(ctx, key)
+	return nil
+}
+
+// commit queues COMMIT and sends what is queued: the end of a phase.
+func (tx *Tx) commit(ctx context.Context, key *Key) error {
+	tx.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			return fmt.Errorf("commit phase at %s for key %d: %w", key.RecoveryPoint, key.ID, pgx.ErrTxCommitRollback)
+		}
+		return nil
+	})
+	if err := tx.Flush(ctx); err != nil {
+		return fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
+	}
 	return nil
 }
 
@@ -557,31 +604,6 @@ func (s *Store) RecordUnknownOutcome(ctx context.Context, key *Key) (int, error)
 		return 0, fmt.Errorf("record unknown outcome on key %d: %w", key.ID, err)
 	}
 	return key.UnknownOutcomes, nil
-}
-
-// FlagForAttention sets key aside for a human with reason and releases
-// it. The key keeps its recovery point, so once a person has settled the
-// outcome (say, found the charge at Stripe and recorded it) clearing the
-// reason lets a retry or the completer finish it.
-func (s *Store) FlagForAttention(ctx context.Context, key *Key, reason string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE idempotency_keys
-		SET attention_reason = $3, locked_at = NULL, lock_token = NULL
-		WHERE id = $1 AND lock_token = $2`,
-		key.ID, key.lockToken(), reason)
-	if err != nil {
-		return fmt.Errorf("flag key %d for attention: %w", key.ID, err)
-	}
-	if tag.RowsAffected() != 1 {
-		s.metrics.Outcome(metrics.OutcomeLockLost)
-		return fmt.Errorf("flag key %d for attention: %w", key.ID, ErrLockLost)
-	}
-	s.metrics.Outcome(metrics.OutcomeNeedsAttention)
-	key.AttentionReason = &reason
-	key.LockedAt, key.LockToken = nil, nil
-	return nil
 }
 
 // Unlock releases key after a failure so that a retry need not wait for

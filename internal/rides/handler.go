@@ -126,7 +126,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		err = h.fail.At(ctx, FailBeforeResponse)
 	}
 	if err != nil {
-		h.errorProblem(ctx, err).Write(w)
+		p := h.errorProblem(ctx, err)
+		if res.RideID != 0 {
+			// The ride exists: the client can follow it by id, whatever
+			// it does about this answer.
+			p.With("ride_id", res.RideID)
+		}
+		p.Write(w)
 		return
 	}
 	if res.Replayed {
@@ -165,14 +171,16 @@ const (
 // listQuery is what GET /rides was asked for.
 type listQuery struct {
 	limit         int
-	startingAfter int64 // 0: from the newest ride
+	startingAfter int64  // 0: from the newest ride
+	status        Status // empty: any
 }
 
 // listParams are the query parameters GET /rides knows.
-var listParams = []string{"limit", "starting_after"}
+var listParams = []string{"limit", "starting_after", "status"}
 
 // list serves GET /rides: the caller's rides, newest first, a page at a
-// time (limit, starting_after), in the shape of Stripe's list objects.
+// time (limit, starting_after), optionally only those with one status, in
+// the shape of Stripe's list objects.
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q, prob := parseListQuery(r.URL.RawQuery)
@@ -181,7 +189,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// One extra row tells whether there is another page.
-	rides, err := listRides(ctx, h.pool, user.FromContext(ctx).ID, q.startingAfter, q.limit+1)
+	rides, err := listRides(ctx, h.pool, user.FromContext(ctx).ID, q.startingAfter, q.status, q.limit+1)
 	if err != nil {
 		h.readProblem(ctx, err).Write(w)
 		return
@@ -233,6 +241,17 @@ func parseListQuery(rawQuery string) (listQuery, *problem.Problem) {
 			return q, invalidQuery("starting_after", "must be a ride id")
 		}
 		q.startingAfter = n
+	}
+	if v := values.Get("status"); v != "" {
+		if !slices.Contains(Statuses, Status(v)) {
+			known := make([]string, len(Statuses))
+			for i, st := range Statuses {
+				known[i] = string(st)
+			}
+			return q, invalidQuery("status", fmt.Sprintf("must be one of %s; %q is not a ride status",
+				strings.Join(known, ", "), clip(v)))
+		}
+		q.status = Status(v)
 	}
 	return q, nil
 }

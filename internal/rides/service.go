@@ -170,6 +170,10 @@ type Result struct {
 	// Replayed is true when the key had finished before this request:
 	// the response is the stored one and nothing ran.
 	Replayed bool
+	// RideID, when Create fails, is the ride the request had created
+	// (status pending, or needs_review), so that the client can follow
+	// it; 0 when it got no ride, or none that could be confirmed.
+	RideID int64
 }
 
 // Create claims the request's idempotency key and drives the request to a
@@ -200,7 +204,10 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Result, error)
 	}
 	r := &request{Service: s, user: req.User, key: key, params: req.Params, raiseError: req.RaiseError}
 	resp, err := r.run(ctx)
-	return Result{Response: resp}, err
+	if err != nil {
+		return Result{RideID: r.createdRideID(ctx)}, err
+	}
+	return Result{Response: resp}, nil
 }
 
 // Resume drives a key that the caller has already claimed (the completer)

@@ -232,9 +232,9 @@ func (r *run) addExpiredRides(ctx context.Context) (time.Duration, error) {
 	_, _, err := r.withoutIndexes(ctx, "rides", func() error {
 		_, err := r.db.Exec(ctx, `
 			INSERT INTO rides (created_at, idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
-			                   amount, currency, stripe_charge_id, user_id)
+			                   amount, currency, stripe_charge_id, status, user_id)
 			SELECT created_at, id, 37.7749, -122.4194, 37.8044, -122.2712, 2000, 'usd',
-			       'ch_' || substr(md5('ch' || idempotency_key), 1, 24), user_id
+			       'ch_' || substr(md5('ch' || idempotency_key), 1, 24), 'succeeded', user_id
 			FROM idempotency_keys
 			WHERE created_at < now() - $1::interval`, reaperMaxAge)
 		if err != nil {
@@ -369,7 +369,9 @@ func (r *run) explain(ctx context.Context, live keyBatch, keys int64) error {
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
+	// Everything explained is thrown away; a failed rollback ends with
+	// the connection.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
 	newKey := r.key("explain", 0, 0)
 	existing := live.seededKey()

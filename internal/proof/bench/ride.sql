@@ -60,9 +60,9 @@ SELECT 1 FROM idempotency_keys
 WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'started'
 FOR UPDATE;
 INSERT INTO rides (idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
-	amount, currency, user_id)
-VALUES (:k_id, 37.7749, -122.4194, 37.8044, -122.2712, 2000, 'usd', :uid)
-RETURNING id, created_at, origin_lat::float8, origin_lon::float8, target_lat::float8,
+	amount, currency, user_id, status)
+VALUES (:k_id, 37.7749, -122.4194, 37.8044, -122.2712, 2000, 'usd', :uid, 'pending')
+RETURNING id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
 	target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id;
 \endpipeline
 \startpipeline
@@ -90,8 +90,9 @@ BEGIN;
 SELECT 1 FROM idempotency_keys
 WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'ride_created'
 FOR UPDATE;
-UPDATE rides SET stripe_charge_id = 'ch_pgbench_' || :k_id::text
+UPDATE rides SET stripe_charge_id = 'ch_pgbench_' || :k_id::text, status = 'succeeded'
 WHERE id = (SELECT currval('rides_id_seq'))
+  AND status IN ('pending', 'needs_review', 'succeeded')
   AND (stripe_charge_id IS NULL OR stripe_charge_id = 'ch_pgbench_' || :k_id::text);
 \endpipeline
 \startpipeline

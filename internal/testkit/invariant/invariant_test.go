@@ -149,7 +149,7 @@ func TestCheck(t *testing.T) {
 	t.Run("FindsChargeNotRecorded", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		exec(t, b, `UPDATE rides SET stripe_charge_id = NULL WHERE id = $1`, b.rideIDs[0])
+		exec(t, b, `UPDATE rides SET stripe_charge_id = NULL, status = 'pending' WHERE id = $1`, b.rideIDs[0])
 		report := check(t, b, invariant.Options{})
 		requireViolations(t, report, map[invariant.Kind]int{
 			invariant.ChargeNotRecorded: 1,
@@ -220,7 +220,7 @@ func TestCheck(t *testing.T) {
 		b := setup(t)
 		// A request cut off after Stripe answered: the key is back at
 		// ride_created and the ride has no charge yet.
-		exec(t, b, `UPDATE rides SET stripe_charge_id = NULL WHERE id = $1`, b.rideIDs[0])
+		exec(t, b, `UPDATE rides SET stripe_charge_id = NULL, status = 'pending' WHERE id = $1`, b.rideIDs[0])
 		exec(t, b, `DELETE FROM staged_jobs WHERE (job_args->>'ride_id')::bigint = $1`, b.rideIDs[0])
 		exec(t, b, `UPDATE idempotency_keys SET recovery_point = 'ride_created', response_code = NULL, response_body = NULL WHERE id = $1`, b.keys[0])
 		report := check(t, b, invariant.Options{AllowUnfinished: true})
