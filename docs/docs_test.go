@@ -17,6 +17,7 @@ import (
 
 	"github.com/rocketrides/rocketrides/docs"
 	"github.com/rocketrides/rocketrides/internal/completer"
+	"github.com/rocketrides/rocketrides/internal/reaper"
 )
 
 func load(t *testing.T) *openapi3.T {
@@ -65,6 +66,18 @@ func TestOpenAPI(t *testing.T) {
 		for _, setting := range []string{"COMPLETER_MIN_AGE", "COMPLETER_RETRY_INTERVAL"} {
 			require.Contains(t, doc.Info.Description, setting, "the promise names what it is derived from")
 		}
+	})
+
+	// The IETF Idempotency-Key draft asks an API to publish how long a
+	// key lives; the figures are the reaper's defaults.
+	t.Run("StatesTheKeyLifetime", func(t *testing.T) {
+		t.Parallel()
+		doc := load(t)
+		text := strings.Join(strings.Fields(doc.Info.Description), " ")
+		require.Contains(t, text, fmt.Sprintf("for %d hours after it was first used (the reaper's `REAPER_MAX_AGE`)",
+			int(reaper.DefaultMaxAge.Hours())))
+		require.Contains(t, text, fmt.Sprintf("for %d days after the key was first used (`REAPED_KEY_RETENTION`)",
+			int(reaper.DefaultRetainReaped.Hours()/24)))
 	})
 
 	// The requests the tests make exercise most problem codes, and

@@ -7,13 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"maps"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -369,7 +370,10 @@ func invalidQuery(name, reason string) *problem.Problem {
 // None of these is stored on the key: the key is unlocked at its last
 // recovery point, and a retry continues from there.
 func (h *Handler) errorProblem(ctx context.Context, err error) *problem.Problem {
+	var expired *idem.ExpiredError
 	switch {
+	case errors.As(err, &expired):
+		return expiredProblem(expired)
 	case errors.Is(err, idem.ErrKeyReused):
 		return problem.New(http.StatusUnprocessableEntity, "idempotency_key_reused",
 			"This Idempotency-Key was used for a different request (method, path or parameters). Use a new key for a new request.")
@@ -398,6 +402,30 @@ func (h *Handler) errorProblem(ctx context.Context, err error) *problem.Problem 
 		return problem.New(http.StatusInternalServerError, "internal_error",
 			"Something went wrong on our side. Retry with the same Idempotency-Key; the request resumes where it stopped.")
 	}
+}
+
+// expiredProblem answers a request that came back with a key the reaper
+// had deleted: the request ran when the key was first used and is not run
+// again, whatever became of it. The client learns the ride, if there is
+// one, and looks it up instead.
+func expiredProblem(e *idem.ExpiredError) *problem.Problem {
+	first := e.CreatedAt.UTC().Format(time.RFC3339)
+	var outcome string
+	switch {
+	case e.ResourceID == nil:
+		outcome = "Its request never created a ride, and nothing was charged."
+	case e.ResponseCode == nil:
+		outcome = fmt.Sprintf("Its request created ride %d and never finished; GET /rides/%d for its status.", *e.ResourceID, *e.ResourceID)
+	default:
+		outcome = fmt.Sprintf("Its request created ride %d (answered %d); GET /rides/%d for its status.", *e.ResourceID, *e.ResponseCode, *e.ResourceID)
+	}
+	p := problem.New(http.StatusGone, "idempotency_key_expired",
+		"This Idempotency-Key was first used at "+first+" and has outlived its lifetime; its request is not run again. "+
+			outcome+" Use a new key for a new ride.")
+	if e.ResourceID != nil {
+		p.With("ride_id", *e.ResourceID)
+	}
+	return p
 }
 
 // readProblem turns a failure to read rides (GET) into its response. A

@@ -136,7 +136,9 @@ func (r *request) createRide(ctx context.Context, tx *idem.Tx) (idem.Outcome, er
 		return idem.Outcome{}, err
 	}
 	r.ride = ride // read only once the phase commits (the next arm)
-	return idem.AdvanceToForeignCall(RideCreated), nil
+	// The key names its ride, so that its record still does once the key
+	// is reaped (a late retry is told which ride it made).
+	return idem.AdvanceToForeignCall(RideCreated).Created(ride.ID), nil
 }
 
 // charge is the foreign state mutation: it charges the ride at Stripe and

@@ -163,6 +163,27 @@ func settleRide(tx *idem.Tx, rideID int64, status Status) {
 	})
 }
 
+// SettleReaped is what the reaper does, for rides, about the keys a batch
+// deletes (an idem.ReapFunc): a ride whose request never finished and is
+// now listed in abandoned_requests for a person stops saying pending,
+// which promises that a retry or the completer will settle it, and says
+// needs_review. It commits with the batch.
+func SettleReaped(_ context.Context, tx *idem.Tx, reaped []idem.ReapedKey) error {
+	var ids []int64
+	for _, k := range reaped {
+		if k.Abandoned() && k.RequestPath == Path && k.ResourceID != nil {
+			ids = append(ids, *k.ResourceID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	tx.Queue(`
+		UPDATE rides SET status = 'needs_review'
+		WHERE id = ANY($1::bigint[]) AND status = 'pending'`, ids)
+	return nil
+}
+
 func oneRide(ctx context.Context, q querier, what, sql string, args ...any) (*Ride, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {

@@ -351,7 +351,9 @@ const claimSQL = `WITH inserted AS (
 	INSERT INTO idempotency_keys
 		(user_id, idempotency_key, request_method, request_path, request_params,
 		 origin_ip, recovery_point, locked_at, lock_token)
-	VALUES ($1, $2, $3, $4, $5, $6, 'started', now(), $7)
+	SELECT $1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::inet, 'started', now(), $7::uuid
+	WHERE NOT EXISTS (
+		SELECT 1 FROM reaped_keys WHERE user_id = $1::bigint AND idempotency_key = $2::text)
 	ON CONFLICT (user_id, idempotency_key) DO NOTHING
 	RETURNING ` + keyColumns + `
 )
@@ -404,8 +406,8 @@ FOR UPDATE`,
 		{
 			name: "ride INSERT (rides.insertRide)",
 			sql: `INSERT INTO rides (idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
-	amount, currency, user_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+	amount, currency, user_id, status)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending')
 RETURNING id`,
 			args: func() []any {
 				return []any{keyID, rideParams.OriginLat, rideParams.OriginLon, rideParams.TargetLat, rideParams.TargetLon, 2000, "usd", r.userID}
@@ -420,16 +422,17 @@ SET recovery_point = $4,
     locked_at      = CASE WHEN $4 = 'finished' THEN NULL ELSE now() END,
     lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END,
     first_foreign_attempt_at = CASE WHEN $7 THEN coalesce(first_foreign_attempt_at, now())
-                                    ELSE first_foreign_attempt_at END
+                                    ELSE first_foreign_attempt_at END,
+    resource_id    = coalesce($8, resource_id)
 WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
 RETURNING response_body, first_foreign_attempt_at`,
-			args: func() []any { return []any{keyID, token, "started", "ride_created", nil, nil, true} },
+			args: func() []any { return []any{keyID, token, "started", "ride_created", nil, nil, true, int64(1)} },
 		},
 		{
 			name: "ride by key SELECT (rides.rideByKey)",
-			sql: `SELECT id, created_at, origin_lat::float8, origin_lon::float8, target_lat::float8,
+			sql: `SELECT id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
 	target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id
-FROM rides WHERE idempotency_key_id = $1`,
+FROM rides WHERE idempotency_key_id = $1::bigint`,
 			args: func() []any { return []any{keyID} },
 		},
 		{

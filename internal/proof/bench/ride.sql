@@ -30,8 +30,11 @@ WITH inserted AS (
 	INSERT INTO idempotency_keys
 		(user_id, idempotency_key, request_method, request_path, request_params,
 		 origin_ip, recovery_point, locked_at, lock_token)
-	VALUES (:uid, 'pgbench-' || :run::text || '-' || :client_id::text || '-' || :n::text,
-		'POST', '/rides', :params, '127.0.0.1', 'started', now(), gen_random_uuid())
+	SELECT :uid, 'pgbench-' || :run::text || '-' || :client_id::text || '-' || :n::text,
+		'POST', '/rides', :params::jsonb, '127.0.0.1'::inet, 'started', now(), gen_random_uuid()
+	WHERE NOT EXISTS (
+		SELECT 1 FROM reaped_keys
+		WHERE user_id = :uid AND idempotency_key = 'pgbench-' || :run::text || '-' || :client_id::text || '-' || :n::text)
 	ON CONFLICT (user_id, idempotency_key) DO NOTHING
 	RETURNING id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
 		request_method, request_params, request_path, origin_ip,
@@ -75,7 +78,8 @@ SET recovery_point = 'ride_created',
     locked_at      = CASE WHEN 'ride_created' = 'finished' THEN NULL ELSE now() END,
     lock_token     = CASE WHEN 'ride_created' = 'finished' THEN NULL ELSE lock_token END,
     first_foreign_attempt_at = CASE WHEN true THEN coalesce(first_foreign_attempt_at, now())
-                                    ELSE first_foreign_attempt_at END
+                                    ELSE first_foreign_attempt_at END,
+    resource_id    = coalesce((SELECT currval('rides_id_seq')), resource_id)
 WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'started'
 RETURNING response_body, first_foreign_attempt_at;
 COMMIT;
@@ -103,7 +107,8 @@ SET recovery_point = 'charge_created',
     locked_at      = CASE WHEN 'charge_created' = 'finished' THEN NULL ELSE now() END,
     lock_token     = CASE WHEN 'charge_created' = 'finished' THEN NULL ELSE lock_token END,
     first_foreign_attempt_at = CASE WHEN false THEN coalesce(first_foreign_attempt_at, now())
-                                    ELSE first_foreign_attempt_at END
+                                    ELSE first_foreign_attempt_at END,
+    resource_id    = coalesce(NULL::bigint, resource_id)
 WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'ride_created'
 RETURNING response_body, first_foreign_attempt_at;
 COMMIT;
@@ -129,7 +134,8 @@ SET recovery_point = 'finished',
     locked_at      = CASE WHEN 'finished' = 'finished' THEN NULL ELSE now() END,
     lock_token     = CASE WHEN 'finished' = 'finished' THEN NULL ELSE lock_token END,
     first_foreign_attempt_at = CASE WHEN false THEN coalesce(first_foreign_attempt_at, now())
-                                    ELSE first_foreign_attempt_at END
+                                    ELSE first_foreign_attempt_at END,
+    resource_id    = coalesce(NULL::bigint, resource_id)
 WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'charge_created'
 RETURNING response_body, first_foreign_attempt_at;
 COMMIT;
