@@ -56,10 +56,10 @@ CREATE TABLE reaped_keys (
     created_at            TIMESTAMPTZ NOT NULL,
     reaped_at             TIMESTAMPTZ NOT NULL DEFAULT now(),
 
-    -- A key value is recorded once per user. While the record exists no
-    -- new key of that value can be claimed (but for one claimed in the
-    -- very instant its predecessor was reaped, whose record, once it is
-    -- reaped in turn, replaces this one).
+    -- A key value is recorded once per user: while the record exists no
+    -- new key of that value is claimed (one claimed in the very instant
+    -- its predecessor was reaped is retired by its first phase's fence),
+    -- and should one be reaped all the same, its record replaces this.
     PRIMARY KEY (user_id, idempotency_key)
 );
 

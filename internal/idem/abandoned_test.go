@@ -553,3 +553,44 @@ func TestReapedKeys(t *testing.T) {
 		require.Equal(t, []int{0, 1, 1, 1}, []int{count("idempotency_keys"), count("reaped_keys"), count("abandoned_requests"), count("staged_jobs")})
 	})
 }
+
+// TestClaimAsTheKeyIsReaped covers the one window the claim's guard
+// leaves: a claim whose insert runs in the instant the reaper deletes the
+// key's earlier row waits for that row, then inserts, its guard having
+// read reaped_keys before the reaper committed. The key then exists next
+// to its predecessor's record, which is the state made here; the first
+// phase's fence finds the record, retires the key, and refuses the
+// request as the claim would have.
+func TestClaimAsTheKeyIsReaped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupAbandoned(t)
+	old := insertKey(t, b, keyState{point: Finished, age: testMaxAge + time.Hour, idle: time.Hour})
+	_, err := b.pool.Exec(ctx, `UPDATE idempotency_keys SET resource_id = 42 WHERE id = $1`, old.ID)
+	require.NoError(t, err)
+	_, err = b.store.Reap(ctx, testMaxAge, 100, nil)
+	require.NoError(t, err)
+	// Hide the record while the claim runs, as the reaper's uncommitted
+	// transaction did.
+	_, err = b.pool.Exec(ctx, `ALTER TABLE reaped_keys RENAME TO reaped_keys_hidden; CREATE TABLE reaped_keys (LIKE reaped_keys_hidden)`)
+	require.NoError(t, err)
+	key, _, err := b.store.Claim(ctx, Request{UserID: b.userID, Key: old.IdempotencyKey, Method: "POST", Path: "/rides",
+		Params: []byte(`{"a": 1}`), OriginIP: netip.MustParseAddr("192.0.2.1")})
+	require.NoError(t, err, "the claim cannot see the record")
+	_, err = b.pool.Exec(ctx, `DROP TABLE reaped_keys; ALTER TABLE reaped_keys_hidden RENAME TO reaped_keys`)
+	require.NoError(t, err)
+
+	var wrote bool
+	err = b.store.Phase(ctx, key, func(context.Context, *Tx) (Outcome, error) {
+		wrote = true
+		return Advance("halfway"), nil
+	})
+	var expired *ExpiredError
+	require.ErrorAs(t, err, &expired)
+	require.Equal(t, old.ID, expired.KeyID)
+	require.Equal(t, int64(42), *expired.ResourceID)
+	require.True(t, wrote, "the phase ran, and rolled back")
+	var keys int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys`).Scan(&keys))
+	require.Zero(t, keys, "the key claimed in the window is retired")
+}

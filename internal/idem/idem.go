@@ -384,17 +384,47 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 	return key, replayed, nil
 }
 
+// errReapedPredecessor is the fence's finding that a key at started has a
+// record in reaped_keys: see phaseOnce and retire.
+var errReapedPredecessor = errors.New("idempotency key has a reaped predecessor")
+
+// retire ends a request whose key turned out, at its first phase, to have
+// a reaped predecessor: the key was claimed in the instant the reaper
+// deleted the earlier one. Nothing has run under it, so it is deleted,
+// and the request is refused as the claim would have refused it.
+func (s *Store) retire(ctx context.Context, key *Key) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, `
+		DELETE FROM idempotency_keys
+		WHERE id = $1 AND lock_token = $2 AND recovery_point = 'started'`,
+		key.ID, key.lockToken()); err != nil {
+		return fmt.Errorf("retire key %d claimed as its predecessor was reaped: %w", key.ID, err)
+	}
+	key.LockedAt, key.LockToken = nil, nil
+	outcome, err := s.reaped(ctx, s.pool, Request{
+		UserID: key.UserID, Key: key.IdempotencyKey,
+		Method: key.RequestMethod, Path: key.RequestPath, Params: key.RequestParams,
+	})
+	if errors.Is(err, ErrKeyExpired) || errors.Is(err, ErrKeyReused) {
+		s.metrics.Outcome(outcome)
+	}
+	return err
+}
+
 // reaped arbitrates a claim of a key that has no row: the reaper's record
 // of it refuses the request, as expired if it is the request the key was
 // used for and as a reused key otherwise. With no record either, the key
 // was deleted between the claim's insert and its lock; the client
 // retries.
-func (s *Store) reaped(ctx context.Context, tx pgx.Tx, req Request) (metrics.Outcome, error) {
+func (s *Store) reaped(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, req Request) (metrics.Outcome, error) {
 	var (
 		expired ExpiredError
 		matches bool
 	)
-	err := tx.QueryRow(ctx, `
+	err := q.QueryRow(ctx, `
 		SELECT idempotency_key_id, created_at, reaped_at, response_code, resource_id,
 		       request_method = $3 AND request_path = $4
 		       AND request_params_sha256 = sha256(convert_to($5::jsonb::text, 'UTF8'))
@@ -506,6 +536,9 @@ func (s *Store) Phase(ctx context.Context, key *Key, fn PhaseFunc) error {
 	var err error
 	for attempt := 1; attempt <= s.phaseAttempts; attempt++ {
 		err = s.phaseOnce(ctx, key, fn)
+		if errors.Is(err, errReapedPredecessor) {
+			return s.retire(ctx, key)
+		}
 		if err == nil || !db.IsRetryable(err) {
 			return err
 		}
@@ -528,19 +561,33 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 	// The fence goes out with the phase's first statements. Those run
 	// whatever its answer, inside the transaction; the answer decides
 	// whether it commits.
+	//
+	// From started, the fence also makes sure the key has no reaped
+	// predecessor. A claim whose insert ran in the very instant the reaper
+	// deleted the key's earlier row (the insert waits for the deleted row
+	// and then proceeds, its guard having read reaped_keys before the
+	// reaper committed) is caught here, before its request does anything:
+	// this statement reads after the reaper's commit. Other phases skip
+	// the look-up (the subquery's condition on $3 is false).
 	tx.Queue(`BEGIN`)
 	tx.Queue(`
-		SELECT 1 FROM idempotency_keys
+		SELECT NOT EXISTS (
+			SELECT 1 FROM reaped_keys r
+			WHERE $3 = 'started' AND r.user_id = k.user_id AND r.idempotency_key = k.idempotency_key)
+		FROM idempotency_keys k
 		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
-		FOR UPDATE`,
+		FOR UPDATE OF k`,
 		key.ID, key.lockToken(), key.RecoveryPoint,
 	).QueryRow(func(row pgx.Row) error {
-		var one int
-		if err := row.Scan(&one); errors.Is(err, pgx.ErrNoRows) {
+		var unreaped bool
+		if err := row.Scan(&unreaped); errors.Is(err, pgx.ErrNoRows) {
 			s.metrics.Outcome(metrics.OutcomeLockLost)
 			return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
 		} else if err != nil {
 			return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, err)
+		}
+		if !unreaped {
+			return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, errReapedPredecessor)
 		}
 		tx.fenced = true
 		return nil

@@ -398,9 +398,12 @@ func (r *run) explain(ctx context.Context, live keyBatch, keys int64) error {
 		},
 		{
 			name: "fence, phase started -> ride_created (idem.Phase)",
-			sql: `SELECT 1 FROM idempotency_keys
+			sql: `SELECT NOT EXISTS (
+	SELECT 1 FROM reaped_keys r
+	WHERE $3 = 'started' AND r.user_id = k.user_id AND r.idempotency_key = k.idempotency_key)
+FROM idempotency_keys k
 WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
-FOR UPDATE`,
+FOR UPDATE OF k`,
 			args: func() []any { return []any{keyID, token, "started"} },
 		},
 		{

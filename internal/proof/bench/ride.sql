@@ -59,9 +59,12 @@ WHERE user_id = :uid AND idempotency_key = 'pgbench-' || :run::text || '-' || :c
 -- first charge attempt about to be made.
 \startpipeline
 BEGIN;
-SELECT 1 FROM idempotency_keys
+SELECT NOT EXISTS (
+	SELECT 1 FROM reaped_keys r
+	WHERE 'started' = 'started' AND r.user_id = k.user_id AND r.idempotency_key = k.idempotency_key)
+FROM idempotency_keys k
 WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'started'
-FOR UPDATE;
+FOR UPDATE OF k;
 INSERT INTO rides (idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
 	amount, currency, user_id, status)
 VALUES (:k_id, 37.7749, -122.4194, 37.8044, -122.2712, 2000, 'usd', :uid, 'pending')
@@ -91,9 +94,12 @@ COMMIT;
 -- the ride; then the key.
 \startpipeline
 BEGIN;
-SELECT 1 FROM idempotency_keys
+SELECT NOT EXISTS (
+	SELECT 1 FROM reaped_keys r
+	WHERE 'ride_created' = 'started' AND r.user_id = k.user_id AND r.idempotency_key = k.idempotency_key)
+FROM idempotency_keys k
 WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'ride_created'
-FOR UPDATE;
+FOR UPDATE OF k;
 UPDATE rides SET stripe_charge_id = 'ch_pgbench_' || :k_id::text, status = 'succeeded'
 WHERE id = (SELECT currval('rides_id_seq'))
   AND status IN ('pending', 'needs_review', 'succeeded')
@@ -118,9 +124,12 @@ COMMIT;
 -- receipt job with its NOTIFY in one statement; then the stored 201.
 \startpipeline
 BEGIN;
-SELECT 1 FROM idempotency_keys
+SELECT NOT EXISTS (
+	SELECT 1 FROM reaped_keys r
+	WHERE 'charge_created' = 'started' AND r.user_id = k.user_id AND r.idempotency_key = k.idempotency_key)
+FROM idempotency_keys k
 WHERE id = :k_id AND lock_token = :k_lock_token AND recovery_point = 'charge_created'
-FOR UPDATE;
+FOR UPDATE OF k;
 WITH staged AS (
 	INSERT INTO staged_jobs (job_name, job_args) VALUES ('send_ride_receipt', :job_args) RETURNING id
 )
