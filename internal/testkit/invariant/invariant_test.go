@@ -179,6 +179,15 @@ func TestCheck(t *testing.T) {
 		requireViolations(t, report, map[invariant.Kind]int{invariant.ResponseMismatch: 1})
 	})
 
+	t.Run("FindsAStatusThatDisagreesWithItsKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		exec(t, b, `UPDATE rides SET status = 'pending' WHERE idempotency_key_id = $1`, b.declined)
+		report := check(t, b, invariant.Options{})
+		requireViolations(t, report, map[invariant.Kind]int{invariant.StatusMismatch: 1})
+		require.Contains(t, report.String(), "finished with 402")
+	})
+
 	t.Run("FindsChargeOnDeclinedKey", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
