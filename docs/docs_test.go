@@ -1,6 +1,7 @@
 package docs_test
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -15,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocketrides/rocketrides/docs"
+	"github.com/rocketrides/rocketrides/internal/completer"
+	"github.com/rocketrides/rocketrides/internal/reaper"
 )
 
 func load(t *testing.T) *openapi3.T {
@@ -50,6 +53,31 @@ func TestOpenAPI(t *testing.T) {
 		}
 		slices.Sort(ids)
 		require.Equal(t, len(ids), len(slices.Compact(slices.Clone(ids))), "operationIds: %v", ids)
+	})
+
+	// The contract promises a client that gives up after a 5xx that the
+	// server settles its ride in a stated time; the time is the
+	// completer's defaults, and the text must say so.
+	t.Run("StatesTheCompletersPromise", func(t *testing.T) {
+		t.Parallel()
+		doc := load(t)
+		promise := fmt.Sprintf("within %d minutes of the last attempt", int(completer.DefaultSettleWithin.Minutes()))
+		require.Contains(t, strings.Join(strings.Fields(doc.Info.Description), " "), promise)
+		for _, setting := range []string{"COMPLETER_MIN_AGE", "COMPLETER_RETRY_INTERVAL"} {
+			require.Contains(t, doc.Info.Description, setting, "the promise names what it is derived from")
+		}
+	})
+
+	// The IETF Idempotency-Key draft asks an API to publish how long a
+	// key lives; the figures are the reaper's defaults.
+	t.Run("StatesTheKeyLifetime", func(t *testing.T) {
+		t.Parallel()
+		doc := load(t)
+		text := strings.Join(strings.Fields(doc.Info.Description), " ")
+		require.Contains(t, text, fmt.Sprintf("for %d hours after it was first used (the reaper's `REAPER_MAX_AGE`)",
+			int(reaper.DefaultMaxAge.Hours())))
+		require.Contains(t, text, fmt.Sprintf("for %d days after the key was first used (`REAPED_KEY_RETENTION`)",
+			int(reaper.DefaultRetainReaped.Hours()/24)))
 	})
 
 	// The requests the tests make exercise most problem codes, and

@@ -1,10 +1,10 @@
 // Package migrations embeds the SQL that defines the schema, so that every
 // binary carries the schema it was built against.
 //
-// The schema is one migration, 000001_schema, to be read top to bottom:
-// nothing had been deployed when the history that led to it was squashed.
-// From the first deployment on, a change is a new numbered pair; an
-// applied migration is never edited.
+// The schema starts with one migration, 000001_schema, to be read top to
+// bottom: nothing had been deployed when the history that led to it was
+// squashed. Every change since is a new numbered pair (000002_ride_status,
+// ...); an applied migration is never edited.
 package migrations
 
 import "embed"

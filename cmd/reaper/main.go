@@ -1,6 +1,8 @@
 // Command reaper deletes idempotency keys older than REAPER_MAX_AGE, in
 // bounded batches, and lists the requests among them that never finished
-// in abandoned_requests for a person to review: the article's reaper.
+// in abandoned_requests for a person to review: the article's reaper. It
+// keeps a record of each key it deletes, which refuses the key's late
+// retries, until REAPED_KEY_RETENTION after the key was first used.
 //
 // With -once it reaps everything due, prints "reaped=N abandoned=M" and
 // exits. Otherwise it runs until SIGINT or SIGTERM, finishing the batch in
@@ -16,6 +18,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/reaper"
+	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
 func main() {
@@ -31,6 +34,9 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 	databaseURL := env.Required("DATABASE_URL")
 	cfg := &reaper.Config{
 		MaxAge:       env.Duration("REAPER_MAX_AGE", reaper.DefaultMaxAge),
+		RetainReaped: env.Duration("REAPED_KEY_RETENTION", reaper.DefaultRetainReaped),
+		// A ride whose request is reaped unfinished waits for a person.
+		Settle:       rides.SettleReaped,
 		BatchSize:    env.Int("REAPER_BATCH_SIZE", reaper.DefaultBatchSize),
 		PollInterval: env.Duration("REAPER_POLL_INTERVAL", reaper.DefaultPollInterval),
 		DutyCycle:    env.Fraction("REAPER_DUTY_CYCLE", reaper.DefaultDutyCycle),
@@ -66,6 +72,7 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 		MetricsAddr: metricsAddr,
 		Settings: []slog.Attr{
 			slog.Duration("max_age", cfg.MaxAge),
+			slog.Duration("reaped_key_retention", cfg.RetainReaped),
 			slog.Int("batch_size", cfg.BatchSize),
 			slog.Duration("poll_interval", cfg.PollInterval),
 			slog.Float64("duty_cycle", cfg.DutyCycle),

@@ -57,6 +57,16 @@ func TestBuild(t *testing.T) {
 		require.ErrorContains(t, err, "reaper: Config.MaxAge 1m0s must exceed the idempotency lock timeout 1m30s")
 	})
 
+	t.Run("RefusesAZeroOrShortKeyRetention", func(t *testing.T) {
+		setEnv(t, "postgres://127.0.0.1:1/none", "REAPED_KEY_RETENTION", "0s")
+		_, err := build(t.Context(), logger)
+		require.ErrorContains(t, err, "REAPED_KEY_RETENTION=0s: must be positive")
+
+		setEnv(t, "postgres://127.0.0.1:1/none", "REAPED_KEY_RETENTION", "48h")
+		_, err = build(t.Context(), logger)
+		require.ErrorContains(t, err, "reaper: Config.RetainReaped 48h0m0s must exceed Config.MaxAge 72h0m0s")
+	})
+
 	t.Run("BuildsAndReaps", func(t *testing.T) {
 		setEnv(t, dbtest.NewURL(t))
 		program, err := build(t.Context(), logger)

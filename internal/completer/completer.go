@@ -41,6 +41,16 @@ const (
 	DefaultPollInterval = 10 * time.Second
 	DefaultBatchSize    = 100
 
+	// DefaultSettleWithin is what the API promises a client that stops
+	// retrying after a 5xx (docs/openapi.yaml, "After a 5xx"): with the
+	// defaults, the completer takes up its request, and settles its
+	// ride, within this long of the last attempt, as long as the payment
+	// provider answers. A key becomes due DefaultMinAge after it was
+	// created and DefaultRetryInterval after it was last worked, both at
+	// most the last attempt, and is claimed by the next poll: the sum
+	// leaves the poll interval and the work itself a margin.
+	DefaultSettleWithin = DefaultMinAge + DefaultRetryInterval
+
 	// DefaultConcurrency is how many keys of a batch are worked at once.
 	// A key spends most of its time waiting on Stripe, holding no
 	// database connection, so one at a time would finish about four keys

@@ -3,6 +3,7 @@ package completer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -143,6 +144,37 @@ func TestCompleter(t *testing.T) {
 			require.Zero(t, succeeded+failed)
 		})
 	}
+
+	// The contract's promise after a 5xx: a client that never retries
+	// finds its ride settled by the server within
+	// DefaultSettleWithin of its last attempt, by the completer on its
+	// default settings.
+	t.Run("SettlesThePendingRideOfA5xxWithinThePromise", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		key := apitest.NewKey()
+		b.Fail(rides.FailBeforeCharge, func(context.Context) error { return errors.New("injected failure") })
+		resp := b.PostRide(t, key, apitest.DefaultParams)
+		b.Fail(rides.FailBeforeCharge, nil)
+		require.Equal(t, http.StatusInternalServerError, resp.Status, "%s", resp.Body)
+		rideID := resp.JSON(t)["ride_id"]
+		require.NotNil(t, rideID, "the 5xx names the ride: %s", resp.Body)
+		getRide := func() map[string]any {
+			got := b.Do(t, http.MethodGet, fmt.Sprintf("/rides/%v", rideID), "", "Authorization", "Bearer "+b.Token)
+			require.Equal(t, http.StatusOK, got.Status, "%s", got.Body)
+			return got.JSON(t)
+		}
+		require.Equal(t, "pending", getRide()["status"])
+
+		// Just short of the promise's margin: the poll interval.
+		promise := completer.DefaultSettleWithin - completer.DefaultPollInterval
+		backdate(t, b, b.KeyRow(t, key).ID, promise, promise)
+		succeeded, failed := runOnce(t, b)
+		require.Equal(t, 1, succeeded)
+		require.Zero(t, failed)
+		require.Equal(t, "succeeded", getRide()["status"])
+		requireCompleted(t, b, key)
+	})
 
 	t.Run("StoredDeclineCountsAsSucceeded", func(t *testing.T) {
 		t.Parallel()

@@ -45,7 +45,7 @@ const claimAbandonedSQL = `
 // ClaimAbandoned locks, for the completer, up to limit keys whose requests
 // look abandoned by their clients: unfinished, created more than minAge
 // ago, last worked more than retryInterval ago, not set aside for a human
-// (see FlagForAttention), and not locked by a live request (a lock older
+// (see SetAside), and not locked by a live request (a lock older
 // than the store's lock timeout is taken over). Each key comes back locked
 // with a new lock token, ready for the endpoint to resume it; the endpoint
 // unlocks it on failure as it would for a client's request.
@@ -68,6 +68,10 @@ type ReapedKey struct {
 	ID            int64         `db:"id"`
 	UserID        int64         `db:"user_id"`
 	RecoveryPoint RecoveryPoint `db:"recovery_point"`
+	RequestPath   string        `db:"request_path"`
+	// ResourceID is what the key's request created (see
+	// Outcome.Created), if it got that far.
+	ResourceID *int64 `db:"resource_id"`
 	// Reason is set when the key had not finished: its request was
 	// copied to abandoned_requests with this reason.
 	Reason *string `db:"reason"`
@@ -77,10 +81,18 @@ type ReapedKey struct {
 // abandoned_requests for a human.
 func (k ReapedKey) Abandoned() bool { return k.Reason != nil }
 
+// ReapFunc queues, on the transaction of a reap batch, what an endpoint
+// does about the keys the batch deletes: say, marking what a request
+// that never finished left behind as waiting for a person. Its writes
+// commit with the batch, or the batch does not commit at all.
+type ReapFunc func(ctx context.Context, tx *Tx, reaped []ReapedKey) error
+
 // reapSQL deletes one batch of expired keys and, in the same statement
 // and so the same transaction, copies the unfinished ones to
-// abandoned_requests: a request cannot disappear without leaving a row
-// for a human, and a failed copy keeps its key.
+// abandoned_requests and records every one in reaped_keys: a request
+// cannot disappear without leaving a row for a human, a key cannot
+// disappear without the record that refuses its late retries, and a
+// failed copy keeps its key.
 //
 // The batch is bounded and taken with FOR UPDATE SKIP LOCKED, so each
 // statement holds row locks briefly and only on the rows it deletes;
@@ -91,7 +103,8 @@ func (k ReapedKey) Abandoned() bool { return k.Reason != nil }
 // request at a recovery point it is about to leave. The next pass takes
 // the key once the lock is released or stale.
 //
-// Rides survive: rides.idempotency_key_id is ON DELETE SET NULL.
+// Rides survive: rides.idempotency_key_id is ON DELETE SET NULL, and the
+// key's record keeps the ride's id (resource_id).
 const reapSQL = `
 	WITH reaped AS (
 		DELETE FROM idempotency_keys
@@ -105,7 +118,7 @@ const reapSQL = `
 			FOR UPDATE SKIP LOCKED
 		)
 		RETURNING id, user_id, idempotency_key, request_method, request_path, request_params,
-		          recovery_point, created_at, last_run_at, attention_reason
+		          recovery_point, created_at, last_run_at, attention_reason, response_code, resource_id
 	), abandoned AS (
 		INSERT INTO abandoned_requests
 			(idempotency_key_id, user_id, idempotency_key, request_method, request_path,
@@ -116,8 +129,25 @@ const reapSQL = `
 		FROM reaped
 		WHERE recovery_point <> 'finished'
 		RETURNING idempotency_key_id, reason
+	), recorded AS (
+		INSERT INTO reaped_keys
+			(user_id, idempotency_key, idempotency_key_id, request_method, request_path,
+			 request_params_sha256, response_code, resource_id, created_at)
+		SELECT user_id, idempotency_key, id, request_method, request_path,
+		       sha256(convert_to(request_params::text, 'UTF8')), response_code, resource_id, created_at
+		FROM reaped
+		ON CONFLICT (user_id, idempotency_key) DO UPDATE
+		SET idempotency_key_id    = EXCLUDED.idempotency_key_id,
+		    request_method        = EXCLUDED.request_method,
+		    request_path          = EXCLUDED.request_path,
+		    request_params_sha256 = EXCLUDED.request_params_sha256,
+		    response_code         = EXCLUDED.response_code,
+		    resource_id           = EXCLUDED.resource_id,
+		    created_at            = EXCLUDED.created_at,
+		    reaped_at             = EXCLUDED.reaped_at
 	)
-	SELECT reaped.id, reaped.user_id, reaped.recovery_point, abandoned.reason
+	SELECT reaped.id, reaped.user_id, reaped.recovery_point, reaped.request_path, reaped.resource_id,
+	       abandoned.reason
 	FROM reaped
 	LEFT JOIN abandoned ON abandoned.idempotency_key_id = reaped.id
 	ORDER BY reaped.id`
@@ -125,18 +155,54 @@ const reapSQL = `
 // Reap deletes up to limit idempotency keys created more than maxAge ago,
 // the reaper's one batch. Keys are for retrying a request, not an archive
 // of requests; a key that never finished is copied to abandoned_requests
-// first, for a person to review. Keys under a live lock wait for a later
-// batch. Reap returns the keys it deleted; fewer than limit means no more
-// are due, or that the rest are locked (by a request or another reaper).
-func (s *Store) Reap(ctx context.Context, maxAge time.Duration, limit int) ([]ReapedKey, error) {
+// first, for a person to review, and every key leaves a record in
+// reaped_keys, so that a retry that comes after it is refused instead of
+// run again (see Claim). Keys under a live lock wait for a later batch.
+// settle, if not nil, queues the endpoints' own writes about the reaped
+// keys on the batch's transaction. Reap returns the keys it deleted;
+// fewer than limit means no more are due, or that the rest are locked (by
+// a request or another reaper).
+func (s *Store) Reap(ctx context.Context, maxAge time.Duration, limit int, settle ReapFunc) ([]ReapedKey, error) {
 	reason := fmt.Sprintf("not finished within %s", maxAge)
-	rows, err := s.pool.Query(ctx, reapSQL, maxAge, limit, s.lockTimeout, reason)
-	if err != nil {
-		return nil, fmt.Errorf("reap idempotency keys older than %s: %w", maxAge, err)
-	}
-	keys, err := pgx.CollectRows(rows, pgx.RowToStructByName[ReapedKey])
+	var keys []ReapedKey
+	err := s.inTx(ctx, func(tx *Tx) error {
+		tx.Queue(reapSQL, maxAge, limit, s.lockTimeout, reason).Query(func(rows pgx.Rows) error {
+			var err error
+			keys, err = pgx.CollectRows(rows, pgx.RowToStructByName[ReapedKey])
+			return err
+		})
+		if settle == nil {
+			return nil
+		}
+		if err := tx.Flush(ctx); err != nil {
+			return err
+		}
+		return settle(ctx, tx, keys)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("reap idempotency keys older than %s: %w", maxAge, err)
 	}
 	return keys, nil
+}
+
+// ForgetReaped deletes up to limit records of reaped keys first used more
+// than retention ago, the reaper's other batch: past it, the key's value
+// may be used for a new request. It returns how many it deleted; fewer
+// than limit means no more are due, or that the rest are locked by
+// another reaper.
+func (s *Store) ForgetReaped(ctx context.Context, retention time.Duration, limit int) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM reaped_keys
+		WHERE (user_id, idempotency_key) IN (
+			SELECT user_id, idempotency_key
+			FROM reaped_keys
+			WHERE created_at < now() - $1::interval
+			ORDER BY created_at
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED
+		)`, retention, limit)
+	if err != nil {
+		return 0, fmt.Errorf("forget reaped idempotency keys older than %s: %w", retention, err)
+	}
+	return int(tag.RowsAffected()), nil
 }

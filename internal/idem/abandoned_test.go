@@ -5,6 +5,7 @@ package idem
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"net/netip"
 	"slices"
@@ -266,7 +267,7 @@ func TestReap(t *testing.T) {
 
 	reap := func(t *testing.T, b *abandonedBundle, limit int) []ReapedKey {
 		t.Helper()
-		keys, err := b.store.Reap(context.Background(), testMaxAge, limit)
+		keys, err := b.store.Reap(context.Background(), testMaxAge, limit, nil)
 		require.NoError(t, err)
 		return keys
 	}
@@ -368,7 +369,7 @@ func TestReap(t *testing.T) {
 
 		reapCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		reaped, err := b.store.Reap(reapCtx, testMaxAge, 100)
+		reaped, err := b.store.Reap(reapCtx, testMaxAge, 100, nil)
 		require.NoError(t, err)
 		require.Equal(t, []int64{keys[3].ID, keys[4].ID}, reapedIDs(reaped))
 
@@ -382,4 +383,214 @@ func TestReap(t *testing.T) {
 		b := setupAbandoned(t)
 		require.Empty(t, reap(t, b, 100))
 	})
+}
+
+// TestReapedKeys: every reaped key leaves a record that refuses the key's
+// late retries, until the record ages out.
+func TestReapedKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	old := testMaxAge + time.Hour
+
+	reap := func(t *testing.T, b *abandonedBundle) []ReapedKey {
+		t.Helper()
+		keys, err := b.store.Reap(ctx, testMaxAge, 100, nil)
+		require.NoError(t, err)
+		return keys
+	}
+	// request is the request insertKey's keys were made for.
+	request := func(b *abandonedBundle, key string) Request {
+		return Request{UserID: b.userID, Key: key, Method: "POST", Path: "/rides",
+			Params: []byte(`{"a": 1}`), OriginIP: netip.MustParseAddr("192.0.2.1")}
+	}
+	// created names resource id on key, as a phase that created it would.
+	created := func(t *testing.T, b *abandonedBundle, key *Key, id int64) {
+		t.Helper()
+		_, err := b.pool.Exec(ctx, `UPDATE idempotency_keys SET resource_id = $2 WHERE id = $1`, key.ID, id)
+		require.NoError(t, err)
+	}
+
+	t.Run("ReapRecordsEveryKey", func(t *testing.T) {
+		t.Parallel()
+		b := setupAbandoned(t)
+		finished := insertKey(t, b, keyState{point: Finished, age: old, idle: old})
+		created(t, b, finished, 42)
+		unfinished := insertKey(t, b, keyState{point: "halfway", age: old, idle: old})
+		reaped := reap(t, b)
+		require.Len(t, reaped, 2)
+		require.Equal(t, int64(42), *reaped[0].ResourceID)
+		require.Equal(t, "/rides", reaped[0].RequestPath)
+		require.Nil(t, reaped[1].ResourceID)
+
+		type record struct {
+			UserID              int64     `db:"user_id"`
+			IdempotencyKey      string    `db:"idempotency_key"`
+			IdempotencyKeyID    int64     `db:"idempotency_key_id"`
+			RequestMethod       string    `db:"request_method"`
+			RequestPath         string    `db:"request_path"`
+			RequestParamsSHA256 []byte    `db:"request_params_sha256"`
+			ResponseCode        *int      `db:"response_code"`
+			ResourceID          *int64    `db:"resource_id"`
+			CreatedAt           time.Time `db:"created_at"`
+			ReapedAt            time.Time `db:"reaped_at"`
+		}
+		rows, err := b.pool.Query(ctx, `SELECT * FROM reaped_keys ORDER BY idempotency_key_id`)
+		require.NoError(t, err)
+		records, err := pgx.CollectRows(rows, pgx.RowToStructByName[record])
+		require.NoError(t, err)
+		require.Len(t, records, 2)
+		hash := sha256.Sum256([]byte(`{"a": 1}`)) // the JSONB text of the params
+		for i, key := range []*Key{finished, unfinished} {
+			got := records[i]
+			require.Equal(t, key.ID, got.IdempotencyKeyID)
+			require.Equal(t, key.IdempotencyKey, got.IdempotencyKey)
+			require.Equal(t, b.userID, got.UserID)
+			require.Equal(t, "POST", got.RequestMethod)
+			require.Equal(t, "/rides", got.RequestPath)
+			require.Equal(t, hash[:], got.RequestParamsSHA256)
+			require.True(t, key.CreatedAt.Equal(got.CreatedAt))
+			require.WithinDuration(t, time.Now(), got.ReapedAt, 10*time.Second)
+		}
+		require.Equal(t, 201, *records[0].ResponseCode)
+		require.Equal(t, int64(42), *records[0].ResourceID)
+		require.Nil(t, records[1].ResponseCode, "never finished")
+		require.Nil(t, records[1].ResourceID)
+	})
+
+	t.Run("ClaimOfTheSameRequestIsExpired", func(t *testing.T) {
+		t.Parallel()
+		b := setupAbandoned(t)
+		key := insertKey(t, b, keyState{point: Finished, age: old, idle: old})
+		created(t, b, key, 42)
+		reap(t, b)
+
+		// Params spaced differently: the same request.
+		req := request(b, key.IdempotencyKey)
+		req.Params = []byte(`{ "a" : 1 }`)
+		_, _, err := b.store.Claim(ctx, req)
+		var expired *ExpiredError
+		require.ErrorAs(t, err, &expired)
+		require.ErrorIs(t, err, ErrKeyExpired)
+		require.Equal(t, key.ID, expired.KeyID)
+		require.Equal(t, 201, *expired.ResponseCode)
+		require.Equal(t, int64(42), *expired.ResourceID)
+		require.True(t, key.CreatedAt.Equal(expired.CreatedAt))
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys`).Scan(&n))
+		require.Zero(t, n, "the claim inserted no key")
+	})
+
+	t.Run("ClaimOfAnotherRequestIsReused", func(t *testing.T) {
+		t.Parallel()
+		b := setupAbandoned(t)
+		key := insertKey(t, b, keyState{point: Finished, age: old, idle: old})
+		reap(t, b)
+		for _, change := range []func(*Request){
+			func(r *Request) { r.Params = []byte(`{"a": 2}`) },
+			func(r *Request) { r.Path = "/tips" },
+			func(r *Request) { r.Method = "PUT" },
+		} {
+			req := request(b, key.IdempotencyKey)
+			change(&req)
+			_, _, err := b.store.Claim(ctx, req)
+			require.ErrorIs(t, err, ErrKeyReused)
+			require.NotErrorIs(t, err, ErrKeyExpired)
+		}
+	})
+
+	t.Run("ForgetsRecordsPastRetention", func(t *testing.T) {
+		t.Parallel()
+		b := setupAbandoned(t)
+		const retention = 30 * 24 * time.Hour
+		for range 5 {
+			insertKey(t, b, keyState{point: Finished, age: retention + time.Hour, idle: old})
+		}
+		young := insertKey(t, b, keyState{point: Finished, age: old, idle: old})
+		require.Len(t, reap(t, b), 6)
+
+		forgotten, err := b.store.ForgetReaped(ctx, retention, 3)
+		require.NoError(t, err)
+		require.Equal(t, 3, forgotten, "a batch at a time")
+		forgotten, err = b.store.ForgetReaped(ctx, retention, 3)
+		require.NoError(t, err)
+		require.Equal(t, 2, forgotten)
+		forgotten, err = b.store.ForgetReaped(ctx, retention, 3)
+		require.NoError(t, err)
+		require.Zero(t, forgotten)
+
+		// The young record still refuses; a forgotten one does not.
+		_, _, err = b.store.Claim(ctx, request(b, young.IdempotencyKey))
+		require.ErrorIs(t, err, ErrKeyExpired)
+	})
+
+	// An endpoint's writes about the reaped keys commit with the batch or
+	// not at all.
+	t.Run("SettleCommitsWithTheBatch", func(t *testing.T) {
+		t.Parallel()
+		b := setupAbandoned(t)
+		key := insertKey(t, b, keyState{point: "halfway", age: old, idle: old})
+		count := func(table string) int {
+			var n int
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n))
+			return n
+		}
+
+		_, err := b.store.Reap(ctx, testMaxAge, 100, func(_ context.Context, tx *Tx, reaped []ReapedKey) error {
+			require.Equal(t, []int64{key.ID}, reapedIDs(reaped))
+			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('settle', '{}')`)
+			tx.Queue(`SELECT 1/0`)
+			return nil
+		})
+		require.Error(t, err)
+		require.Equal(t, []int{1, 0, 0, 0}, []int{count("idempotency_keys"), count("reaped_keys"), count("abandoned_requests"), count("staged_jobs")},
+			"the batch rolled back with the endpoint's writes")
+
+		_, err = b.store.Reap(ctx, testMaxAge, 100, func(_ context.Context, tx *Tx, _ []ReapedKey) error {
+			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('settle', '{}')`)
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, []int{0, 1, 1, 1}, []int{count("idempotency_keys"), count("reaped_keys"), count("abandoned_requests"), count("staged_jobs")})
+	})
+}
+
+// TestClaimAsTheKeyIsReaped covers the one window the claim's guard
+// leaves: a claim whose insert runs in the instant the reaper deletes the
+// key's earlier row waits for that row, then inserts, its guard having
+// read reaped_keys before the reaper committed. The key then exists next
+// to its predecessor's record, which is the state made here; the first
+// phase's fence finds the record, retires the key, and refuses the
+// request as the claim would have.
+func TestClaimAsTheKeyIsReaped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupAbandoned(t)
+	old := insertKey(t, b, keyState{point: Finished, age: testMaxAge + time.Hour, idle: time.Hour})
+	_, err := b.pool.Exec(ctx, `UPDATE idempotency_keys SET resource_id = 42 WHERE id = $1`, old.ID)
+	require.NoError(t, err)
+	_, err = b.store.Reap(ctx, testMaxAge, 100, nil)
+	require.NoError(t, err)
+	// Hide the record while the claim runs, as the reaper's uncommitted
+	// transaction did.
+	_, err = b.pool.Exec(ctx, `ALTER TABLE reaped_keys RENAME TO reaped_keys_hidden; CREATE TABLE reaped_keys (LIKE reaped_keys_hidden)`)
+	require.NoError(t, err)
+	key, _, err := b.store.Claim(ctx, Request{UserID: b.userID, Key: old.IdempotencyKey, Method: "POST", Path: "/rides",
+		Params: []byte(`{"a": 1}`), OriginIP: netip.MustParseAddr("192.0.2.1")})
+	require.NoError(t, err, "the claim cannot see the record")
+	_, err = b.pool.Exec(ctx, `DROP TABLE reaped_keys; ALTER TABLE reaped_keys_hidden RENAME TO reaped_keys`)
+	require.NoError(t, err)
+
+	var wrote bool
+	err = b.store.Phase(ctx, key, func(context.Context, *Tx) (Outcome, error) {
+		wrote = true
+		return Advance("halfway"), nil
+	})
+	var expired *ExpiredError
+	require.ErrorAs(t, err, &expired)
+	require.Equal(t, old.ID, expired.KeyID)
+	require.Equal(t, int64(42), *expired.ResourceID)
+	require.True(t, wrote, "the phase ran, and rolled back")
+	var keys int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys`).Scan(&keys))
+	require.Zero(t, keys, "the key claimed in the window is retired")
 }

@@ -77,7 +77,36 @@ var (
 	// ErrContention means Postgres kept aborting a phase because of
 	// concurrent transactions.
 	ErrContention = errors.New("database contention")
+
+	// ErrKeyExpired means the key's request was made under this key
+	// before, and the key has since outlived its lifetime and been
+	// reaped: the request is never run again (see ExpiredError).
+	ErrKeyExpired = errors.New("idempotency key expired")
 )
+
+// ExpiredError is the record of a reaped key that a request came back
+// with: what became of the request it was first used for. It is
+// ErrKeyExpired.
+type ExpiredError struct {
+	// KeyID is the id the key had.
+	KeyID int64
+	// CreatedAt is when the key was first used, ReapedAt when the
+	// reaper deleted it.
+	CreatedAt, ReapedAt time.Time
+	// ResponseCode is the status of the stored response; nil when the
+	// request never finished (it is then in abandoned_requests).
+	ResponseCode *int
+	// ResourceID is what the request created (see Outcome.Created), if
+	// it got that far.
+	ResourceID *int64
+}
+
+func (e *ExpiredError) Error() string {
+	return fmt.Sprintf("key %d, first used %s, reaped %s: %s",
+		e.KeyID, e.CreatedAt.UTC().Format(time.RFC3339), e.ReapedAt.UTC().Format(time.RFC3339), ErrKeyExpired)
+}
+
+func (e *ExpiredError) Unwrap() error { return ErrKeyExpired }
 
 // Store defaults.
 const (
@@ -114,7 +143,7 @@ type Key struct {
 	FirstForeignAttemptAt *time.Time `db:"first_foreign_attempt_at"`
 	UnknownOutcomes       int        `db:"unknown_outcomes"`
 	// AttentionReason is set when the key was set aside for a human
-	// (see FlagForAttention); no request or completer works it again.
+	// (see SetAside); no request or completer works it again.
 	AttentionReason *string `db:"attention_reason"`
 }
 
@@ -139,7 +168,11 @@ type Request struct {
 	Method string
 	Path   string
 	// Params is the request's parameters as canonical JSON. Keys compare
-	// as JSONB, so key order and number spelling do not matter.
+	// as JSONB, so key order and number spelling do not matter; the
+	// record of a reaped key keeps only a hash of the JSONB text, in which
+	// key order and spacing do not matter but number spelling does (1 is
+	// not 1.0): send each number in one spelling, as Go's encoding/json
+	// writes a float64.
 	Params   []byte
 	OriginIP netip.Addr
 }
@@ -211,7 +244,9 @@ const keyColumns = `id, created_at, idempotency_key, last_run_at, locked_at, loc
 // is true). The checks run in the order a client needs them: a different
 // request under the same key is refused first (ErrKeyReused), then a
 // finished key replays, then a live lock refuses (ErrInFlight), and only
-// then is a stale or released lock taken over.
+// then is a stale or released lock taken over. A key the reaper has
+// deleted, and still keeps a record of, is refused: an *ExpiredError for
+// the request it was used for, ErrKeyReused for another.
 func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool, err error) {
 	// Fast path, one round trip for the two common cases. A key never
 	// seen before is inserted already locked; the unique index arbitrates
@@ -221,12 +256,20 @@ func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool
 	// no lock is needed to trust it. Anything else (a different request,
 	// a key in flight or abandoned, a key inserted concurrently that this
 	// statement's snapshot cannot see) falls through to the locking path.
+	//
+	// A key the reaper deleted has no row left to conflict with, so the
+	// insert itself is guarded: a key of which reaped_keys keeps a record
+	// is not inserted, and the claim falls through to the locking path,
+	// which finds the record. The guard is an index probe inside the same
+	// statement, so a new key still costs one round trip.
 	rows, err := s.pool.Query(ctx, `
 		WITH inserted AS (
 			INSERT INTO idempotency_keys
 				(user_id, idempotency_key, request_method, request_path, request_params,
 				 origin_ip, recovery_point, locked_at, lock_token)
-			VALUES ($1, $2, $3, $4, $5, $6, 'started', now(), $7)
+			SELECT $1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::inet, 'started', now(), $7::uuid
+			WHERE NOT EXISTS (
+				SELECT 1 FROM reaped_keys WHERE user_id = $1::bigint AND idempotency_key = $2::text)
 			ON CONFLICT (user_id, idempotency_key) DO NOTHING
 			RETURNING `+keyColumns+`
 		)
@@ -293,9 +336,11 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 			&k.FirstForeignAttemptAt, &k.UnknownOutcomes, &k.AttentionReason,
 			&matches, &lockFresh); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
-				// The reaper deleted the key between our insert and
-				// this select. Vanishingly rare; the client retries.
-				return fmt.Errorf("key vanished while claiming: %w", ErrContention)
+				// No key: the reaper deleted it, before the claim's
+				// insert or (vanishingly rarely) since.
+				var expired error
+				outcome, expired = s.reaped(ctx, tx, req)
+				return expired
 			}
 			return fmt.Errorf("lock idempotency key: %w", err)
 		}
@@ -330,7 +375,7 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 		}
 		return nil
 	})
-	if err == nil || errors.Is(err, ErrKeyReused) || errors.Is(err, ErrInFlight) {
+	if err == nil || errors.Is(err, ErrKeyReused) || errors.Is(err, ErrInFlight) || errors.Is(err, ErrKeyExpired) {
 		s.metrics.Outcome(outcome)
 	}
 	if err != nil {
@@ -339,12 +384,84 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 	return key, replayed, nil
 }
 
+// errReapedPredecessor is the fence's finding that a key at started has a
+// record in reaped_keys: see phaseOnce and retire.
+var errReapedPredecessor = errors.New("idempotency key has a reaped predecessor")
+
+// retire ends a request whose key turned out, at its first phase, to have
+// a reaped predecessor: the key was claimed in the instant the reaper
+// deleted the earlier one. Nothing has run under it, so it is deleted,
+// and the request is refused as the claim would have refused it.
+func (s *Store) retire(ctx context.Context, key *Key) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, `
+		DELETE FROM idempotency_keys
+		WHERE id = $1 AND lock_token = $2 AND recovery_point = 'started'`,
+		key.ID, key.lockToken()); err != nil {
+		return fmt.Errorf("retire key %d claimed as its predecessor was reaped: %w", key.ID, err)
+	}
+	key.LockedAt, key.LockToken = nil, nil
+	outcome, err := s.reaped(ctx, s.pool, Request{
+		UserID: key.UserID, Key: key.IdempotencyKey,
+		Method: key.RequestMethod, Path: key.RequestPath, Params: key.RequestParams,
+	})
+	if errors.Is(err, ErrKeyExpired) || errors.Is(err, ErrKeyReused) {
+		s.metrics.Outcome(outcome)
+	}
+	return err
+}
+
+// reaped arbitrates a claim of a key that has no row: the reaper's record
+// of it refuses the request, as expired if it is the request the key was
+// used for and as a reused key otherwise. With no record either, the key
+// was deleted between the claim's insert and its lock; the client
+// retries.
+func (s *Store) reaped(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, req Request) (metrics.Outcome, error) {
+	var (
+		expired ExpiredError
+		matches bool
+	)
+	err := q.QueryRow(ctx, `
+		SELECT idempotency_key_id, created_at, reaped_at, response_code, resource_id,
+		       request_method = $3 AND request_path = $4
+		       AND request_params_sha256 = sha256(convert_to($5::jsonb::text, 'UTF8'))
+		FROM reaped_keys
+		WHERE user_id = $1 AND idempotency_key = $2`,
+		req.UserID, req.Key, req.Method, req.Path, req.Params,
+	).Scan(&expired.KeyID, &expired.CreatedAt, &expired.ReapedAt, &expired.ResponseCode, &expired.ResourceID, &matches)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, fmt.Errorf("key vanished while claiming: %w", ErrContention)
+	case err != nil:
+		return 0, fmt.Errorf("look up reaped idempotency key: %w", err)
+	case !matches:
+		return metrics.OutcomeReuseMismatch, fmt.Errorf("reaped key %d: %w", expired.KeyID, ErrKeyReused)
+	}
+	logctx.Set(ctx, slog.Int64(logctx.IdempotencyKeyID, expired.KeyID))
+	return metrics.OutcomeExpired, &expired
+}
+
 // Outcome is what an atomic phase decides: move to the next recovery
-// point, or finish the request with a response.
+// point, finish the request with a response, or set it aside for a human.
 type Outcome struct {
 	next        RecoveryPoint
 	response    Response
 	foreignCall bool
+	// attention, when set, is why the key is set aside (see SetAside).
+	attention string
+	// created, when set, is what the request created (see Created).
+	created *int64
+}
+
+// Created records on the key, with the phase, the id of what the request
+// created: the endpoint's resource, such as a ride. A client that comes
+// back after the key was reaped is told where to look (ExpiredError).
+func (o Outcome) Created(id int64) Outcome {
+	o.created = &id
+	return o
 }
 
 // AdvanceToForeignCall moves the key to recovery point next, from which
@@ -363,6 +480,15 @@ func Advance(next RecoveryPoint) Outcome { return Outcome{next: next} }
 func Respond(code int, body []byte) Outcome {
 	return Outcome{next: Finished, response: Response{Code: code, Body: body}}
 }
+
+// SetAside sets the key aside for a human, with reason, and releases it.
+// The key keeps its recovery point, so once a person has settled the
+// outcome (say, found the charge at Stripe and recorded it) clearing
+// attention_reason lets a retry or the completer finish it; until then
+// neither works it. Decided in a phase, the flag commits together with
+// the phase's writes (the endpoint's own record of why its resource
+// waits for a person).
+func SetAside(reason string) Outcome { return Outcome{attention: reason} }
 
 // PhaseFunc is the body of an atomic phase: the writes it queues on tx
 // and where the request goes next.
@@ -410,6 +536,9 @@ func (s *Store) Phase(ctx context.Context, key *Key, fn PhaseFunc) error {
 	var err error
 	for attempt := 1; attempt <= s.phaseAttempts; attempt++ {
 		err = s.phaseOnce(ctx, key, fn)
+		if errors.Is(err, errReapedPredecessor) {
+			return s.retire(ctx, key)
+		}
 		if err == nil || !db.IsRetryable(err) {
 			return err
 		}
@@ -432,19 +561,33 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 	// The fence goes out with the phase's first statements. Those run
 	// whatever its answer, inside the transaction; the answer decides
 	// whether it commits.
+	//
+	// From started, the fence also makes sure the key has no reaped
+	// predecessor. A claim whose insert ran in the very instant the reaper
+	// deleted the key's earlier row (the insert waits for the deleted row
+	// and then proceeds, its guard having read reaped_keys before the
+	// reaper committed) is caught here, before its request does anything:
+	// this statement reads after the reaper's commit. Other phases skip
+	// the look-up (the subquery's condition on $3 is false).
 	tx.Queue(`BEGIN`)
 	tx.Queue(`
-		SELECT 1 FROM idempotency_keys
+		SELECT NOT EXISTS (
+			SELECT 1 FROM reaped_keys r
+			WHERE $3 = 'started' AND r.user_id = k.user_id AND r.idempotency_key = k.idempotency_key)
+		FROM idempotency_keys k
 		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
-		FOR UPDATE`,
+		FOR UPDATE OF k`,
 		key.ID, key.lockToken(), key.RecoveryPoint,
 	).QueryRow(func(row pgx.Row) error {
-		var one int
-		if err := row.Scan(&one); errors.Is(err, pgx.ErrNoRows) {
+		var unreaped bool
+		if err := row.Scan(&unreaped); errors.Is(err, pgx.ErrNoRows) {
 			s.metrics.Outcome(metrics.OutcomeLockLost)
 			return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
 		} else if err != nil {
 			return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, err)
+		}
+		if !unreaped {
+			return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, errReapedPredecessor)
 		}
 		tx.fenced = true
 		return nil
@@ -459,6 +602,10 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 		if err := tx.Flush(ctx); err != nil {
 			return err
 		}
+	}
+
+	if out.attention != "" {
+		return s.commitSetAside(ctx, tx, key, out.attention)
 	}
 
 	var code *int
@@ -481,24 +628,19 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 		    locked_at      = CASE WHEN $4 = 'finished' THEN NULL ELSE now() END,
 		    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END,
 		    first_foreign_attempt_at = CASE WHEN $7 THEN coalesce(first_foreign_attempt_at, now())
-		                                    ELSE first_foreign_attempt_at END
+		                                    ELSE first_foreign_attempt_at END,
+		    resource_id    = coalesce($8, resource_id)
 		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
 		RETURNING response_body, first_foreign_attempt_at`,
-		key.ID, key.lockToken(), key.RecoveryPoint, out.next, code, body, out.foreignCall,
+		key.ID, key.lockToken(), key.RecoveryPoint, out.next, code, body, out.foreignCall, out.created,
 	).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&stored, &firstForeignAttemptAt); err != nil {
 			return fmt.Errorf("advance key %d from %s to %s: %w", key.ID, key.RecoveryPoint, out.next, err)
 		}
 		return nil
 	})
-	tx.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
-		if tag.String() != "COMMIT" {
-			return fmt.Errorf("commit phase at %s for key %d: %w", key.RecoveryPoint, key.ID, pgx.ErrTxCommitRollback)
-		}
-		return nil
-	})
-	if err := tx.Flush(ctx); err != nil {
-		return fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
+	if err := tx.commit(ctx, key); err != nil {
+		return err
 	}
 
 	// Committed: only now may the in-memory key follow.
@@ -514,6 +656,68 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 	}
 	annotate(ctx, key)
 	return nil
+}
+
+// commitSetAside ends a phase that sets key aside (see SetAside): the
+// flag, under the fence's row lock, then COMMIT.
+func (s *Store) commitSetAside(ctx context.Context, tx *Tx, key *Key, reason string) error {
+	tx.Queue(`
+		UPDATE idempotency_keys
+		SET attention_reason = $4, locked_at = NULL, lock_token = NULL
+		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3`,
+		key.ID, key.lockToken(), key.RecoveryPoint, reason,
+	).Exec(func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("set key %d aside at %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
+		}
+		return nil
+	})
+	if err := tx.commit(ctx, key); err != nil {
+		return err
+	}
+	s.metrics.Outcome(metrics.OutcomeNeedsAttention)
+	key.AttentionReason = &reason
+	key.LockedAt, key.LockToken = nil, nil
+	annotate(ctx, key)
+	return nil
+}
+
+// commit queues COMMIT and sends what is queued: the end of a phase.
+func (tx *Tx) commit(ctx context.Context, key *Key) error {
+	tx.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			return fmt.Errorf("commit phase at %s for key %d: %w", key.RecoveryPoint, key.ID, pgx.ErrTxCommitRollback)
+		}
+		return nil
+	})
+	if err := tx.Flush(ctx); err != nil {
+		return fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
+	}
+	return nil
+}
+
+// inTx runs fn's queued statements in one transaction, pipelined as a
+// phase's are, but unfenced: for work on many keys at once (Reap).
+func (s *Store) inTx(ctx context.Context, fn func(tx *Tx) error) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	defer rollback(ctx, conn.Conn()) // a no-op once committed
+
+	tx := &Tx{conn: conn.Conn(), batch: &pgx.Batch{}}
+	tx.Queue(`BEGIN`)
+	if err := fn(tx); err != nil {
+		return err
+	}
+	tx.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			return pgx.ErrTxCommitRollback
+		}
+		return nil
+	})
+	return tx.Flush(ctx)
 }
 
 // rollback ends a phase's transaction after a failure. It runs even if
@@ -557,31 +761,6 @@ func (s *Store) RecordUnknownOutcome(ctx context.Context, key *Key) (int, error)
 		return 0, fmt.Errorf("record unknown outcome on key %d: %w", key.ID, err)
 	}
 	return key.UnknownOutcomes, nil
-}
-
-// FlagForAttention sets key aside for a human with reason and releases
-// it. The key keeps its recovery point, so once a person has settled the
-// outcome (say, found the charge at Stripe and recorded it) clearing the
-// reason lets a retry or the completer finish it.
-func (s *Store) FlagForAttention(ctx context.Context, key *Key, reason string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE idempotency_keys
-		SET attention_reason = $3, locked_at = NULL, lock_token = NULL
-		WHERE id = $1 AND lock_token = $2`,
-		key.ID, key.lockToken(), reason)
-	if err != nil {
-		return fmt.Errorf("flag key %d for attention: %w", key.ID, err)
-	}
-	if tag.RowsAffected() != 1 {
-		s.metrics.Outcome(metrics.OutcomeLockLost)
-		return fmt.Errorf("flag key %d for attention: %w", key.ID, ErrLockLost)
-	}
-	s.metrics.Outcome(metrics.OutcomeNeedsAttention)
-	key.AttentionReason = &reason
-	key.LockedAt, key.LockToken = nil, nil
-	return nil
 }
 
 // Unlock releases key after a failure so that a retry need not wait for

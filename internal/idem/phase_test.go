@@ -101,3 +101,44 @@ func TestPhaseRoundTrips(t *testing.T) {
 	}
 	require.Equal(t, idem.Finished, key.RecoveryPoint)
 }
+
+// TestClaimRoundTrips pins what the claim of a new key costs: one round
+// trip, the reaped keys' guard included.
+func TestClaimRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	counter := &roundTrips{}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	var userID int64
+	require.NoError(t, pool.QueryRow(ctx, `
+		INSERT INTO users (email, stripe_customer_id, api_token_hash)
+		VALUES ('trips@example.com', 'cus_trips', sha256('t')) RETURNING id`).Scan(&userID))
+	// Records of reaped keys exist, and one of them is this user's.
+	_, err = pool.Exec(ctx, `
+		INSERT INTO reaped_keys (user_id, idempotency_key, idempotency_key_id, request_method, request_path,
+		                         request_params_sha256, created_at)
+		VALUES ($1, 'reaped', 1, 'POST', '/rides', sha256(''), now() - interval '4 days')`, userID)
+	require.NoError(t, err)
+	store, err := idem.New(&idem.Config{Pool: pool})
+	require.NoError(t, err)
+	claim := func(key string) error {
+		_, _, err := store.Claim(ctx, idem.Request{UserID: userID, Key: key, Method: "POST", Path: "/rides",
+			Params: []byte(`{}`), OriginIP: netip.MustParseAddr("192.0.2.1")})
+		return err
+	}
+	require.NoError(t, claim("warm-up")) // prepares the statement
+
+	counter.reset()
+	require.NoError(t, claim("measured"))
+	require.Equal(t, int64(1), counter.total(), "round trips of a new key's claim")
+
+	require.ErrorIs(t, claim("reaped"), idem.ErrKeyReused, "the guard holds: another request under a reaped key")
+}

@@ -8,8 +8,16 @@
 // A key that never finished is not just dropped: it is copied to
 // abandoned_requests, in the same statement that deletes it, and logged,
 // so that a person can find out what failed. Rides outlive their keys.
-// The SQL lives with the table's owner, idem.Store.Reap; this package
-// holds the loop.
+//
+// Every deleted key also leaves a compact record in reaped_keys, in that
+// same statement, so that a client retrying after the key's lifetime is
+// refused (410 idempotency_key_expired) instead of running its request,
+// and its charge, a second time. The reaper keeps that table bounded too:
+// a record is forgotten RetainReaped (30 days by default) after its key
+// was first used, and only then may the key's value start a new request.
+//
+// The SQL lives with the tables' owner, idem (Store.Reap and
+// Store.ForgetReaped); this package holds the loop.
 package reaper
 
 import (
@@ -26,8 +34,12 @@ import (
 
 // Reaper defaults.
 const (
-	DefaultMaxAge       = 72 * time.Hour
-	DefaultBatchSize    = 200
+	DefaultMaxAge    = 72 * time.Hour
+	DefaultBatchSize = 200
+	// DefaultRetainReaped is how long after a key was first used its
+	// record refuses late retries: long past any client's retries, and
+	// short enough that the records stay a bounded table.
+	DefaultRetainReaped = 30 * 24 * time.Hour
 	DefaultPollInterval = time.Minute
 	// DefaultDutyCycle keeps the reaper deleting a twentieth of the time
 	// while it drains a backlog. Every reaped key is also an update of its
@@ -62,6 +74,16 @@ type Config struct {
 	// store's lock timeout. Defaults to DefaultMaxAge.
 	MaxAge time.Duration
 
+	// RetainReaped is how long after a key was first used the record of
+	// it, once reaped, is kept (and a retry with it refused). It must
+	// exceed MaxAge. Defaults to DefaultRetainReaped.
+	RetainReaped time.Duration
+
+	// Settle, if not nil, is what the endpoints do about the keys a
+	// batch deletes, in the batch's transaction (cmd/reaper passes
+	// rides.SettleReaped).
+	Settle idem.ReapFunc
+
 	// BatchSize is the most keys deleted by one statement, which bounds
 	// how long its row locks are held. Defaults to DefaultBatchSize.
 	BatchSize int
@@ -87,6 +109,8 @@ func (c *Config) validate() error {
 		return errors.New("reaper: Config.Keys is required")
 	case c.MaxAge < 0:
 		return fmt.Errorf("reaper: Config.MaxAge must not be negative, got %s", c.MaxAge)
+	case c.RetainReaped < 0:
+		return fmt.Errorf("reaper: Config.RetainReaped must not be negative, got %s", c.RetainReaped)
 	case c.BatchSize < 0:
 		return fmt.Errorf("reaper: Config.BatchSize must not be negative, got %d", c.BatchSize)
 	case c.PollInterval < 0:
@@ -97,8 +121,13 @@ func (c *Config) validate() error {
 	// A key younger than the lock timeout may belong to a request whose
 	// client is still retrying it; reaping it would start that request
 	// over, charge and all.
-	if maxAge := cmp.Or(c.MaxAge, DefaultMaxAge); maxAge <= c.Keys.LockTimeout() {
+	maxAge := cmp.Or(c.MaxAge, DefaultMaxAge)
+	if maxAge <= c.Keys.LockTimeout() {
 		return fmt.Errorf("reaper: Config.MaxAge %s must exceed the idempotency lock timeout %s", maxAge, c.Keys.LockTimeout())
+	}
+	// A record forgotten as soon as its key is reaped refuses nothing.
+	if retain := cmp.Or(c.RetainReaped, DefaultRetainReaped); retain <= maxAge {
+		return fmt.Errorf("reaper: Config.RetainReaped %s must exceed Config.MaxAge %s", retain, maxAge)
 	}
 	return nil
 }
@@ -109,6 +138,8 @@ type Reaper struct {
 	dutyCycle    float64
 	keys         *idem.Store
 	maxAge       time.Duration
+	retainReaped time.Duration
+	settle       idem.ReapFunc
 	batchSize    int
 	pollInterval time.Duration
 	logger       *slog.Logger
@@ -126,6 +157,8 @@ func New(config *Config) (*Reaper, error) {
 	r := &Reaper{
 		keys:         config.Keys,
 		maxAge:       cmp.Or(config.MaxAge, DefaultMaxAge),
+		retainReaped: cmp.Or(config.RetainReaped, DefaultRetainReaped),
+		settle:       config.Settle,
 		batchSize:    cmp.Or(config.BatchSize, DefaultBatchSize),
 		pollInterval: cmp.Or(config.PollInterval, DefaultPollInterval),
 		dutyCycle:    cmp.Or(config.DutyCycle, DefaultDutyCycle),
@@ -148,16 +181,27 @@ func New(config *Config) (*Reaper, error) {
 // RunOnce reaps every expired key, batch after batch, until a batch comes
 // back short: nothing more is due, or what is left is locked (by a
 // request working it, or by another reaper). It reports the keys deleted
-// and, of those, the unfinished ones copied to abandoned_requests. When
-// ctx is cancelled the batch in hand is finished and no other is started.
-// With an error it returns what the batches before it reaped.
+// and, of those, the unfinished ones copied to abandoned_requests. Then
+// it forgets, the same way, the records of reaped keys past
+// RetainReaped, and logs how many. When ctx is cancelled the batch in
+// hand is finished and no other is started. With an error it returns
+// what the batches before it reaped.
 func (r *Reaper) RunOnce(ctx context.Context) (reaped, abandoned int, err error) {
+	reaped, abandoned, err = r.reapAll(ctx)
+	if err != nil {
+		return reaped, abandoned, err
+	}
+	return reaped, abandoned, r.forgetAll(ctx)
+}
+
+// reapAll is RunOnce's reaping.
+func (r *Reaper) reapAll(ctx context.Context) (reaped, abandoned int, err error) {
 	for {
 		// Detached, so that a shutdown does not lose count of a batch
 		// that committed; batchTimeout keeps it bounded.
 		batchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
 		begin := time.Now()
-		keys, err := r.keys.Reap(batchCtx, r.maxAge, r.batchSize)
+		keys, err := r.keys.Reap(batchCtx, r.maxAge, r.batchSize, r.settle)
 		took := time.Since(begin)
 		cancel()
 		if err != nil {
@@ -185,6 +229,32 @@ func (r *Reaper) RunOnce(ctx context.Context) (reaped, abandoned int, err error)
 			slog.Int("reaped", reaped), slog.Int("abandoned", abandoned), slog.Duration("max_age", r.maxAge))
 	}
 	return reaped, abandoned, nil
+}
+
+// forgetAll is RunOnce's forgetting of reaped keys past their retention,
+// batch after batch at the same pace as the reaping.
+func (r *Reaper) forgetAll(ctx context.Context) error {
+	forgotten := 0
+	for ctx.Err() == nil {
+		batchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
+		begin := time.Now()
+		n, err := r.keys.ForgetReaped(batchCtx, r.retainReaped, r.batchSize)
+		took := time.Since(begin)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("forget reaped idempotency keys: %w", err)
+		}
+		forgotten += n
+		if n < r.batchSize {
+			break
+		}
+		_ = loop.Sleep(ctx, r.rest(took))
+	}
+	if forgotten > 0 {
+		r.logger.InfoContext(ctx, "Forgot reaped idempotency keys past their retention; their values may start new requests",
+			slog.Int("forgotten", forgotten), slog.Duration("retention", r.retainReaped))
+	}
+	return nil
 }
 
 // Run reaps expired keys every PollInterval until ctx is cancelled. A

@@ -277,6 +277,45 @@ func TestReaper(t *testing.T) {
 		}
 	})
 
+	// A reaped key leaves a record that refuses its late retries; the
+	// reaper forgets records past their retention, so the table stays
+	// bounded.
+	t.Run("RecordsReapedKeysAndForgetsThemPastRetention", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.reaper = newReaper(t, b.Keys, reaper.Config{BatchSize: 2})
+		keys := []string{postRide(t, b), postRide(t, b), postRide(t, b)}
+		for _, key := range keys {
+			backdate(t, b, key, expired)
+		}
+		reaped, _ := runOnce(t, b)
+		require.Equal(t, 3, reaped)
+		require.Equal(t, 3, b.Count(t, `SELECT count(*) FROM reaped_keys WHERE response_code = 201 AND resource_id IS NOT NULL`))
+
+		// Two of the three first used longer ago than the retention.
+		_, err := b.Pool.Exec(context.Background(), `
+			UPDATE reaped_keys SET created_at = now() - $2::interval WHERE idempotency_key <> $1`,
+			keys[0], reaper.DefaultRetainReaped+time.Hour)
+		require.NoError(t, err)
+		runOnce(t, b)
+		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM reaped_keys`))
+		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM reaped_keys WHERE idempotency_key = $1`, keys[0]))
+	})
+
+	t.Run("RejectsARetentionWithinTheMaxAge", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for want, config := range map[string]reaper.Config{
+			"reaper: Config.RetainReaped must not be negative":                         {RetainReaped: -time.Hour},
+			"reaper: Config.RetainReaped 72h0m0s must exceed Config.MaxAge 72h0m0s":    {RetainReaped: reaper.DefaultMaxAge},
+			"reaper: Config.RetainReaped 720h0m0s must exceed Config.MaxAge 1000h0m0s": {MaxAge: 1000 * time.Hour},
+		} {
+			config.Keys = b.Keys
+			_, err := reaper.New(&config)
+			require.ErrorContains(t, err, want)
+		}
+	})
+
 	t.Run("RejectsBadConfig", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -59,8 +59,8 @@ func TestReceiptWorker(t *testing.T) {
 			t.Fatalf("insert user: %v", err)
 		}
 		if err := pool.QueryRow(ctx, `
-			INSERT INTO rides (origin_lat, origin_lon, target_lat, target_lon, amount, currency, stripe_charge_id, user_id)
-			VALUES (37.77, -122.42, 37.80, -122.27, 2000, 'usd', 'ch_receipt', $1)
+			INSERT INTO rides (origin_lat, origin_lon, target_lat, target_lon, amount, currency, stripe_charge_id, status, user_id)
+			VALUES (37.77, -122.42, 37.80, -122.27, 2000, 'usd', 'ch_receipt', 'succeeded', $1)
 			RETURNING id`, userID,
 		).Scan(&rideID); err != nil {
 			t.Fatalf("insert ride: %v", err)

@@ -265,7 +265,7 @@ func TestReconcile(t *testing.T) {
 		ride := b.rides[0]
 		// As if the request were between its charge and the atomic phase
 		// that records it.
-		exec(t, b, `UPDATE rides SET stripe_charge_id = NULL WHERE id = $1`, ride.ID)
+		exec(t, b, `UPDATE rides SET stripe_charge_id = NULL, status = 'pending' WHERE id = $1`, ride.ID)
 
 		rep := reconcile(t, b, Config{})
 		require.Empty(t, rep.Discrepancies)

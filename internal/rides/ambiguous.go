@@ -77,8 +77,10 @@ func (r *request) unknownOutcome(ctx context.Context, chargeErr error) error {
 }
 
 // setAside flags the request's key for a human after n unknown outcomes
-// of its charge. The key stays at ride_created, resumable once someone
-// has checked Stripe and cleared the flag; until then every retry gets
+// of its charge, and moves its ride to needs_review in the same atomic
+// phase, so that the ride never says pending about a key nobody works.
+// The key stays at ride_created, resumable once someone has checked
+// Stripe and cleared the flag; until then every retry gets
 // idem.ErrNeedsAttention without calling Stripe.
 func (r *request) setAside(ctx context.Context, n int) error {
 	reason := fmt.Sprintf("charge outcome still unknown after %d attempts; check Stripe for metadata idempotency_key_id=%d",
@@ -88,7 +90,10 @@ func (r *request) setAside(ctx context.Context, n int) error {
 		slog.Int64("user_id", r.user.ID),
 		slog.Int64("ride_id", r.ride.ID),
 		slog.String("reason", reason))
-	if err := r.keys.FlagForAttention(ctx, r.key, reason); err != nil {
+	if err := r.keys.Phase(ctx, r.key, func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		settleRide(tx, r.ride.ID, StatusNeedsReview)
+		return idem.SetAside(reason), nil
+	}); err != nil {
 		return err
 	}
 	return fmt.Errorf("key %d: %w", r.key.ID, idem.ErrNeedsAttention)

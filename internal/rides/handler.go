@@ -7,10 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -123,7 +127,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		err = h.fail.At(ctx, FailBeforeResponse)
 	}
 	if err != nil {
-		h.errorProblem(ctx, err).Write(w)
+		p := h.errorProblem(ctx, err)
+		if res.RideID != 0 {
+			// The ride exists: the client can follow it by id, whatever
+			// it does about this answer.
+			p.With("ride_id", res.RideID)
+		}
+		p.Write(w)
 		return
 	}
 	if res.Replayed {
@@ -147,7 +157,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		h.errorProblem(ctx, err).Write(w)
+		h.readProblem(ctx, err).Write(w)
 		return
 	}
 	writeJSON(w, http.StatusOK, ride)
@@ -159,38 +169,35 @@ const (
 	maxListLimit     = 100
 )
 
+// listQuery is what GET /rides was asked for.
+type listQuery struct {
+	limit         int
+	startingAfter int64  // 0: from the newest ride
+	status        Status // empty: any
+}
+
+// listParams are the query parameters GET /rides knows.
+var listParams = []string{"limit", "starting_after", "status"}
+
 // list serves GET /rides: the caller's rides, newest first, a page at a
-// time (limit, starting_after), in the shape of Stripe's list objects.
+// time (limit, starting_after), optionally only those with one status, in
+// the shape of Stripe's list objects.
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	q := r.URL.Query()
-	limit := defaultListLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxListLimit {
-			invalidQuery("limit", fmt.Sprintf("must be an integer between 1 and %d", maxListLimit)).Write(w)
-			return
-		}
-		limit = n
-	}
-	var after int64
-	if v := q.Get("starting_after"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 1 {
-			invalidQuery("starting_after", "must be a ride id").Write(w)
-			return
-		}
-		after = n
-	}
-	// One extra row tells whether there is another page.
-	rides, err := listRides(ctx, h.pool, user.FromContext(ctx).ID, after, limit+1)
-	if err != nil {
-		h.errorProblem(ctx, err).Write(w)
+	q, prob := parseListQuery(r.URL.RawQuery)
+	if prob != nil {
+		prob.Write(w)
 		return
 	}
-	hasMore := len(rides) > limit
+	// One extra row tells whether there is another page.
+	rides, err := listRides(ctx, h.pool, user.FromContext(ctx).ID, q.startingAfter, q.status, q.limit+1)
+	if err != nil {
+		h.readProblem(ctx, err).Write(w)
+		return
+	}
+	hasMore := len(rides) > q.limit
 	if hasMore {
-		rides = rides[:limit]
+		rides = rides[:q.limit]
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"object":   "list",
@@ -198,6 +205,68 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		"data":     rides,
 		"has_more": hasMore,
 	})
+}
+
+// parseListQuery reads GET /rides's query string strictly: a query that
+// does not parse, a parameter given twice or one the endpoint does not
+// know is refused, naming it, rather than dropped. A client that misspells
+// starting_after should hear so, not get the first page again.
+func parseListQuery(rawQuery string) (listQuery, *problem.Problem) {
+	q := listQuery{limit: defaultListLimit}
+	values, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		// url.ParseQuery drops what it cannot parse (a pair separated by
+		// ";", a bad %-escape) and reports only the first such error.
+		return q, problem.New(http.StatusBadRequest, "invalid_query",
+			"The query string is malformed: "+clip(err.Error())+". Separate parameters with &.")
+	}
+	names := slices.Sorted(maps.Keys(values))
+	for _, name := range names {
+		switch {
+		case !slices.Contains(listParams, name):
+			return q, invalidQuery(clip(name), "is not a known query parameter (known: "+strings.Join(listParams, ", ")+")")
+		case len(values[name]) > 1:
+			return q, invalidQuery(name, "is given more than once")
+		}
+	}
+	if v := values.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListLimit {
+			return q, invalidQuery("limit", fmt.Sprintf("must be an integer between 1 and %d", maxListLimit))
+		}
+		q.limit = n
+	}
+	if v := values.Get("starting_after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return q, invalidQuery("starting_after", "must be a ride id")
+		}
+		q.startingAfter = n
+	}
+	if v := values.Get("status"); v != "" {
+		if !slices.Contains(Statuses, Status(v)) {
+			known := make([]string, len(Statuses))
+			for i, st := range Statuses {
+				known[i] = string(st)
+			}
+			return q, invalidQuery("status", fmt.Sprintf("must be one of %s; %q is not a ride status",
+				strings.Join(known, ", "), clip(v)))
+		}
+		q.status = Status(v)
+	}
+	return q, nil
+}
+
+// maxEchoed bounds how much of a client's string a problem repeats back.
+const maxEchoed = 64
+
+// clip shortens s, a string the client chose, to what a problem document
+// may repeat back to it.
+func clip(s string) string {
+	if len(s) <= maxEchoed {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxEchoed], "") + "…"
 }
 
 // idempotencyKey validates the Idempotency-Key header. A value sent as an
@@ -301,7 +370,10 @@ func invalidQuery(name, reason string) *problem.Problem {
 // None of these is stored on the key: the key is unlocked at its last
 // recovery point, and a retry continues from there.
 func (h *Handler) errorProblem(ctx context.Context, err error) *problem.Problem {
+	var expired *idem.ExpiredError
 	switch {
+	case errors.As(err, &expired):
+		return expiredProblem(expired)
 	case errors.Is(err, idem.ErrKeyReused):
 		return problem.New(http.StatusUnprocessableEntity, "idempotency_key_reused",
 			"This Idempotency-Key was used for a different request (method, path or parameters). Use a new key for a new request.")
@@ -330,6 +402,39 @@ func (h *Handler) errorProblem(ctx context.Context, err error) *problem.Problem 
 		return problem.New(http.StatusInternalServerError, "internal_error",
 			"Something went wrong on our side. Retry with the same Idempotency-Key; the request resumes where it stopped.")
 	}
+}
+
+// expiredProblem answers a request that came back with a key the reaper
+// had deleted: the request ran when the key was first used and is not run
+// again, whatever became of it. The client learns the ride, if there is
+// one, and looks it up instead.
+func expiredProblem(e *idem.ExpiredError) *problem.Problem {
+	first := e.CreatedAt.UTC().Format(time.RFC3339)
+	var outcome string
+	switch {
+	case e.ResourceID == nil:
+		outcome = "Its request never created a ride, and nothing was charged."
+	case e.ResponseCode == nil:
+		outcome = fmt.Sprintf("Its request created ride %d and never finished; GET /rides/%d for its status.", *e.ResourceID, *e.ResourceID)
+	default:
+		outcome = fmt.Sprintf("Its request created ride %d (answered %d); GET /rides/%d for its status.", *e.ResourceID, *e.ResponseCode, *e.ResourceID)
+	}
+	p := problem.New(http.StatusGone, "idempotency_key_expired",
+		"This Idempotency-Key was first used at "+first+" and has outlived its lifetime; its request is not run again. "+
+			outcome+" Use a new key for a new ride.")
+	if e.ResourceID != nil {
+		p.With("ride_id", *e.ResourceID)
+	}
+	return p
+}
+
+// readProblem turns a failure to read rides (GET) into its response. A
+// read changes nothing, so there is nothing to resume: the client asks
+// again.
+func (h *Handler) readProblem(ctx context.Context, err error) *problem.Problem {
+	h.logger.ErrorContext(ctx, "Reading rides failed", slog.Any("error", err))
+	return problem.New(http.StatusInternalServerError, "internal_error",
+		"Something went wrong on our side while reading rides. Nothing was changed; try again shortly.")
 }
 
 // writeStored sends a key's stored response.

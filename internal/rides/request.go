@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/rocketrides/rocketrides/internal/audit"
 	"github.com/rocketrides/rocketrides/internal/idem"
@@ -85,6 +86,29 @@ func (r *request) stop(ctx context.Context, err error) (idem.Response, error) {
 	return idem.Response{}, err
 }
 
+// createdRideID returns the id of the ride a request that stopped on an
+// error had created, or 0 if it created none. Where the request's own
+// state cannot tell (it resumed past started without reading its ride, or
+// its first phase may have committed unseen), it looks, briefly and
+// detached from a client that may be gone; a ride it cannot confirm
+// counts as none.
+func (r *request) createdRideID(ctx context.Context) int64 {
+	started := r.key.RecoveryPoint == idem.Started
+	switch {
+	case started && r.ride == nil:
+		return 0 // the first phase never ran
+	case !started && r.ride != nil:
+		return r.ride.ID
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	ride, err := rideByKey(ctx, r.pool, r.key.ID)
+	if err != nil {
+		return 0
+	}
+	return ride.ID
+}
+
 // phase runs fn as an atomic phase of the request's key, then fires the
 // seam after, just past the recovery point the phase reached.
 func (r *request) phase(ctx context.Context, fn idem.PhaseFunc, after string) error {
@@ -112,7 +136,9 @@ func (r *request) createRide(ctx context.Context, tx *idem.Tx) (idem.Outcome, er
 		return idem.Outcome{}, err
 	}
 	r.ride = ride // read only once the phase commits (the next arm)
-	return idem.AdvanceToForeignCall(RideCreated), nil
+	// The key names its ride, so that its record still does once the key
+	// is reaped (a late retry is told which ride it made).
+	return idem.AdvanceToForeignCall(RideCreated).Created(ride.ID), nil
 }
 
 // charge is the foreign state mutation: it charges the ride at Stripe and
@@ -157,11 +183,11 @@ func (r *request) charge(ctx context.Context) error {
 		// Final: the card will be declined on every retry, so the answer
 		// is stored and replayed.
 		declined := problem.New(http.StatusPaymentRequired, "card_declined", payment.Message(err))
-		return r.phase(ctx, respond(declined), FailAfterFinished)
+		return r.phase(ctx, r.settle(StatusDeclined, declined), FailAfterFinished)
 	case payment.Rejected:
 		rejected := problem.New(http.StatusBadGateway, "payment_rejected",
 			"The payment provider rejected the charge: "+payment.Message(err))
-		return r.phase(ctx, respond(rejected), FailAfterFinished)
+		return r.phase(ctx, r.settle(StatusFailed, rejected), FailAfterFinished)
 	case payment.Unavailable:
 		if errors.Is(err, payment.ErrOutcomeUnknown) {
 			// Stripe will replay this error to every retry (ambiguous.go).
@@ -191,14 +217,16 @@ func (r *request) loadRide(ctx context.Context) error {
 }
 
 // recordCharge is the atomic phase that ends the charge step: the ride
-// gets its charge and the key moves to charge_created.
+// gets its charge, and with it status succeeded, and the key moves to
+// charge_created.
 func (r *request) recordCharge(chargeID string) idem.PhaseFunc {
 	return func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
 		recordCharge(tx, r.ride.ID, chargeID)
 		if err := r.fail.At(ctx, FailInRecordCharge); err != nil {
 			return idem.Outcome{}, err
 		}
-		r.ride.StripeChargeID = &chargeID // read only once the phase commits (the next arm)
+		// Read only once the phase commits (the next arm).
+		r.ride.StripeChargeID, r.ride.Status = &chargeID, StatusSucceeded
 		return idem.Advance(ChargeCreated), nil
 	}
 }
@@ -233,11 +261,13 @@ func (r *request) stageReceipt(ctx context.Context, tx *idem.Tx) (idem.Outcome, 
 	return idem.Respond(http.StatusCreated, body), nil
 }
 
-// respond is the atomic phase that stores p as the request's final
-// response.
-func respond(p *problem.Problem) idem.PhaseFunc {
-	body := p.JSON()
-	return func(context.Context, *idem.Tx) (idem.Outcome, error) {
+// settle is the atomic phase that ends the charge step without a charge:
+// the ride moves to status, and p, naming the ride, is stored as the
+// request's final response.
+func (r *request) settle(status Status, p *problem.Problem) idem.PhaseFunc {
+	body := p.With("ride_id", r.ride.ID).JSON()
+	return func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		settleRide(tx, r.ride.ID, status)
 		return idem.Respond(p.Status, body), nil
 	}
 }

@@ -556,6 +556,95 @@ func TestReadRides(t *testing.T) {
 		t.Parallel()
 		require.Equal(t, http.StatusUnauthorized, b.Do(t, http.MethodGet, "/rides", "").Status)
 	})
+	// Ids are BIGINT: a valid id of 2^31 or more is an ordinary cursor,
+	// not a 500 from a parameter Postgres took for an int4.
+	t.Run("ListStartingAfterPastInt4", func(t *testing.T) {
+		t.Parallel()
+		resp := get(b.Token, "/rides?starting_after=2147483648")
+		require.Equal(t, http.StatusOK, resp.Status, "%s", resp.Body)
+		require.Len(t, resp.JSON(t)["data"], 3)
+	})
+	// A query the endpoint cannot read exactly is refused, naming the
+	// problem, instead of being partly ignored.
+	for _, tc := range []struct{ name, query, want string }{
+		{"SemicolonSeparator", "limit=5;x=1", "malformed"},
+		{"BadEscape", "limit=%zz", "malformed"},
+		{"RepeatedParam", "limit=1&limit=2", "limit is given more than once"},
+		{"UnknownParam", "limit=2&startingafter=3", "startingafter is not a known query parameter"},
+		{"LongUnknownParamIsClipped", strings.Repeat("p", 10_000) + "=1", "is not a known query parameter"},
+	} {
+		t.Run("ListRejectsMalformedQuery/"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			resp := get(b.Token, "/rides?"+tc.query)
+			require.Equal(t, http.StatusBadRequest, resp.Status, "%s", resp.Body)
+			body := resp.JSON(t)
+			require.Equal(t, "invalid_query", body["code"])
+			require.Contains(t, body["detail"], tc.want)
+			require.Less(t, len(resp.Body), 1000, "the problem does not echo the whole query")
+		})
+	}
+}
+
+// TestRideIDsPastInt4 runs a ride's whole life with ids past 2^31, where
+// a parameter Postgres infers as int4 fails.
+func TestRideIDsPastInt4(t *testing.T) {
+	t.Parallel()
+	b := apitest.New(t, apitest.Options{})
+	const past = int64(1)<<31 + 1000
+	_, err := b.Pool.Exec(context.Background(), fmt.Sprintf(`
+		ALTER SEQUENCE rides_id_seq RESTART WITH %d;
+		ALTER SEQUENCE idempotency_keys_id_seq RESTART WITH %d;
+		ALTER SEQUENCE audit_records_id_seq RESTART WITH %d;
+		ALTER SEQUENCE staged_jobs_id_seq RESTART WITH %d`, past, past, past, past))
+	require.NoError(t, err)
+	get := func(path string) *apitest.Response {
+		return b.Do(t, http.MethodGet, path, "", "Authorization", "Bearer "+b.Token)
+	}
+
+	// A request that stops after its ride is created, then resumes.
+	key := apitest.NewKey()
+	b.Fail(rides.FailAfterRideCreated, func(context.Context) error { return errors.New("injected failure") })
+	require.Equal(t, http.StatusInternalServerError, b.PostRide(t, key, apitest.DefaultParams).Status)
+	b.Fail(rides.FailAfterRideCreated, nil)
+	first := b.PostRide(t, key, apitest.DefaultParams)
+	require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
+	id := int64(first.JSON(t)["id"].(float64))
+	require.GreaterOrEqual(t, id, past)
+	require.Equal(t, "true", b.PostRide(t, key, apitest.DefaultParams).Header.Get("Idempotent-Replayed"))
+
+	second := b.PostRide(t, apitest.NewKey(), apitest.DefaultParams)
+	require.Equal(t, http.StatusCreated, second.Status, "%s", second.Body)
+
+	one := get(fmt.Sprintf("/rides/%d", id))
+	require.Equal(t, http.StatusOK, one.Status, "%s", one.Body)
+	require.Equal(t, float64(id), one.JSON(t)["id"])
+
+	page := get(fmt.Sprintf("/rides?limit=1&starting_after=%d", id+1))
+	require.Equal(t, http.StatusOK, page.Status, "%s", page.Body)
+	data := page.JSON(t)["data"].([]any)
+	require.Len(t, data, 1)
+	require.Equal(t, float64(id), data[0].(map[string]any)["id"])
+}
+
+// TestReadRidesFailure: reading rides changes nothing, so a failed read
+// says to try again; it has no idempotency key to retry with.
+func TestReadRidesFailure(t *testing.T) {
+	t.Parallel()
+	b := apitest.New(t, apitest.Options{})
+	resp := b.PostRide(t, apitest.NewKey(), apitest.DefaultParams)
+	require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
+	id := int64(resp.JSON(t)["id"].(float64))
+	// Break every read of rides.
+	_, err := b.Pool.Exec(context.Background(), `ALTER TABLE rides RENAME COLUMN currency TO currency_gone`)
+	require.NoError(t, err)
+
+	for _, path := range []string{"/rides", fmt.Sprintf("/rides/%d", id)} {
+		resp := b.Do(t, http.MethodGet, path, "", "Authorization", "Bearer "+b.Token)
+		require.Equal(t, http.StatusInternalServerError, resp.Status, "%s: %s", path, resp.Body)
+		body := resp.JSON(t)
+		require.Equal(t, "internal_error", body["code"])
+		require.NotContains(t, strings.ToLower(body["detail"].(string)), "idempotency", path)
+	}
 }
 
 func TestSimulatedErrors(t *testing.T) {

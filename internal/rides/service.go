@@ -76,6 +76,12 @@ const (
 	DefaultMaxChargeAttempts = 10
 )
 
+// claimTimeout bounds a claim, which runs detached from the client (see
+// Create). It is the time a claim may take, not a lock: a claim cut off
+// by it after committing leaves a lock that goes stale after the lock
+// timeout, as a crashed server's does.
+const claimTimeout = 10 * time.Second
+
 // ServiceConfig configures a Service.
 type ServiceConfig struct {
 	// Pool is the database of rides and idempotency keys. Required.
@@ -164,13 +170,25 @@ type Result struct {
 	// Replayed is true when the key had finished before this request:
 	// the response is the stored one and nothing ran.
 	Replayed bool
+	// RideID, when Create fails, is the ride the request had created
+	// (status pending, or needs_review), so that the client can follow
+	// it; 0 when it got no ride, or none that could be confirmed.
+	RideID int64
 }
 
 // Create claims the request's idempotency key and drives the request to a
 // response, resuming from the key's recovery point if an earlier attempt
 // got part way.
 func (s *Service) Create(ctx context.Context, req CreateRequest) (Result, error) {
-	key, replayed, err := s.keys.Claim(ctx, idem.Request{
+	// The claim runs on a context the client cannot cancel. A claim that
+	// commits in Postgres while its caller gives up (the client hung up
+	// a moment after sending) would otherwise leave the key locked with
+	// nobody to release it, and every retry would be refused 409 until
+	// the lock went stale. Finished, the claim hands back the key, and a
+	// request cut short after it releases the key as any failure does.
+	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	key, replayed, err := s.keys.Claim(claimCtx, idem.Request{
 		UserID:   req.User.ID,
 		Key:      req.IdempotencyKey,
 		Method:   http.MethodPost,
@@ -186,7 +204,10 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Result, error)
 	}
 	r := &request{Service: s, user: req.User, key: key, params: req.Params, raiseError: req.RaiseError}
 	resp, err := r.run(ctx)
-	return Result{Response: resp}, err
+	if err != nil {
+		return Result{RideID: r.createdRideID(ctx)}, err
+	}
+	return Result{Response: resp}, nil
 }
 
 // Resume drives a key that the caller has already claimed (the completer)

@@ -14,10 +14,40 @@ import (
 // ErrNotFound means no ride matched.
 var ErrNotFound = errors.New("ride not found")
 
+// Status is where a ride stands in its lifecycle. The atomic phase that
+// settles the ride's charge sets it, in the same transaction.
+type Status string
+
+// The statuses of a ride. Pending and needs_review can still change; the
+// others are final.
+const (
+	// StatusPending: created, its charge not settled yet. A retry with
+	// the same Idempotency-Key, or the completer, settles it.
+	StatusPending Status = "pending"
+	// StatusSucceeded: charged; the ride has its stripe_charge_id.
+	StatusSucceeded Status = "succeeded"
+	// StatusDeclined: the card was declined (the stored 402).
+	StatusDeclined Status = "declined"
+	// StatusFailed: the payment provider rejected the charge (the stored
+	// 502).
+	StatusFailed Status = "failed"
+	// StatusNeedsReview: the charge's outcome could not be settled
+	// automatically; a person looks, and the ride moves on once they
+	// have.
+	StatusNeedsReview Status = "needs_review"
+)
+
+// Statuses lists every status, in lifecycle order.
+var Statuses = []Status{StatusPending, StatusSucceeded, StatusDeclined, StatusFailed, StatusNeedsReview}
+
+// Final reports whether a ride with status s can no longer change.
+func (s Status) Final() bool { return s != StatusPending && s != StatusNeedsReview }
+
 // Ride is a row of rides, and the JSON a client sees.
 type Ride struct {
 	ID               int64     `db:"id" json:"id"`
 	CreatedAt        Timestamp `db:"created_at" json:"created_at"`
+	Status           Status    `db:"status" json:"status"`
 	OriginLat        float64   `db:"origin_lat" json:"origin_lat"`
 	OriginLon        float64   `db:"origin_lon" json:"origin_lon"`
 	TargetLat        float64   `db:"target_lat" json:"target_lat"`
@@ -34,7 +64,7 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-const rideColumns = `id, created_at, origin_lat::float8, origin_lon::float8, target_lat::float8,
+const rideColumns = `id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
 	target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id`
 
 // insertRide creates the ride in an atomic phase and returns it as stored
@@ -44,8 +74,8 @@ const rideColumns = `id, created_at, origin_lat::float8, origin_lon::float8, tar
 func insertRide(ctx context.Context, tx *idem.Tx, keyID, userID int64, p Params) (*Ride, error) {
 	return flushOneRide(ctx, tx, fmt.Sprintf("for key %d", keyID), `
 		INSERT INTO rides (idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
-		                   amount, currency, user_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		                   amount, currency, user_id, status)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending')
 		RETURNING `+rideColumns,
 		keyID, p.OriginLat, p.OriginLon, p.TargetLat, p.TargetLon, Price, Currency, userID)
 }
@@ -53,30 +83,39 @@ func insertRide(ctx context.Context, tx *idem.Tx, keyID, userID int64, p Params)
 // rideByKey finds the ride an idempotency key created.
 func rideByKey(ctx context.Context, q querier, keyID int64) (*Ride, error) {
 	return oneRide(ctx, q, fmt.Sprintf("for key %d", keyID),
-		`SELECT `+rideColumns+` FROM rides WHERE idempotency_key_id = $1`, keyID)
+		`SELECT `+rideColumns+` FROM rides WHERE idempotency_key_id = $1::bigint`, keyID)
 }
 
 // rideByKeyIn is rideByKey inside an atomic phase; it flushes tx.
 func rideByKeyIn(ctx context.Context, tx *idem.Tx, keyID int64) (*Ride, error) {
 	return flushOneRide(ctx, tx, fmt.Sprintf("for key %d", keyID),
-		`SELECT `+rideColumns+` FROM rides WHERE idempotency_key_id = $1`, keyID)
+		`SELECT `+rideColumns+` FROM rides WHERE idempotency_key_id = $1::bigint`, keyID)
 }
 
 // rideByID finds a ride of a user; another user's ride is not found.
 func rideByID(ctx context.Context, q querier, userID, id int64) (*Ride, error) {
 	return oneRide(ctx, q, fmt.Sprintf("%d", id),
-		`SELECT `+rideColumns+` FROM rides WHERE id = $1 AND user_id = $2`, id, userID)
+		`SELECT `+rideColumns+` FROM rides WHERE id = $1::bigint AND user_id = $2::bigint`, id, userID)
 }
 
 // listRides returns up to limit rides of a user, newest first, older than
-// the ride startingAfter when it is non-zero.
-func listRides(ctx context.Context, q querier, userID, startingAfter int64, limit int) ([]*Ride, error) {
-	rows, err := q.Query(ctx, `
-		SELECT `+rideColumns+` FROM rides
-		WHERE user_id = $1 AND ($2 = 0 OR id < $2)
-		ORDER BY id DESC
-		LIMIT $3`,
-		userID, startingAfter, limit)
+// the ride startingAfter when it is non-zero, and only those with status
+// when it is not empty. Each filter adds its condition only when it is
+// given, so that every combination gets its own plan on
+// rides_user_id_id.
+func listRides(ctx context.Context, q querier, userID, startingAfter int64, status Status, limit int) ([]*Ride, error) {
+	sql := `SELECT ` + rideColumns + ` FROM rides WHERE user_id = $1::bigint`
+	args := []any{userID, limit}
+	if startingAfter != 0 {
+		args = append(args, startingAfter)
+		sql += fmt.Sprintf(` AND id < $%d::bigint`, len(args))
+	}
+	if status != "" {
+		args = append(args, string(status))
+		sql += fmt.Sprintf(` AND status = $%d::text`, len(args))
+	}
+	sql += ` ORDER BY id DESC LIMIT $2::int`
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list rides of user %d: %w", userID, err)
 	}
@@ -87,21 +126,61 @@ func listRides(ctx context.Context, q querier, userID, startingAfter int64, limi
 	return rides, nil
 }
 
-// recordCharge queues the storing of the Stripe charge on the ride.
-// Writing the same charge again is harmless; a different charge for a ride
-// that already has one would mean a double charge, and the statement
-// refuses it, failing the phase.
+// recordCharge queues the storing of the Stripe charge on the ride, which
+// thereby succeeded. Writing the same charge again is harmless; a
+// different charge for a ride that already has one would mean a double
+// charge, and a charge for a ride settled otherwise (declined, failed)
+// contradicts it: the statement refuses both, failing the phase.
 func recordCharge(tx *idem.Tx, rideID int64, chargeID string) {
 	tx.Queue(`
-		UPDATE rides SET stripe_charge_id = $2
-		WHERE id = $1 AND (stripe_charge_id IS NULL OR stripe_charge_id = $2)`,
+		UPDATE rides SET stripe_charge_id = $2, status = 'succeeded'
+		WHERE id = $1::bigint
+		  AND status IN ('pending', 'needs_review', 'succeeded')
+		  AND (stripe_charge_id IS NULL OR stripe_charge_id = $2)`,
 		rideID, chargeID,
 	).Exec(func(tag pgconn.CommandTag) error {
 		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("record charge %s on ride %d: ride already has another charge", chargeID, rideID)
+			return fmt.Errorf("record charge %s on ride %d: the ride has another charge or was settled without one", chargeID, rideID)
 		}
 		return nil
 	})
+}
+
+// settleRide queues moving the ride to status, a settlement without a
+// charge (declined, failed, needs_review). Only a ride whose status can
+// still change moves.
+func settleRide(tx *idem.Tx, rideID int64, status Status) {
+	tx.Queue(`
+		UPDATE rides SET status = $2
+		WHERE id = $1::bigint AND status IN ('pending', 'needs_review')`,
+		rideID, string(status),
+	).Exec(func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("settle ride %d as %s: the ride is settled already", rideID, status)
+		}
+		return nil
+	})
+}
+
+// SettleReaped is what the reaper does, for rides, about the keys a batch
+// deletes (an idem.ReapFunc): a ride whose request never finished and is
+// now listed in abandoned_requests for a person stops saying pending,
+// which promises that a retry or the completer will settle it, and says
+// needs_review. It commits with the batch.
+func SettleReaped(_ context.Context, tx *idem.Tx, reaped []idem.ReapedKey) error {
+	var ids []int64
+	for _, k := range reaped {
+		if k.Abandoned() && k.RequestPath == Path && k.ResourceID != nil {
+			ids = append(ids, *k.ResourceID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	tx.Queue(`
+		UPDATE rides SET status = 'needs_review'
+		WHERE id = ANY($1::bigint[]) AND status = 'pending'`, ids)
+	return nil
 }
 
 func oneRide(ctx context.Context, q querier, what, sql string, args ...any) (*Ride, error) {

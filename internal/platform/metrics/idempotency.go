@@ -30,13 +30,16 @@ const (
 	OutcomeLockLost
 	// OutcomeNeedsAttention: a key was set aside for a human.
 	OutcomeNeedsAttention
+	// OutcomeExpired: a request came back with a key the reaper had
+	// deleted, and was refused (410).
+	OutcomeExpired
 
 	numOutcomes
 )
 
 var outcomeNames = [numOutcomes]string{
 	"new", "replay", "in_flight_conflict", "reuse_mismatch",
-	"lock_takeover", "resumed", "lock_lost", "needs_attention",
+	"lock_takeover", "resumed", "lock_lost", "needs_attention", "expired",
 }
 
 func (o Outcome) String() string { return outcomeNames[o] }
@@ -52,7 +55,7 @@ func NewIdempotency(reg prometheus.Registerer) *Idempotency {
 	outcomes := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace,
 		Name:      "idempotency_outcomes_total",
-		Help:      "What became of idempotency keys: new, replay, in_flight_conflict, reuse_mismatch, lock_takeover, resumed, lock_lost, needs_attention.",
+		Help:      "What became of idempotency keys: new, replay, in_flight_conflict, reuse_mismatch, lock_takeover, resumed, lock_lost, needs_attention, expired.",
 	}, []string{"outcome"})
 	m := &Idempotency{
 		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{

@@ -2,12 +2,14 @@ package metrics_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,10 +95,17 @@ func TestServe(t *testing.T) {
 		reg.MustRegister(counter)
 		counter.Add(3)
 
-		addr := freeAddr(t)
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		require.NoError(t, metrics.Serve(ctx, addr, reg, logger))
+		// Another process may take the probed port before Serve listens
+		// on it; only then is a new one probed.
+		addr := freeAddr(t)
+		err := metrics.Serve(ctx, addr, reg, logger)
+		for attempt := 1; errors.Is(err, syscall.EADDRINUSE) && attempt < 3; attempt++ {
+			addr = freeAddr(t)
+			err = metrics.Serve(ctx, addr, reg, logger)
+		}
+		require.NoError(t, err)
 
 		resp, err := http.Get("http://" + addr + "/metrics")
 		require.NoError(t, err)

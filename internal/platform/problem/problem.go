@@ -25,6 +25,10 @@ type Problem struct {
 	InvalidParams []InvalidParam `json:"invalid_params,omitempty"`
 	// RetryAfter, when positive, is also sent as the Retry-After header.
 	RetryAfter int `json:"-"`
+	// Extensions are extension members (RFC 9457, section 3.2), such as
+	// the id of a resource the problem is about, set with With. Their
+	// names must not be those of the members above.
+	Extensions map[string]any `json:"-"`
 }
 
 // InvalidParam is one rejected request parameter.
@@ -91,6 +95,15 @@ func (p *Problem) WithRetryAfter(seconds int) *Problem {
 	return p
 }
 
+// With adds the extension member name, with value, to the problem.
+func (p *Problem) With(name string, value any) *Problem {
+	if p.Extensions == nil {
+		p.Extensions = map[string]any{}
+	}
+	p.Extensions[name] = value
+	return p
+}
+
 // JSON encodes the problem document.
 func (p *Problem) JSON() []byte {
 	b, err := json.Marshal(p)
@@ -98,7 +111,16 @@ func (p *Problem) JSON() []byte {
 		// Every field is a plain string, int or slice of them.
 		panic("encode problem: " + err.Error())
 	}
-	return b
+	if len(p.Extensions) == 0 {
+		return b
+	}
+	ext, err := json.Marshal(p.Extensions)
+	if err != nil {
+		panic("encode problem extensions: " + err.Error())
+	}
+	// Both are JSON objects: the members of the second go inside the
+	// first, in the order encoding/json gives a map's keys (sorted).
+	return append(append(b[:len(b)-1], ','), ext[1:]...)
 }
 
 // Write sends the problem as the response.

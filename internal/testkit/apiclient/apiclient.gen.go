@@ -21,29 +21,31 @@ import (
 
 // Defines values for ProblemCode.
 const (
-	ProblemCodeBodyTooLarge          ProblemCode = "body_too_large"
-	ProblemCodeCardDeclined          ProblemCode = "card_declined"
-	ProblemCodeDatabaseContention    ProblemCode = "database_contention"
-	ProblemCodeDatabaseUnavailable   ProblemCode = "database_unavailable"
-	ProblemCodeIdempotencyKeyInvalid ProblemCode = "idempotency_key_invalid"
-	ProblemCodeIdempotencyKeyMissing ProblemCode = "idempotency_key_missing"
-	ProblemCodeIdempotencyKeyReused  ProblemCode = "idempotency_key_reused"
-	ProblemCodeInternalError         ProblemCode = "internal_error"
-	ProblemCodeInvalidParams         ProblemCode = "invalid_params"
-	ProblemCodeInvalidQuery          ProblemCode = "invalid_query"
-	ProblemCodeMalformedBody         ProblemCode = "malformed_body"
-	ProblemCodeMethodNotAllowed      ProblemCode = "method_not_allowed"
-	ProblemCodeNotFound              ProblemCode = "not_found"
-	ProblemCodePaymentNeedsReview    ProblemCode = "payment_needs_review"
-	ProblemCodePaymentRejected       ProblemCode = "payment_rejected"
-	ProblemCodePaymentUnavailable    ProblemCode = "payment_unavailable"
-	ProblemCodeRequestCancelled      ProblemCode = "request_cancelled"
-	ProblemCodeRequestInProgress     ProblemCode = "request_in_progress"
-	ProblemCodeRequestTakenOver      ProblemCode = "request_taken_over"
-	ProblemCodeRideNotFound          ProblemCode = "ride_not_found"
-	ProblemCodeUnauthorized          ProblemCode = "unauthorized"
-	ProblemCodeUnavailable           ProblemCode = "unavailable"
-	ProblemCodeUnsupportedMediaType  ProblemCode = "unsupported_media_type"
+	ProblemCodeBodyTooLarge               ProblemCode = "body_too_large"
+	ProblemCodeCardDeclined               ProblemCode = "card_declined"
+	ProblemCodeDatabaseContention         ProblemCode = "database_contention"
+	ProblemCodeDatabaseUnavailable        ProblemCode = "database_unavailable"
+	ProblemCodeIdempotencyKeyExpired      ProblemCode = "idempotency_key_expired"
+	ProblemCodeIdempotencyKeyInvalid      ProblemCode = "idempotency_key_invalid"
+	ProblemCodeIdempotencyKeyMissing      ProblemCode = "idempotency_key_missing"
+	ProblemCodeIdempotencyKeyReused       ProblemCode = "idempotency_key_reused"
+	ProblemCodeInternalError              ProblemCode = "internal_error"
+	ProblemCodeInvalidParams              ProblemCode = "invalid_params"
+	ProblemCodeInvalidQuery               ProblemCode = "invalid_query"
+	ProblemCodeMalformedBody              ProblemCode = "malformed_body"
+	ProblemCodeMethodNotAllowed           ProblemCode = "method_not_allowed"
+	ProblemCodeNotFound                   ProblemCode = "not_found"
+	ProblemCodePaymentNeedsReview         ProblemCode = "payment_needs_review"
+	ProblemCodePaymentRejected            ProblemCode = "payment_rejected"
+	ProblemCodePaymentUnavailable         ProblemCode = "payment_unavailable"
+	ProblemCodeRequestCancelled           ProblemCode = "request_cancelled"
+	ProblemCodeRequestInProgress          ProblemCode = "request_in_progress"
+	ProblemCodeRequestTakenOver           ProblemCode = "request_taken_over"
+	ProblemCodeRideNotFound               ProblemCode = "ride_not_found"
+	ProblemCodeUnauthorized               ProblemCode = "unauthorized"
+	ProblemCodeUnavailable                ProblemCode = "unavailable"
+	ProblemCodeUnsupportedContentEncoding ProblemCode = "unsupported_content_encoding"
+	ProblemCodeUnsupportedMediaType       ProblemCode = "unsupported_media_type"
 )
 
 // Valid indicates whether the value is a known member of the ProblemCode enum.
@@ -56,6 +58,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeDatabaseContention:
 		return true
 	case ProblemCodeDatabaseUnavailable:
+		return true
+	case ProblemCodeIdempotencyKeyExpired:
 		return true
 	case ProblemCodeIdempotencyKeyInvalid:
 		return true
@@ -92,6 +96,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeUnauthorized:
 		return true
 	case ProblemCodeUnavailable:
+		return true
+	case ProblemCodeUnsupportedContentEncoding:
 		return true
 	case ProblemCodeUnsupportedMediaType:
 		return true
@@ -130,6 +136,33 @@ func (e RideListUrl) Valid() bool {
 	}
 }
 
+// Defines values for RideStatus.
+const (
+	Declined    RideStatus = "declined"
+	Failed      RideStatus = "failed"
+	NeedsReview RideStatus = "needs_review"
+	Pending     RideStatus = "pending"
+	Succeeded   RideStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the RideStatus enum.
+func (e RideStatus) Valid() bool {
+	switch e {
+	case Declined:
+		return true
+	case Failed:
+		return true
+	case NeedsReview:
+		return true
+	case Pending:
+		return true
+	case Succeeded:
+		return true
+	default:
+		return false
+	}
+}
+
 // InvalidParam defines model for InvalidParam.
 type InvalidParam struct {
 	Name   string `json:"name"`
@@ -146,15 +179,17 @@ type Longitude = float64
 type Problem struct {
 	// Code Stable across releases; clients branch on it.
 	//
-	// - `unauthorized` (401): no or bad bearer token.
+	// - `unauthorized` (401): no or bad bearer token, or `Authorization` sent twice.
 	// - `idempotency_key_missing` (400): the `Idempotency-Key` header is missing or empty.
 	// - `idempotency_key_invalid` (400): the key is too short or too long, not printable ASCII, badly quoted, or sent twice.
 	// - `malformed_body` (400): the body could not be decoded.
-	// - `invalid_query` (400): a query parameter is invalid.
+	// - `invalid_query` (400): the query is malformed, or a query parameter is invalid, repeated or unknown.
 	// - `unsupported_media_type` (415): the body is neither JSON nor a form.
+	// - `unsupported_content_encoding` (415): the body has a `Content-Encoding` other than `identity`.
 	// - `body_too_large` (413): the body is over 64 KiB.
 	// - `invalid_params` (422): parameters missing, not numbers, out of range, repeated or unknown.
 	// - `idempotency_key_reused` (422): the key was used for a different request; use a new key.
+	// - `idempotency_key_expired` (410): the key outlived its lifetime; its request is not run again; follow `ride_id`.
 	// - `request_in_progress` (409): the key's request is running; retry later with the same key.
 	// - `request_taken_over` (409): this request stalled and a retry took over; retry with the same key.
 	// - `card_declined` (402): the card was declined; stored.
@@ -166,7 +201,7 @@ type Problem struct {
 	// - `unavailable` (503): the API token could not be checked; retry.
 	// - `database_unavailable` (503): `/readyz` only: the database does not answer.
 	// - `ride_not_found` (404): no ride of yours has this id.
-	// - `not_found` (404): no such endpoint.
+	// - `not_found` (404): no such endpoint (the path in `detail` is cut to 256 bytes).
 	// - `method_not_allowed` (405): the endpoint does not support the method.
 	// - `internal_error` (500): a fault on our side; retry with the same key.
 	Code ProblemCode `json:"code"`
@@ -174,11 +209,21 @@ type Problem struct {
 	// Detail What went wrong, for a human; may change between releases.
 	Detail *string `json:"detail,omitempty"`
 
-	// InvalidParams Each rejected parameter and why (`invalid_params`, `invalid_query`).
+	// InvalidParams Each rejected parameter and why (`invalid_params`, `invalid_query`),
+	// each once: the first 20, with `detail` saying how many more
+	// there are. A name longer than 256 bytes is cut and ends in `…`.
 	InvalidParams *[]InvalidParam `json:"invalid_params,omitempty"`
-	Status        int             `json:"status"`
 
-	// Title The HTTP status's standard text.
+	// RideId An extension member (RFC 9457, section 3.2): the ride the
+	// request created, present whenever a `POST /rides` got as far
+	// as creating one before it failed or was refused for good
+	// (`card_declined`, `payment_rejected`, `payment_needs_review`,
+	// `idempotency_key_expired`, and every `5xx` after the ride
+	// exists). `GET /rides/{id}` with it tells the ride's status.
+	RideId *int64 `json:"ride_id,omitempty"`
+	Status int    `json:"status"`
+
+	// Title The HTTP status's reason phrase as RFC 9110 gives it (`Content Too Large`, `Unprocessable Content`).
 	Title string `json:"title"`
 
 	// Type A URI naming the kind of problem; it ends in `#<code>`.
@@ -187,15 +232,17 @@ type Problem struct {
 
 // ProblemCode Stable across releases; clients branch on it.
 //
-// - `unauthorized` (401): no or bad bearer token.
+// - `unauthorized` (401): no or bad bearer token, or `Authorization` sent twice.
 // - `idempotency_key_missing` (400): the `Idempotency-Key` header is missing or empty.
 // - `idempotency_key_invalid` (400): the key is too short or too long, not printable ASCII, badly quoted, or sent twice.
 // - `malformed_body` (400): the body could not be decoded.
-// - `invalid_query` (400): a query parameter is invalid.
+// - `invalid_query` (400): the query is malformed, or a query parameter is invalid, repeated or unknown.
 // - `unsupported_media_type` (415): the body is neither JSON nor a form.
+// - `unsupported_content_encoding` (415): the body has a `Content-Encoding` other than `identity`.
 // - `body_too_large` (413): the body is over 64 KiB.
 // - `invalid_params` (422): parameters missing, not numbers, out of range, repeated or unknown.
 // - `idempotency_key_reused` (422): the key was used for a different request; use a new key.
+// - `idempotency_key_expired` (410): the key outlived its lifetime; its request is not run again; follow `ride_id`.
 // - `request_in_progress` (409): the key's request is running; retry later with the same key.
 // - `request_taken_over` (409): this request stalled and a retry took over; retry with the same key.
 // - `card_declined` (402): the card was declined; stored.
@@ -207,7 +254,7 @@ type Problem struct {
 // - `unavailable` (503): the API token could not be checked; retry.
 // - `database_unavailable` (503): `/readyz` only: the database does not answer.
 // - `ride_not_found` (404): no ride of yours has this id.
-// - `not_found` (404): no such endpoint.
+// - `not_found` (404): no such endpoint (the path in `detail` is cut to 256 bytes).
 // - `method_not_allowed` (405): the endpoint does not support the method.
 // - `internal_error` (500): a fault on our side; retry with the same key.
 type ProblemCode string
@@ -215,7 +262,9 @@ type ProblemCode string
 // Ride defines model for Ride.
 type Ride struct {
 	// Amount The price, in the currency's smallest unit (cents).
-	Amount    int64     `json:"amount"`
+	Amount int64 `json:"amount"`
+
+	// CreatedAt RFC 3339 in UTC with exactly six fractional digits (microseconds).
 	CreatedAt time.Time `json:"created_at"`
 
 	// Currency Three-letter ISO 4217 code, lowercase.
@@ -224,8 +273,31 @@ type Ride struct {
 	OriginLat Latitude  `json:"origin_lat"`
 	OriginLon Longitude `json:"origin_lon"`
 
-	// StripeChargeId The Stripe charge that paid for the ride. `null` while a ride
-	// request is still on its way to the charge.
+	// Status Where a ride stands. The atomic phase that settles the ride's
+	// charge sets its status in the same transaction, so a status is
+	// never ahead of or behind the charge.
+	//
+	// - `pending`: created; its charge is not settled yet. A `POST
+	//   /rides` that answered a `5xx` (or never answered) leaves its
+	//   ride here. A retry with the same `Idempotency-Key` settles it,
+	//   and so does the server if the client never retries (see
+	//   "After a 5xx" in the API description). **Can still change.**
+	// - `succeeded`: charged; `stripe_charge_id` is set. Final.
+	// - `declined`: the card was declined (`402 card_declined`). Final:
+	//   a new attempt is a new ride with a new key.
+	// - `failed`: the payment provider rejected the charge (`502
+	//   payment_rejected`). Final.
+	// - `needs_review`: the charge's outcome could not be settled
+	//   automatically (`502 payment_needs_review`) and a person is
+	//   looking; you will not be charged twice. **Can still change**,
+	//   to `succeeded`, `declined` or `failed`, once they have.
+	//
+	// Poll `GET /rides/{id}` while a ride is `pending` or
+	// `needs_review`; the other statuses never change.
+	Status RideStatus `json:"status"`
+
+	// StripeChargeId The Stripe charge that paid for the ride: set exactly when
+	// `status` is `succeeded`, `null` otherwise.
 	StripeChargeId *string   `json:"stripe_charge_id"`
 	TargetLat      Latitude  `json:"target_lat"`
 	TargetLon      Longitude `json:"target_lon"`
@@ -255,6 +327,29 @@ type RideParams struct {
 	TargetLon Longitude `json:"target_lon"`
 }
 
+// RideStatus Where a ride stands. The atomic phase that settles the ride's
+// charge sets its status in the same transaction, so a status is
+// never ahead of or behind the charge.
+//
+//   - `pending`: created; its charge is not settled yet. A `POST
+//     /rides` that answered a `5xx` (or never answered) leaves its
+//     ride here. A retry with the same `Idempotency-Key` settles it,
+//     and so does the server if the client never retries (see
+//     "After a 5xx" in the API description). **Can still change.**
+//   - `succeeded`: charged; `stripe_charge_id` is set. Final.
+//   - `declined`: the card was declined (`402 card_declined`). Final:
+//     a new attempt is a new ride with a new key.
+//   - `failed`: the payment provider rejected the charge (`502
+//     payment_rejected`). Final.
+//   - `needs_review`: the charge's outcome could not be settled
+//     automatically (`502 payment_needs_review`) and a person is
+//     looking; you will not be charged twice. **Can still change**,
+//     to `succeeded`, `declined` or `failed`, once they have.
+//
+// Poll `GET /rides/{id}` while a ride is `pending` or
+// `needs_review`; the other statuses never change.
+type RideStatus string
+
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
 
@@ -278,6 +373,11 @@ type ListRidesParams struct {
 	// StartingAfter A ride id, for the next page: the rides older than it. Pass the
 	// `id` of the last ride of the previous page.
 	StartingAfter *int64 `form:"starting_after,omitempty" json:"starting_after,omitempty"`
+
+	// Status Only rides with this status, such as `pending` for the rides
+	// whose charge is not settled yet. Any other value is refused
+	// with `400 invalid_query`.
+	Status *RideStatus `form:"status,omitempty" json:"status,omitempty"`
 }
 
 // CreateRideParams defines parameters for CreateRide.
@@ -288,7 +388,8 @@ type CreateRideParams struct {
 	// its only escapes) is unquoted first, as the IETF Idempotency-Key
 	// draft specifies, and the unquoted value must meet the same rules.
 	// Keys are per user: another user's key with the same value is a
-	// different key.
+	// different key. A key replays for 72 hours and is then refused for
+	// 30 days after its first use (see "How long a key lives").
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 }
 
@@ -379,16 +480,12 @@ type ClientInterface interface {
 	// Corresponds with GET /healthz (the `CheckHealth` operationId).
 	CheckHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetMetrics Prometheus metrics
+	// CheckHealthHead Liveness, without a body
 	//
-	// The process's metrics in the Prometheus text exposition format:
-	// requests by route and status, idempotency-key outcomes, atomic
-	// phase durations, Stripe calls and connection pool statistics.
-	// Meant for Prometheus; restrict it to your network at the load
-	// balancer.
+	// `GET /healthz` without the body, for load balancers.
 	//
-	// Corresponds with GET /metrics (the `GetMetrics` operationId).
-	GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+	// Corresponds with HEAD /healthz (the `CheckHealthHead` operationId).
+	CheckHealthHead(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetOpenAPIDocument This document
 	//
@@ -401,6 +498,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `CheckReadiness` operationId).
 	CheckReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CheckReadinessHead Readiness, without a body
+	//
+	// `GET /readyz` without the body, for load balancers.
+	//
+	// Corresponds with HEAD /readyz (the `CheckReadinessHead` operationId).
+	CheckReadinessHead(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListRides List your rides
 	//
@@ -480,17 +584,13 @@ func (c *Client) CheckHealth(ctx context.Context, reqEditors ...RequestEditorFn)
 	return c.Client.Do(req)
 }
 
-// GetMetrics Prometheus metrics
+// CheckHealthHead Liveness, without a body
 //
-// The process's metrics in the Prometheus text exposition format:
-// requests by route and status, idempotency-key outcomes, atomic
-// phase durations, Stripe calls and connection pool statistics.
-// Meant for Prometheus; restrict it to your network at the load
-// balancer.
+// `GET /healthz` without the body, for load balancers.
 //
-// Corresponds with GET /metrics (the `GetMetrics` operationId).
-func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetMetricsRequest(c.Server)
+// Corresponds with HEAD /healthz (the `CheckHealthHead` operationId).
+func (c *Client) CheckHealthHead(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCheckHealthHeadRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -523,6 +623,23 @@ func (c *Client) GetOpenAPIDocument(ctx context.Context, reqEditors ...RequestEd
 // Corresponds with GET /readyz (the `CheckReadiness` operationId).
 func (c *Client) CheckReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCheckReadinessRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CheckReadinessHead Readiness, without a body
+//
+// `GET /readyz` without the body, for load balancers.
+//
+// Corresponds with HEAD /readyz (the `CheckReadinessHead` operationId).
+func (c *Client) CheckReadinessHead(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCheckReadinessHeadRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -670,8 +787,8 @@ func NewCheckHealthRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
-// NewGetMetricsRequest constructs an http.Request for the GetMetrics method
-func NewGetMetricsRequest(server string) (*http.Request, error) {
+// NewCheckHealthHeadRequest constructs an http.Request for the CheckHealthHead method
+func NewCheckHealthHeadRequest(server string) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -679,7 +796,7 @@ func NewGetMetricsRequest(server string) (*http.Request, error) {
 		return nil, err
 	}
 
-	operationPath := fmt.Sprintf("/metrics")
+	operationPath := fmt.Sprintf("/healthz")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -689,7 +806,7 @@ func NewGetMetricsRequest(server string) (*http.Request, error) {
 		return nil, err
 	}
 
-	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -751,6 +868,33 @@ func NewCheckReadinessRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewCheckReadinessHeadRequest constructs an http.Request for the CheckReadinessHead method
+func NewCheckReadinessHeadRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/readyz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListRidesRequest constructs an http.Request for the ListRides method
 func NewListRidesRequest(server string, params *ListRidesParams) (*http.Request, error) {
 	var err error
@@ -794,6 +938,18 @@ func NewListRidesRequest(server string, params *ListRidesParams) (*http.Request,
 		if params.StartingAfter != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "starting_after", *params.StartingAfter, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Status != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -968,18 +1124,14 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /healthz (the `CheckHealth` operationId).
 	CheckHealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CheckHealthResponse, error)
 
-	// GetMetricsWithResponse Prometheus metrics
+	// CheckHealthHeadWithResponse Liveness, without a body
 	//
-	// The process's metrics in the Prometheus text exposition format:
-	// requests by route and status, idempotency-key outcomes, atomic
-	// phase durations, Stripe calls and connection pool statistics.
-	// Meant for Prometheus; restrict it to your network at the load
-	// balancer.
+	// `GET /healthz` without the body, for load balancers.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
-	// Corresponds with GET /metrics (the `GetMetrics` operationId).
-	GetMetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMetricsResponse, error)
+	// Corresponds with HEAD /healthz (the `CheckHealthHead` operationId).
+	CheckHealthHeadWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CheckHealthHeadResponse, error)
 
 	// GetOpenAPIDocumentWithResponse This document
 	//
@@ -996,6 +1148,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `CheckReadiness` operationId).
 	CheckReadinessWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CheckReadinessResponse, error)
+
+	// CheckReadinessHeadWithResponse Readiness, without a body
+	//
+	// `GET /readyz` without the body, for load balancers.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /readyz (the `CheckReadinessHead` operationId).
+	CheckReadinessHeadWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CheckReadinessHeadResponse, error)
 
 	// ListRidesWithResponse List your rides
 	//
@@ -1117,39 +1278,32 @@ func (r CheckHealthResponse) ContentType() string {
 	return ""
 }
 
-// GetMetricsResponse200Headers the declared response headers of an HTTP 200 response for GetMetrics
-type GetMetricsResponse200Headers struct {
+// CheckHealthHeadResponse200Headers the declared response headers of an HTTP 200 response for CheckHealthHead
+type CheckHealthHeadResponse200Headers struct {
 	RequestId string
 }
 
-// GetMetricsResponse500Headers the declared response headers of an HTTP 500 response for GetMetrics
-type GetMetricsResponse500Headers struct {
+// CheckHealthHeadResponse500Headers the declared response headers of an HTTP 500 response for CheckHealthHead
+type CheckHealthHeadResponse500Headers struct {
 	RequestId string
 }
 
-type GetMetricsResponse struct {
+type CheckHealthHeadResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *InternalError
 	// Headers200 the parsed response headers for an HTTP 200 response
-	Headers200 *GetMetricsResponse200Headers
+	Headers200 *CheckHealthHeadResponse200Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
-	Headers500 *GetMetricsResponse500Headers
-}
-
-// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
-func (r GetMetricsResponse) GetApplicationproblemJSON500() *InternalError {
-	return r.ApplicationproblemJSON500
+	Headers500 *CheckHealthHeadResponse500Headers
 }
 
 // GetBody returns the raw response body bytes
-func (r GetMetricsResponse) GetBody() []byte {
+func (r CheckHealthHeadResponse) GetBody() []byte {
 	return r.Body
 }
 
 // Status returns HTTPResponse.Status
-func (r GetMetricsResponse) Status() string {
+func (r CheckHealthHeadResponse) Status() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Status
 	}
@@ -1157,7 +1311,7 @@ func (r GetMetricsResponse) Status() string {
 }
 
 // StatusCode returns HTTPResponse.StatusCode
-func (r GetMetricsResponse) StatusCode() int {
+func (r CheckHealthHeadResponse) StatusCode() int {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.StatusCode
 	}
@@ -1165,7 +1319,7 @@ func (r GetMetricsResponse) StatusCode() int {
 }
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
-func (r GetMetricsResponse) ContentType() string {
+func (r CheckHealthHeadResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -1186,7 +1340,13 @@ type GetOpenAPIDocumentResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// YAML200 the response for an HTTP 200 `application/yaml` response
-	YAML200 *map[string]interface{}
+	YAML200 *struct {
+		Info map[string]interface{} `json:"info"`
+
+		// Openapi The OpenAPI version, 3.1.x.
+		Openapi string                 `json:"openapi"`
+		Paths   map[string]interface{} `json:"paths"`
+	}
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -1196,7 +1356,13 @@ type GetOpenAPIDocumentResponse struct {
 }
 
 // GetYAML200 returns the response for an HTTP 200 `application/yaml` response
-func (r GetOpenAPIDocumentResponse) GetYAML200() *map[string]interface{} {
+func (r GetOpenAPIDocumentResponse) GetYAML200() *struct {
+	Info map[string]interface{} `json:"info"`
+
+	// Openapi The OpenAPI version, 3.1.x.
+	Openapi string                 `json:"openapi"`
+	Paths   map[string]interface{} `json:"paths"`
+} {
 	return r.YAML200
 }
 
@@ -1297,6 +1463,61 @@ func (r CheckReadinessResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CheckReadinessResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CheckReadinessHeadResponse200Headers the declared response headers of an HTTP 200 response for CheckReadinessHead
+type CheckReadinessHeadResponse200Headers struct {
+	RequestId string
+}
+
+// CheckReadinessHeadResponse500Headers the declared response headers of an HTTP 500 response for CheckReadinessHead
+type CheckReadinessHeadResponse500Headers struct {
+	RequestId string
+}
+
+// CheckReadinessHeadResponse503Headers the declared response headers of an HTTP 503 response for CheckReadinessHead
+type CheckReadinessHeadResponse503Headers struct {
+	RequestId string
+}
+
+type CheckReadinessHeadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *CheckReadinessHeadResponse200Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *CheckReadinessHeadResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CheckReadinessHeadResponse503Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r CheckReadinessHeadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CheckReadinessHeadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CheckReadinessHeadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CheckReadinessHeadResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -1452,6 +1673,11 @@ type CreateRideResponse409Headers struct {
 	RetryAfter int
 }
 
+// CreateRideResponse410Headers the declared response headers of an HTTP 410 response for CreateRide
+type CreateRideResponse410Headers struct {
+	RequestId string
+}
+
 // CreateRideResponse413Headers the declared response headers of an HTTP 413 response for CreateRide
 type CreateRideResponse413Headers struct {
 	RequestId string
@@ -1459,7 +1685,8 @@ type CreateRideResponse413Headers struct {
 
 // CreateRideResponse415Headers the declared response headers of an HTTP 415 response for CreateRide
 type CreateRideResponse415Headers struct {
-	RequestId string
+	AcceptEncoding *string
+	RequestId      string
 }
 
 // CreateRideResponse422Headers the declared response headers of an HTTP 422 response for CreateRide
@@ -1497,6 +1724,8 @@ type CreateRideResponse struct {
 	ApplicationproblemJSON402 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
@@ -1519,6 +1748,8 @@ type CreateRideResponse struct {
 	Headers402 *CreateRideResponse402Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreateRideResponse409Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *CreateRideResponse410Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreateRideResponse413Headers
 	// Headers415 the parsed response headers for an HTTP 415 response
@@ -1556,6 +1787,11 @@ func (r CreateRideResponse) GetApplicationproblemJSON402() *Problem {
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r CreateRideResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r CreateRideResponse) GetApplicationproblemJSON410() *Problem {
+	return r.ApplicationproblemJSON410
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -1752,23 +1988,19 @@ func (c *ClientWithResponses) CheckHealthWithResponse(ctx context.Context, reqEd
 	return ParseCheckHealthResponse(rsp)
 }
 
-// GetMetricsWithResponse Prometheus metrics
+// CheckHealthHeadWithResponse Liveness, without a body
 //
-// The process's metrics in the Prometheus text exposition format:
-// requests by route and status, idempotency-key outcomes, atomic
-// phase durations, Stripe calls and connection pool statistics.
-// Meant for Prometheus; restrict it to your network at the load
-// balancer.
+// `GET /healthz` without the body, for load balancers.
 //
 // Returns a wrapper object for the known response body format(s).
 //
-// Corresponds with GET /metrics (the `GetMetrics` operationId).
-func (c *ClientWithResponses) GetMetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMetricsResponse, error) {
-	rsp, err := c.GetMetrics(ctx, reqEditors...)
+// Corresponds with HEAD /healthz (the `CheckHealthHead` operationId).
+func (c *ClientWithResponses) CheckHealthHeadWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CheckHealthHeadResponse, error) {
+	rsp, err := c.CheckHealthHead(ctx, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
-	return ParseGetMetricsResponse(rsp)
+	return ParseCheckHealthHeadResponse(rsp)
 }
 
 // GetOpenAPIDocumentWithResponse This document
@@ -1797,6 +2029,21 @@ func (c *ClientWithResponses) CheckReadinessWithResponse(ctx context.Context, re
 		return nil, err
 	}
 	return ParseCheckReadinessResponse(rsp)
+}
+
+// CheckReadinessHeadWithResponse Readiness, without a body
+//
+// `GET /readyz` without the body, for load balancers.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /readyz (the `CheckReadinessHead` operationId).
+func (c *ClientWithResponses) CheckReadinessHeadWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CheckReadinessHeadResponse, error) {
+	rsp, err := c.CheckReadinessHead(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCheckReadinessHeadResponse(rsp)
 }
 
 // ListRidesWithResponse List your rides
@@ -1942,32 +2189,22 @@ func ParseCheckHealthResponse(rsp *http.Response) (*CheckHealthResponse, error) 
 	return response, nil
 }
 
-// ParseGetMetricsResponse parses an HTTP response from a GetMetricsWithResponse call
-func ParseGetMetricsResponse(rsp *http.Response) (*GetMetricsResponse, error) {
+// ParseCheckHealthHeadResponse parses an HTTP response from a CheckHealthHeadWithResponse call
+func ParseCheckHealthHeadResponse(rsp *http.Response) (*CheckHealthHeadResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
 	defer func() { _ = rsp.Body.Close() }()
 	if err != nil {
 		return nil, err
 	}
 
-	response := &GetMetricsResponse{
+	response := &CheckHealthHeadResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
 	}
 
 	switch {
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest InternalError
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.ApplicationproblemJSON500 = &dest
-
-	}
-
-	switch {
 	case rsp.StatusCode == 200:
-		var headers GetMetricsResponse200Headers
+		var headers CheckHealthHeadResponse200Headers
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -1977,7 +2214,7 @@ func ParseGetMetricsResponse(rsp *http.Response) (*GetMetricsResponse, error) {
 		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 500:
-		var headers GetMetricsResponse500Headers
+		var headers CheckHealthHeadResponse500Headers
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -2006,7 +2243,13 @@ func ParseGetOpenAPIDocumentResponse(rsp *http.Response) (*GetOpenAPIDocumentRes
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "yaml") && rsp.StatusCode == 200:
-		var dest map[string]interface{}
+		var dest struct {
+			Info map[string]interface{} `json:"info"`
+
+			// Openapi The OpenAPI version, 3.1.x.
+			Openapi string                 `json:"openapi"`
+			Paths   map[string]interface{} `json:"paths"`
+		}
 		if err := yaml.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -2100,6 +2343,55 @@ func ParseCheckReadinessResponse(rsp *http.Response) (*CheckReadinessResponse, e
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers CheckReadinessResponse503Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCheckReadinessHeadResponse parses an HTTP response from a CheckReadinessHeadWithResponse call
+func ParseCheckReadinessHeadResponse(rsp *http.Response) (*CheckReadinessHeadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CheckReadinessHeadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers CheckReadinessHeadResponse200Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 500:
+		var headers CheckReadinessHeadResponse500Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers CheckReadinessHeadResponse503Headers
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -2300,6 +2592,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 		}
 		response.ApplicationproblemJSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest BodyTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -2423,6 +2722,16 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 			headers.RetryAfter = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 410:
+		var headers CreateRideResponse410Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers410 = &headers
 	case rsp.StatusCode == 413:
 		var headers CreateRideResponse413Headers
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
@@ -2435,6 +2744,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers CreateRideResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

@@ -43,6 +43,12 @@ const (
 	KeyWedged Kind = "key_wedged"
 	// KeyNeedsAttention: a key was set aside for a human.
 	KeyNeedsAttention Kind = "key_needs_attention"
+	// StatusMismatch: a ride's status says otherwise than its request's
+	// key: a stored 402 whose ride is not declined, a stored 502 whose
+	// ride is not failed, or a key set aside whose ride does not wait for
+	// review. (The schema keeps succeeded and a recorded charge
+	// together.)
+	StatusMismatch Kind = "status_mismatch"
 	// ReceiptJobMissing: a paid ride has no receipt job, staged or in
 	// River, and no receipt.
 	ReceiptJobMissing Kind = "receipt_job_missing"
@@ -263,6 +269,11 @@ func (st *state) check(opts Options) Report {
 				r.add(KeyNeedsAttention, "key %d at %s set aside for a human: %s", k.ID, k.RecoveryPoint, *k.AttentionReason)
 			}
 		}
+		if want, ok := statusOf(k); ok {
+			if rd := rideOfKey[k.ID]; rd != nil && rd.Status != want {
+				r.add(StatusMismatch, "key %d (%s) has ride %d %s, not %s", k.ID, keyState(k), rd.ID, rd.Status, want)
+			}
+		}
 		if k.RecoveryPoint != idem.Finished {
 			r.KeysUnfinished++
 			switch {
@@ -364,6 +375,30 @@ func (st *state) check(opts Options) Report {
 		}
 	}
 	return r
+}
+
+// statusOf is the status a ride must have, given its key, where the key
+// alone decides it.
+func statusOf(k *key) (rides.Status, bool) {
+	switch {
+	case k.RecoveryPoint == idem.Finished && k.ResponseCode != nil && *k.ResponseCode == http.StatusPaymentRequired:
+		return rides.StatusDeclined, true
+	case k.RecoveryPoint == idem.Finished && k.ResponseCode != nil && *k.ResponseCode == http.StatusBadGateway:
+		return rides.StatusFailed, true
+	case k.RecoveryPoint != idem.Finished && k.AttentionReason != nil:
+		return rides.StatusNeedsReview, true
+	}
+	return "", false
+}
+
+func keyState(k *key) string {
+	if k.ResponseCode != nil {
+		return fmt.Sprintf("finished with %d", *k.ResponseCode)
+	}
+	if k.AttentionReason != nil {
+		return "set aside at " + string(k.RecoveryPoint)
+	}
+	return "at " + string(k.RecoveryPoint)
 }
 
 func lockState(k *key) string {

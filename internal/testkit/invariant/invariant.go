@@ -30,6 +30,7 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/receipt"
+	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
 // Options tune what counts as a violation. The zero value is the strictest
@@ -157,12 +158,13 @@ type key struct {
 
 // ride is a row of rides.
 type ride struct {
-	ID               int64   `db:"id"`
-	IdempotencyKeyID *int64  `db:"idempotency_key_id"`
-	UserID           int64   `db:"user_id"`
-	Amount           int64   `db:"amount"`
-	Currency         string  `db:"currency"`
-	StripeChargeID   *string `db:"stripe_charge_id"`
+	ID               int64        `db:"id"`
+	IdempotencyKeyID *int64       `db:"idempotency_key_id"`
+	UserID           int64        `db:"user_id"`
+	Amount           int64        `db:"amount"`
+	Currency         string       `db:"currency"`
+	StripeChargeID   *string      `db:"stripe_charge_id"`
+	Status           rides.Status `db:"status"`
 }
 
 type rideCount struct {
@@ -200,7 +202,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Duration) (*
 		return nil, fmt.Errorf("read idempotency keys: %w", err)
 	}
 	if st.rides, err = collect[ride](ctx, tx, `
-		SELECT id, idempotency_key_id, user_id, amount, currency, stripe_charge_id
+		SELECT id, idempotency_key_id, user_id, amount, currency, stripe_charge_id, status
 		FROM rides ORDER BY id`); err != nil {
 		return nil, fmt.Errorf("read rides: %w", err)
 	}

@@ -149,7 +149,7 @@ func TestCheck(t *testing.T) {
 	t.Run("FindsChargeNotRecorded", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		exec(t, b, `UPDATE rides SET stripe_charge_id = NULL WHERE id = $1`, b.rideIDs[0])
+		exec(t, b, `UPDATE rides SET stripe_charge_id = NULL, status = 'pending' WHERE id = $1`, b.rideIDs[0])
 		report := check(t, b, invariant.Options{})
 		requireViolations(t, report, map[invariant.Kind]int{
 			invariant.ChargeNotRecorded: 1,
@@ -177,6 +177,15 @@ func TestCheck(t *testing.T) {
 		exec(t, b, `UPDATE idempotency_keys SET response_body = jsonb_set(response_body, '{id}', '424242') WHERE id = $1`, b.keys[0])
 		report := check(t, b, invariant.Options{})
 		requireViolations(t, report, map[invariant.Kind]int{invariant.ResponseMismatch: 1})
+	})
+
+	t.Run("FindsAStatusThatDisagreesWithItsKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		exec(t, b, `UPDATE rides SET status = 'pending' WHERE idempotency_key_id = $1`, b.declined)
+		report := check(t, b, invariant.Options{})
+		requireViolations(t, report, map[invariant.Kind]int{invariant.StatusMismatch: 1})
+		require.Contains(t, report.String(), "finished with 402")
 	})
 
 	t.Run("FindsChargeOnDeclinedKey", func(t *testing.T) {
@@ -220,7 +229,7 @@ func TestCheck(t *testing.T) {
 		b := setup(t)
 		// A request cut off after Stripe answered: the key is back at
 		// ride_created and the ride has no charge yet.
-		exec(t, b, `UPDATE rides SET stripe_charge_id = NULL WHERE id = $1`, b.rideIDs[0])
+		exec(t, b, `UPDATE rides SET stripe_charge_id = NULL, status = 'pending' WHERE id = $1`, b.rideIDs[0])
 		exec(t, b, `DELETE FROM staged_jobs WHERE (job_args->>'ride_id')::bigint = $1`, b.rideIDs[0])
 		exec(t, b, `UPDATE idempotency_keys SET recovery_point = 'ride_created', response_code = NULL, response_body = NULL WHERE id = $1`, b.keys[0])
 		report := check(t, b, invariant.Options{AllowUnfinished: true})

@@ -1,0 +1,121 @@
+package migrations_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/golang-migrate/migrate/v4"
+	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers pgx5://
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
+	"github.com/rocketrides/rocketrides/migrations"
+)
+
+// migrateTo moves the database at url to schema version.
+func migrateTo(t *testing.T, url string, version uint) {
+	t.Helper()
+	src, err := iofs.New(migrations.FS, ".")
+	require.NoError(t, err)
+	m, err := migrate.NewWithSourceInstance("iofs", src, "pgx5://"+strings.TrimPrefix(url, "postgres://"))
+	require.NoError(t, err)
+	defer m.Close()
+	require.NoError(t, m.Migrate(version))
+}
+
+// TestRideStatus migrates rides written before rides had a status, in
+// every state a ride could be in, and checks what each is backfilled as.
+func TestRideStatus(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.NewURL(t)
+	migrateTo(t, url, 1)
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := pool.Exec(ctx, sql, args...)
+		require.NoError(t, err, sql)
+	}
+	exec(`INSERT INTO users (id, email, stripe_customer_id, api_token_hash)
+	      VALUES (1, 'user@example.com', 'cus_1', sha256('token'))`)
+	// One key and ride per case, by the same id: (recovery point,
+	// response, attention reason, charge).
+	for _, k := range []struct {
+		id                      int
+		point, code, body, flag string
+		charge                  string
+	}{
+		{1, "finished", "201", `{"id": 1, "stripe_charge_id": "ch_1"}`, "", "ch_1"},
+		{2, "finished", "402", `{"code": "card_declined", "status": 402}`, "", ""},
+		{3, "finished", "502", `{"code": "payment_rejected", "status": 502}`, "", ""},
+		{4, "ride_created", "", "", "charge outcome still unknown", ""},
+		{5, "ride_created", "", "", "", ""},
+		{6, "charge_created", "", "", "", "ch_6"},
+	} {
+		exec(`INSERT INTO idempotency_keys
+		          (id, user_id, idempotency_key, request_method, request_path, request_params, origin_ip,
+		           recovery_point, locked_at, response_code, response_body, attention_reason)
+		      VALUES ($1::bigint, 1, 'key-' || $1::text, 'POST', '/rides', '{}', '127.0.0.1', $2, NULL,
+		              nullif($3, '')::int, nullif($4, '')::jsonb, nullif($5, ''))`,
+			k.id, k.point, k.code, k.body, k.flag)
+		exec(`INSERT INTO rides (id, idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
+		                         amount, currency, stripe_charge_id, user_id)
+		      VALUES ($1, $1, 0, 0, 1, 1, 2000, 'usd', nullif($2, ''), 1)`, k.id, k.charge)
+	}
+	// Rides whose keys the reaper removed: one charged, one not.
+	exec(`INSERT INTO rides (id, origin_lat, origin_lon, target_lat, target_lon, amount, currency, stripe_charge_id, user_id)
+	      VALUES (7, 0, 0, 1, 1, 2000, 'usd', 'ch_7', 1), (8, 0, 0, 1, 1, 2000, 'usd', NULL, 1)`)
+
+	migrateTo(t, url, 2)
+
+	statuses := map[int]string{}
+	rows, err := pool.Query(ctx, `SELECT id, status FROM rides`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var (
+			id     int
+			status string
+		)
+		require.NoError(t, rows.Scan(&id, &status))
+		statuses[id] = status
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, map[int]string{
+		1: "succeeded",
+		2: "declined",
+		3: "failed",
+		4: "needs_review",
+		5: "pending",
+		6: "succeeded",
+		7: "succeeded",
+		8: "needs_review",
+	}, statuses)
+
+	// Stored responses replay what the API answers now.
+	body := func(id int) string {
+		t.Helper()
+		var b string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT response_body::text FROM idempotency_keys WHERE id = $1`, id).Scan(&b))
+		return b
+	}
+	require.JSONEq(t, `{"id": 1, "stripe_charge_id": "ch_1", "status": "succeeded"}`, body(1))
+	require.JSONEq(t, `{"code": "card_declined", "status": 402, "ride_id": 2}`, body(2))
+	require.JSONEq(t, `{"code": "payment_rejected", "status": 502, "ride_id": 3}`, body(3))
+
+	// And down again restores the stored responses as they were.
+	pool.Reset()
+	migrateTo(t, url, 1)
+	require.JSONEq(t, `{"id": 1, "stripe_charge_id": "ch_1"}`, body(1))
+	require.JSONEq(t, `{"code": "card_declined", "status": 402}`, body(2))
+	var hasStatus bool
+	require.NoError(t, pool.QueryRow(ctx, `
+		SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = 'rides' AND column_name = 'status')`,
+	).Scan(&hasStatus))
+	require.False(t, hasStatus)
+}
