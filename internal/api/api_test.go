@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -45,6 +46,24 @@ func TestRouting(t *testing.T) {
 			require.Empty(t, resp.Body, path)
 			require.Equal(t, "text/plain", resp.Header.Get("Content-Type"), path)
 			require.NotEmpty(t, resp.Header.Get("Request-Id"), path)
+		}
+	})
+
+	// A HEAD on a ride route answers what its GET would, without the body.
+	t.Run("HeadOnRideRoutes", func(t *testing.T) {
+		t.Parallel()
+		b := apitest.New(t, apitest.Options{})
+		created := b.PostRide(t, "head-on-ride-routes-0001", "origin_lat=1&origin_lon=2&target_lat=3&target_lon=4")
+		require.Equal(t, http.StatusCreated, created.Status)
+		auth := []string{"Authorization", "Bearer " + b.Token}
+		for path, want := range map[string]int{
+			"/rides": http.StatusOK,
+			"/rides/" + strconv.FormatInt(int64(created.JSON(t)["id"].(float64)), 10): http.StatusOK,
+			"/rides/999999999": http.StatusNotFound,
+		} {
+			resp := b.Do(t, http.MethodHead, path, "", auth...)
+			require.Equal(t, want, resp.Status, path)
+			require.Empty(t, resp.Body, path)
 		}
 	})
 

@@ -513,6 +513,13 @@ type ClientInterface interface {
 	// Corresponds with GET /rides (the `ListRides` operationId).
 	ListRides(ctx context.Context, params *ListRidesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListRidesHead List your rides, without a body
+	//
+	// `GET /rides` without the body: the same status and headers.
+	//
+	// Corresponds with HEAD /rides (the `ListRidesHead` operationId).
+	ListRidesHead(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CreateRideWithBody Request a ride
 	//
 	// Creates a ride from origin to target and charges the user's card
@@ -565,6 +572,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /rides/{id} (the `GetRide` operationId).
 	GetRide(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetRideHead Get one of your rides, without a body
+	//
+	// `GET /rides/{id}` without the body: the same status and headers.
+	//
+	// Corresponds with HEAD /rides/{id} (the `GetRideHead` operationId).
+	GetRideHead(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // CheckHealth Liveness
@@ -667,6 +681,23 @@ func (c *Client) ListRides(ctx context.Context, params *ListRidesParams, reqEdit
 	return c.Client.Do(req)
 }
 
+// ListRidesHead List your rides, without a body
+//
+// `GET /rides` without the body: the same status and headers.
+//
+// Corresponds with HEAD /rides (the `ListRidesHead` operationId).
+func (c *Client) ListRidesHead(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRidesHeadRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // CreateRideWithBody Request a ride
 //
 // Creates a ride from origin to target and charges the user's card
@@ -750,6 +781,23 @@ func (c *Client) CreateRideWithFormdataBody(ctx context.Context, params *CreateR
 // Corresponds with GET /rides/{id} (the `GetRide` operationId).
 func (c *Client) GetRide(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetRideRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetRideHead Get one of your rides, without a body
+//
+// `GET /rides/{id}` without the body: the same status and headers.
+//
+// Corresponds with HEAD /rides/{id} (the `GetRideHead` operationId).
+func (c *Client) GetRideHead(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRideHeadRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -973,6 +1021,33 @@ func NewListRidesRequest(server string, params *ListRidesParams) (*http.Request,
 	return req, nil
 }
 
+// NewListRidesHeadRequest constructs an http.Request for the ListRidesHead method
+func NewListRidesHeadRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/rides")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewCreateRideRequest calls the generic CreateRide builder with application/json body
 func NewCreateRideRequest(server string, params *CreateRideParams, body CreateRideJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -1064,6 +1139,40 @@ func NewGetRideRequest(server string, id int64) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetRideHeadRequest constructs an http.Request for the GetRideHead method
+func NewGetRideHeadRequest(server string, id int64) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/rides/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -1167,6 +1276,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /rides (the `ListRides` operationId).
 	ListRidesWithResponse(ctx context.Context, params *ListRidesParams, reqEditors ...RequestEditorFn) (*ListRidesResponse, error)
 
+	// ListRidesHeadWithResponse List your rides, without a body
+	//
+	// `GET /rides` without the body: the same status and headers.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /rides (the `ListRidesHead` operationId).
+	ListRidesHeadWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListRidesHeadResponse, error)
+
 	// CreateRideWithBodyWithResponse Request a ride
 	//
 	// Creates a ride from origin to target and charges the user's card
@@ -1221,6 +1339,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /rides/{id} (the `GetRide` operationId).
 	GetRideWithResponse(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*GetRideResponse, error)
+
+	// GetRideHeadWithResponse Get one of your rides, without a body
+	//
+	// `GET /rides/{id}` without the body: the same status and headers.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /rides/{id} (the `GetRideHead` operationId).
+	GetRideHeadWithResponse(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*GetRideHeadResponse, error)
 }
 
 // CheckHealthResponse200Headers the declared response headers of an HTTP 200 response for CheckHealth
@@ -1644,6 +1771,75 @@ func (r ListRidesResponse) ContentType() string {
 	return ""
 }
 
+// ListRidesHeadResponse200Headers the declared response headers of an HTTP 200 response for ListRidesHead
+type ListRidesHeadResponse200Headers struct {
+	RequestId string
+}
+
+// ListRidesHeadResponse400Headers the declared response headers of an HTTP 400 response for ListRidesHead
+type ListRidesHeadResponse400Headers struct {
+	RequestId string
+}
+
+// ListRidesHeadResponse401Headers the declared response headers of an HTTP 401 response for ListRidesHead
+type ListRidesHeadResponse401Headers struct {
+	RequestId string
+}
+
+// ListRidesHeadResponse500Headers the declared response headers of an HTTP 500 response for ListRidesHead
+type ListRidesHeadResponse500Headers struct {
+	RequestId string
+}
+
+// ListRidesHeadResponse503Headers the declared response headers of an HTTP 503 response for ListRidesHead
+type ListRidesHeadResponse503Headers struct {
+	RequestId string
+}
+
+type ListRidesHeadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListRidesHeadResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListRidesHeadResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListRidesHeadResponse401Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListRidesHeadResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListRidesHeadResponse503Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRidesHeadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRidesHeadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRidesHeadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRidesHeadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // CreateRideResponse201Headers the declared response headers of an HTTP 201 response for CreateRide
 type CreateRideResponse201Headers struct {
 	IdempotentReplayed *bool
@@ -1973,6 +2169,82 @@ func (r GetRideResponse) ContentType() string {
 	return ""
 }
 
+// GetRideHeadResponse200Headers the declared response headers of an HTTP 200 response for GetRideHead
+type GetRideHeadResponse200Headers struct {
+	RequestId string
+}
+
+// GetRideHeadResponse400Headers the declared response headers of an HTTP 400 response for GetRideHead
+type GetRideHeadResponse400Headers struct {
+	RequestId string
+}
+
+// GetRideHeadResponse401Headers the declared response headers of an HTTP 401 response for GetRideHead
+type GetRideHeadResponse401Headers struct {
+	RequestId string
+}
+
+// GetRideHeadResponse404Headers the declared response headers of an HTTP 404 response for GetRideHead
+type GetRideHeadResponse404Headers struct {
+	RequestId string
+}
+
+// GetRideHeadResponse500Headers the declared response headers of an HTTP 500 response for GetRideHead
+type GetRideHeadResponse500Headers struct {
+	RequestId string
+}
+
+// GetRideHeadResponse503Headers the declared response headers of an HTTP 503 response for GetRideHead
+type GetRideHeadResponse503Headers struct {
+	RequestId string
+}
+
+type GetRideHeadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetRideHeadResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetRideHeadResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetRideHeadResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetRideHeadResponse404Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetRideHeadResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetRideHeadResponse503Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r GetRideHeadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetRideHeadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetRideHeadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetRideHeadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // CheckHealthWithResponse Liveness
 //
 // Answers as long as the process serves HTTP.
@@ -2061,6 +2333,21 @@ func (c *ClientWithResponses) ListRidesWithResponse(ctx context.Context, params 
 	return ParseListRidesResponse(rsp)
 }
 
+// ListRidesHeadWithResponse List your rides, without a body
+//
+// `GET /rides` without the body: the same status and headers.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /rides (the `ListRidesHead` operationId).
+func (c *ClientWithResponses) ListRidesHeadWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListRidesHeadResponse, error) {
+	rsp, err := c.ListRidesHead(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRidesHeadResponse(rsp)
+}
+
 // CreateRideWithBodyWithResponse Request a ride
 //
 // Creates a ride from origin to target and charges the user's card
@@ -2138,6 +2425,21 @@ func (c *ClientWithResponses) GetRideWithResponse(ctx context.Context, id int64,
 		return nil, err
 	}
 	return ParseGetRideResponse(rsp)
+}
+
+// GetRideHeadWithResponse Get one of your rides, without a body
+//
+// `GET /rides/{id}` without the body: the same status and headers.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /rides/{id} (the `GetRideHead` operationId).
+func (c *ClientWithResponses) GetRideHeadWithResponse(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*GetRideHeadResponse, error) {
+	rsp, err := c.GetRideHead(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetRideHeadResponse(rsp)
 }
 
 // ParseCheckHealthResponse parses an HTTP response from a CheckHealthWithResponse call
@@ -2536,6 +2838,75 @@ func ParseListRidesResponse(rsp *http.Response) (*ListRidesResponse, error) {
 				return nil, err
 			}
 			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListRidesHeadResponse parses an HTTP response from a ListRidesHeadWithResponse call
+func ParseListRidesHeadResponse(rsp *http.Response) (*ListRidesHeadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRidesHeadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListRidesHeadResponse200Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListRidesHeadResponse400Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListRidesHeadResponse401Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListRidesHeadResponse500Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListRidesHeadResponse503Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -2949,6 +3320,85 @@ func ParseGetRideResponse(rsp *http.Response) (*GetRideResponse, error) {
 				return nil, err
 			}
 			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetRideHeadResponse parses an HTTP response from a GetRideHeadWithResponse call
+func ParseGetRideHeadResponse(rsp *http.Response) (*GetRideHeadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetRideHeadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetRideHeadResponse200Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetRideHeadResponse400Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetRideHeadResponse401Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetRideHeadResponse404Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetRideHeadResponse500Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetRideHeadResponse503Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
 		}
 		response.Headers503 = &headers
 	}
