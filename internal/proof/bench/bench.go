@@ -1,22 +1,13 @@
 // Package bench measures Rocket Rides against the ceiling of its own
-// database work, on a scratch Postgres cluster (fsync on, as always):
-//
-//   - limit: pgbench running one ride's statements and nothing else on a
-//     freshly migrated database, the rides/s no api can beat. The script
-//     is not written by hand: capture.go runs real rides through the api's
-//     own handler with a pgx tracer on its pool and turns what they sent
-//     into the script, round trip for round trip;
-//   - new, instances, replay, hiding: the api and the Stripe fake as real
-//     processes (package fleet), driven by an in-process load generator;
-//   - scale: the same with millions of finished keys in idempotency_keys,
-//     then the plans of the captured statements on that table;
-//   - enqueuer, completer, reaper: the background processes' drain rates,
-//     and what the reaper does to the api's latency.
-//
-// Every api figure is reported as a ratio to the pgbench limit or to the
-// figure it should match, next to the target it is held to. See
-// docs/scaling.md, which also keeps the findings of experiments and
-// diagnostics the bench no longer runs.
+// database work, on a scratch Postgres cluster (fsync on, as always). The
+// limit is pgbench replaying one ride's statements, captured from real
+// rides through the api's own handler (capture.go), round trip for round
+// trip; the api and the Stripe fake then run as real processes (package
+// fleet) under an in-process load, on an empty table and on millions of
+// keys, and the background processes drain their backlogs. Each figure is
+// reported as a ratio to what it should match, beside the target it is
+// held to; docs/scaling.md explains them and keeps the findings of
+// experiments the bench no longer runs.
 package bench
 
 import (
@@ -259,15 +250,13 @@ func (r *run) setup(ctx context.Context) error {
 	if _, err := r.fleet.Run(ctx, "seed", nil); err != nil {
 		return err
 	}
-	seeded, err := user.ByEmail(ctx, r.db, "user@example.com")
-	if err != nil {
-		return err
+	for id, email := range map[*int64]string{&r.userID: "user@example.com", &r.otherID: "user-bad-source@example.com"} {
+		u, err := user.ByEmail(ctx, r.db, email)
+		if err != nil {
+			return err
+		}
+		*id = u.ID
 	}
-	other, err := user.ByEmail(ctx, r.db, "user-bad-source@example.com")
-	if err != nil {
-		return err
-	}
-	r.userID, r.otherID = seeded.ID, other.ID
 	_, err = r.startAPI(ctx)
 	return err
 }

@@ -24,35 +24,28 @@ import (
 	"github.com/rocketrides/rocketrides/internal/api"
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/dev/localpg"
-	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/payment"
+	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 
 // apiHandler is the api's own HTTP handler on pool, charging through the
-// Stripe at stripeURL, and its Stripe client. It is the one place the
-// bench builds product services; everywhere else it runs the commands.
-func apiHandler(pool *pgxpool.Pool, stripeURL string) (http.Handler, *payment.Gateway, error) {
+// Stripe at stripeURL, wired by rides.Settings as cmd/api wires it. It is
+// the one place the bench builds product services; everywhere else it
+// runs the commands.
+func apiHandler(pool *pgxpool.Pool, stripeURL string) (http.Handler, error) {
 	quiet := slog.New(slog.DiscardHandler)
-	gateway, err := payment.New(&payment.Config{APIKey: stripeKey, BaseURL: stripeURL})
+	settings := rides.Settings{Stripe: payment.Config{APIKey: stripeKey, BaseURL: stripeURL}}
+	svc, _, err := settings.NewService(pool, metrics.NewRegistry(), quiet)
 	if err != nil {
-		return nil, nil, err
-	}
-	keys, err := idem.New(&idem.Config{Pool: pool})
-	if err != nil {
-		return nil, nil, err
-	}
-	svc, err := rides.NewService(&rides.ServiceConfig{Pool: pool, Keys: keys, Payments: gateway, Logger: quiet})
-	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	ridesHandler, err := rides.NewHandler(&rides.HandlerConfig{Service: svc, Pool: pool, Logger: quiet})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	handler, err := api.New(&api.Config{Pool: pool, Logger: quiet, Rides: ridesHandler})
-	return handler, gateway, err
+	return api.New(&api.Config{Pool: pool, Logger: quiet, Rides: ridesHandler})
 }
 
 // statement is one statement the api sent, in round trip trip: alone, or
@@ -136,7 +129,11 @@ func captureRides(ctx context.Context, url string) (*capture, error) {
 	}
 	stripe := httptest.NewServer(fake)
 	defer stripe.Close()
-	handler, gateway, err := apiHandler(pool, stripe.URL)
+	handler, err := apiHandler(pool, stripe.URL)
+	if err != nil {
+		return nil, err
+	}
+	gateway, err := payment.New(&payment.Config{APIKey: stripeKey, BaseURL: stripe.URL})
 	if err != nil {
 		return nil, err
 	}
@@ -153,9 +150,8 @@ func captureRides(ctx context.Context, url string) (*capture, error) {
 	for i, out := range []*[]statement{&c.ride, &c.ride2, &c.replay} {
 		rec.stmts = nil
 		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/rides", bytes.NewReader(rideBody))
-		req.Header.Set("Authorization", "Bearer "+captureToken)
-		req.Header.Set("Idempotency-Key", keys[i%2])
-		req.Header.Set("Content-Type", "application/json")
+		req.Header = http.Header{"Authorization": {"Bearer " + captureToken}, "Idempotency-Key": {keys[i%2]},
+			"Content-Type": {"application/json"}}
 		w := httptest.NewRecorder()
 		handler.ServeHTTP(w, req)
 		if replay := w.Header().Get("Idempotent-Replayed") == "true"; w.Code != http.StatusCreated || replay != (i == 2) {
