@@ -639,8 +639,8 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 		}
 		return nil
 	})
-	if err := tx.commit(ctx, key); err != nil {
-		return err
+	if err := tx.commit(ctx); err != nil {
+		return fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
 	}
 
 	// Committed: only now may the in-memory key follow.
@@ -672,8 +672,8 @@ func (s *Store) commitSetAside(ctx context.Context, tx *Tx, key *Key, reason str
 		}
 		return nil
 	})
-	if err := tx.commit(ctx, key); err != nil {
-		return err
+	if err := tx.commit(ctx); err != nil {
+		return fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
 	}
 	s.metrics.Outcome(metrics.OutcomeNeedsAttention)
 	key.AttentionReason = &reason
@@ -682,18 +682,17 @@ func (s *Store) commitSetAside(ctx context.Context, tx *Tx, key *Key, reason str
 	return nil
 }
 
-// commit queues COMMIT and sends what is queued: the end of a phase.
-func (tx *Tx) commit(ctx context.Context, key *Key) error {
+// commit queues COMMIT and sends what is queued. A transaction that
+// Postgres ends with ROLLBACK instead (it failed earlier) is
+// pgx.ErrTxCommitRollback.
+func (tx *Tx) commit(ctx context.Context) error {
 	tx.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != "COMMIT" {
-			return fmt.Errorf("commit phase at %s for key %d: %w", key.RecoveryPoint, key.ID, pgx.ErrTxCommitRollback)
+			return pgx.ErrTxCommitRollback
 		}
 		return nil
 	})
-	if err := tx.Flush(ctx); err != nil {
-		return fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
-	}
-	return nil
+	return tx.Flush(ctx)
 }
 
 // inTx runs fn's queued statements in one transaction, pipelined as a
@@ -711,13 +710,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *Tx) error) error {
 	if err := fn(tx); err != nil {
 		return err
 	}
-	tx.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
-		if tag.String() != "COMMIT" {
-			return pgx.ErrTxCommitRollback
-		}
-		return nil
-	})
-	return tx.Flush(ctx)
+	return tx.commit(ctx)
 }
 
 // rollback ends a phase's transaction after a failure. It runs even if
