@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
+	"github.com/rocketrides/rocketrides/internal/testkit/proctest"
 )
 
 // t.Setenv rules out t.Parallel in this file.
@@ -18,9 +19,7 @@ func TestBuild(t *testing.T) {
 		t.Helper()
 		t.Setenv("DATABASE_URL", databaseURL)
 		t.Setenv("STRIPE_API_KEY", "sk_test_completer")
-		for i := 0; i+1 < len(env); i += 2 {
-			t.Setenv(env[i], env[i+1])
-		}
+		proctest.Setenv(t, env...)
 	}
 
 	t.Run("RefusesZeroNamingEachSetting", func(t *testing.T) {
@@ -34,8 +33,7 @@ func TestBuild(t *testing.T) {
 			"STRIPE_KEY_RETENTION", "0s",
 			"MAX_CHARGE_ATTEMPTS", "0",
 			"STRIPE_TIMEOUT", "0s")
-		_, err := build(t.Context(), logger)
-		for _, want := range []string{
+		proctest.RequireRefused(t, build,
 			"COMPLETER_MIN_AGE=0s: must be positive",
 			"COMPLETER_RETRY_INTERVAL=0s: must be positive",
 			"COMPLETER_POLL_INTERVAL=0s: must be positive",
@@ -44,25 +42,19 @@ func TestBuild(t *testing.T) {
 			"IDEMPOTENCY_LOCK_TIMEOUT=0s: must be positive",
 			"STRIPE_KEY_RETENTION=0s: must be positive",
 			"MAX_CHARGE_ATTEMPTS=0: must be positive",
-			"STRIPE_TIMEOUT=0s: must be positive",
-		} {
-			require.ErrorContains(t, err, want)
-		}
+			"STRIPE_TIMEOUT=0s: must be positive")
 	})
 
 	t.Run("RefusesNegatives", func(t *testing.T) {
 		setEnv(t, "postgres://127.0.0.1:1/none",
 			"COMPLETER_MIN_AGE", "-1m",
 			"COMPLETER_BATCH_SIZE", "-1")
-		_, err := build(t.Context(), logger)
-		require.ErrorContains(t, err, "COMPLETER_MIN_AGE=-1m: must be positive")
-		require.ErrorContains(t, err, "COMPLETER_BATCH_SIZE=-1: must be positive")
+		proctest.RequireRefused(t, build, "COMPLETER_MIN_AGE=-1m: must be positive", "COMPLETER_BATCH_SIZE=-1: must be positive")
 	})
 
 	t.Run("RequiresTheDatabase", func(t *testing.T) {
 		setEnv(t, "")
-		_, err := build(t.Context(), logger)
-		require.ErrorContains(t, err, "DATABASE_URL must be set")
+		proctest.RequireRefused(t, build, "DATABASE_URL must be set")
 	})
 
 	t.Run("BuildsAndWorksABatch", func(t *testing.T) {

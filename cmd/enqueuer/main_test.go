@@ -13,6 +13,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/receipt"
 	"github.com/rocketrides/rocketrides/internal/staged"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
+	"github.com/rocketrides/rocketrides/internal/testkit/proctest"
 )
 
 // t.Setenv rules out t.Parallel in this file.
@@ -23,37 +24,28 @@ func TestBuild(t *testing.T) {
 	setEnv := func(t *testing.T, databaseURL string, env ...string) {
 		t.Helper()
 		t.Setenv("DATABASE_URL", databaseURL)
-		for i := 0; i+1 < len(env); i += 2 {
-			t.Setenv(env[i], env[i+1])
-		}
+		proctest.Setenv(t, env...)
 	}
 
 	t.Run("RefusesZeroNamingEachSetting", func(t *testing.T) {
 		setEnv(t, "postgres://127.0.0.1:1/none",
 			"ENQUEUER_POLL_INTERVAL", "0s",
 			"ENQUEUER_BATCH_SIZE", "0")
-		_, err := build(t.Context(), logger)
-		for _, want := range []string{
+		proctest.RequireRefused(t, build,
 			"ENQUEUER_POLL_INTERVAL=0s: must be positive",
-			"ENQUEUER_BATCH_SIZE=0: must be positive",
-		} {
-			require.ErrorContains(t, err, want)
-		}
+			"ENQUEUER_BATCH_SIZE=0: must be positive")
 	})
 
 	t.Run("RefusesNegatives", func(t *testing.T) {
 		setEnv(t, "postgres://127.0.0.1:1/none",
 			"ENQUEUER_POLL_INTERVAL", "-1s",
 			"ENQUEUER_BATCH_SIZE", "-1")
-		_, err := build(t.Context(), logger)
-		require.ErrorContains(t, err, "ENQUEUER_POLL_INTERVAL=-1s: must be positive")
-		require.ErrorContains(t, err, "ENQUEUER_BATCH_SIZE=-1: must be positive")
+		proctest.RequireRefused(t, build, "ENQUEUER_POLL_INTERVAL=-1s: must be positive", "ENQUEUER_BATCH_SIZE=-1: must be positive")
 	})
 
 	t.Run("RequiresTheDatabase", func(t *testing.T) {
 		setEnv(t, "")
-		_, err := build(t.Context(), logger)
-		require.ErrorContains(t, err, "DATABASE_URL must be set")
+		proctest.RequireRefused(t, build, "DATABASE_URL must be set")
 	})
 
 	t.Run("BuildsAndMovesABatch", func(t *testing.T) {

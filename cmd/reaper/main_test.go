@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
+	"github.com/rocketrides/rocketrides/internal/testkit/proctest"
 )
 
 // t.Setenv rules out t.Parallel in this file.
@@ -17,9 +18,7 @@ func TestBuild(t *testing.T) {
 	setEnv := func(t *testing.T, databaseURL string, env ...string) {
 		t.Helper()
 		t.Setenv("DATABASE_URL", databaseURL)
-		for i := 0; i+1 < len(env); i += 2 {
-			t.Setenv(env[i], env[i+1])
-		}
+		proctest.Setenv(t, env...)
 	}
 
 	t.Run("RefusesZeroNamingEachSetting", func(t *testing.T) {
@@ -29,42 +28,33 @@ func TestBuild(t *testing.T) {
 			"REAPER_POLL_INTERVAL", "0s",
 			"REAPER_DUTY_CYCLE", "0",
 			"IDEMPOTENCY_LOCK_TIMEOUT", "0s")
-		_, err := build(t.Context(), logger)
-		for _, want := range []string{
+		proctest.RequireRefused(t, build,
 			"REAPER_MAX_AGE=0s: must be positive",
 			"REAPER_BATCH_SIZE=0: must be positive",
 			"REAPER_POLL_INTERVAL=0s: must be positive",
 			"REAPER_DUTY_CYCLE=0: must be above 0 and at most 1",
-			"IDEMPOTENCY_LOCK_TIMEOUT=0s: must be positive",
-		} {
-			require.ErrorContains(t, err, want)
-		}
+			"IDEMPOTENCY_LOCK_TIMEOUT=0s: must be positive")
 	})
 
 	t.Run("RefusesNegativesAndOutOfRange", func(t *testing.T) {
 		setEnv(t, "postgres://127.0.0.1:1/none",
 			"REAPER_MAX_AGE", "-72h",
 			"REAPER_DUTY_CYCLE", "2")
-		_, err := build(t.Context(), logger)
-		require.ErrorContains(t, err, "REAPER_MAX_AGE=-72h: must be positive")
-		require.ErrorContains(t, err, "REAPER_DUTY_CYCLE=2: must be above 0 and at most 1")
+		proctest.RequireRefused(t, build, "REAPER_MAX_AGE=-72h: must be positive", "REAPER_DUTY_CYCLE=2: must be above 0 and at most 1")
 	})
 
 	t.Run("RefusesAMaxAgeWithinTheLockTimeout", func(t *testing.T) {
 		// The pool connects lazily: nothing listens at this URL.
 		setEnv(t, "postgres://127.0.0.1:1/none", "REAPER_MAX_AGE", "1m", "IDEMPOTENCY_LOCK_TIMEOUT", "90s")
-		_, err := build(t.Context(), logger)
-		require.ErrorContains(t, err, "reaper: Config.MaxAge 1m0s must exceed the idempotency lock timeout 1m30s")
+		proctest.RequireRefused(t, build, "reaper: Config.MaxAge 1m0s must exceed the idempotency lock timeout 1m30s")
 	})
 
 	t.Run("RefusesAZeroOrShortKeyRetention", func(t *testing.T) {
 		setEnv(t, "postgres://127.0.0.1:1/none", "REAPED_KEY_RETENTION", "0s")
-		_, err := build(t.Context(), logger)
-		require.ErrorContains(t, err, "REAPED_KEY_RETENTION=0s: must be positive")
+		proctest.RequireRefused(t, build, "REAPED_KEY_RETENTION=0s: must be positive")
 
 		setEnv(t, "postgres://127.0.0.1:1/none", "REAPED_KEY_RETENTION", "48h")
-		_, err = build(t.Context(), logger)
-		require.ErrorContains(t, err, "reaper: Config.RetainReaped 48h0m0s must exceed Config.MaxAge 72h0m0s")
+		proctest.RequireRefused(t, build, "reaper: Config.RetainReaped 48h0m0s must exceed Config.MaxAge 72h0m0s")
 	})
 
 	t.Run("BuildsAndReaps", func(t *testing.T) {

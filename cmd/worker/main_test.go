@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
+	"github.com/rocketrides/rocketrides/internal/testkit/proctest"
 )
 
 // t.Setenv rules out t.Parallel in this file.
@@ -21,43 +22,33 @@ func TestBuild(t *testing.T) {
 		t.Helper()
 		t.Setenv("DATABASE_URL", databaseURL)
 		t.Setenv("MAIL_DIR", filepath.Join(t.TempDir(), "mail"))
-		for i := 0; i+1 < len(env); i += 2 {
-			t.Setenv(env[i], env[i+1])
-		}
+		proctest.Setenv(t, env...)
 	}
 
 	t.Run("RefusesZeroNamingEachSetting", func(t *testing.T) {
 		setEnv(t, "postgres://127.0.0.1:1/none",
 			"WORKER_SHUTDOWN_TIMEOUT", "0s",
 			"WORKER_ONCE_TIMEOUT", "0s")
-		_, err := build(t.Context(), logger)
-		for _, want := range []string{
+		proctest.RequireRefused(t, build,
 			"WORKER_SHUTDOWN_TIMEOUT=0s: must be positive",
-			"WORKER_ONCE_TIMEOUT=0s: must be positive",
-		} {
-			require.ErrorContains(t, err, want)
-		}
+			"WORKER_ONCE_TIMEOUT=0s: must be positive")
 	})
 
 	t.Run("RefusesNegatives", func(t *testing.T) {
 		setEnv(t, "postgres://127.0.0.1:1/none",
 			"WORKER_SHUTDOWN_TIMEOUT", "-1s",
 			"WORKER_ONCE_TIMEOUT", "-30s")
-		_, err := build(t.Context(), logger)
-		require.ErrorContains(t, err, "WORKER_SHUTDOWN_TIMEOUT=-1s: must be positive")
-		require.ErrorContains(t, err, "WORKER_ONCE_TIMEOUT=-30s: must be positive")
+		proctest.RequireRefused(t, build, "WORKER_SHUTDOWN_TIMEOUT=-1s: must be positive", "WORKER_ONCE_TIMEOUT=-30s: must be positive")
 	})
 
 	t.Run("RequiresTheDatabase", func(t *testing.T) {
 		setEnv(t, "")
-		_, err := build(t.Context(), logger)
-		require.ErrorContains(t, err, "DATABASE_URL must be set")
+		proctest.RequireRefused(t, build, "DATABASE_URL must be set")
 	})
 
 	t.Run("RefusesABadSMTPURLNamingIt", func(t *testing.T) {
 		setEnv(t, "postgres://127.0.0.1:1/none", "SMTP_URL", "http://localhost:25")
-		_, err := build(t.Context(), logger)
-		require.ErrorContains(t, err, "SMTP_URL: ")
+		proctest.RequireRefused(t, build, "SMTP_URL: ")
 	})
 
 	t.Run("BuildsAndWorksTheAvailableJobs", func(t *testing.T) {
