@@ -18,14 +18,16 @@ import (
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
-func main() {
-	process.Main(&process.Config{Name: "api", Build: build})
+func main() { process.Main(command()) }
+
+// command is the process, for main and its tests.
+func command() *process.Config {
+	return &process.Config{Name: "api", Build: build}
 }
 
-func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
-	var env config.Env
+func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error) {
 	databaseURL := env.Required("DATABASE_URL")
-	settings := rides.SettingsFromEnv(&env)
+	settings := rides.SettingsFromEnv(env)
 	simulatedErrors := env.Bool("SIMULATED_ERRORS", false)
 	// Zero keeps pgx's default pool size.
 	maxConns := env.IntOrZero("DATABASE_MAX_CONNS", 0)
@@ -83,12 +85,6 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 		Run:         srv.Serve,
 		Metrics:     reg,
 		MetricsAddr: metricsAddr,
-		Settings: []slog.Attr{
-			slog.String("stripe_api_base", settings.Stripe.BaseURL),
-			slog.Bool("simulated_errors", simulatedErrors),
-			slog.Duration("lock_timeout", settings.LockTimeout),
-			slog.Int("max_charge_attempts", settings.MaxChargeAttempts),
-		},
-		Close: pool.Close,
+		Close:       pool.Close,
 	}, nil
 }

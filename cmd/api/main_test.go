@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/testkit/proctest"
 )
 
 // t.Setenv rules out t.Parallel in this file.
@@ -29,7 +32,7 @@ func TestBuild(t *testing.T) {
 
 	t.Run("HonoursZeroPortAndPoolSize", func(t *testing.T) {
 		setEnv(t, "PORT", "0", "DATABASE_MAX_CONNS", "0")
-		program, err := build(t.Context(), logger)
+		program, err := build(t.Context(), &config.Env{}, logger)
 		require.NoError(t, err)
 		defer program.Close()
 		// Listening on a port of the system's choosing; a shutdown
@@ -43,7 +46,7 @@ func TestBuild(t *testing.T) {
 	t.Run("ListensOnLoopbackByDefault", func(t *testing.T) {
 		setEnv(t, "PORT", "0")
 		var logs bytes.Buffer
-		program, err := build(t.Context(), slog.New(slog.NewTextHandler(&logs, nil)))
+		program, err := build(t.Context(), &config.Env{}, slog.New(slog.NewTextHandler(&logs, nil)))
 		require.NoError(t, err)
 		defer program.Close()
 		ctx, cancel := context.WithCancel(t.Context())
@@ -55,7 +58,7 @@ func TestBuild(t *testing.T) {
 
 	t.Run("ServesMetricsOnMetricsAddr", func(t *testing.T) {
 		setEnv(t, "PORT", "0", "HOST", "localhost", "METRICS_ADDR", "127.0.0.1:9100")
-		program, err := build(t.Context(), logger)
+		program, err := build(t.Context(), &config.Env{}, logger)
 		require.NoError(t, err)
 		defer program.Close()
 		require.Equal(t, "127.0.0.1:9100", program.MetricsAddr)
@@ -64,15 +67,21 @@ func TestBuild(t *testing.T) {
 
 	t.Run("RefusesAHostWithAPort", func(t *testing.T) {
 		setEnv(t, "HOST", "0.0.0.0:5000")
-		_, err := build(t.Context(), logger)
+		_, err := build(t.Context(), &config.Env{}, logger)
 		require.ErrorContains(t, err, "HOST=0.0.0.0:5000: not an IP address or host name")
 	})
 
 	t.Run("RefusesNegatives", func(t *testing.T) {
 		setEnv(t, "PORT", "-1", "DATABASE_MAX_CONNS", "-1", "IDEMPOTENCY_LOCK_TIMEOUT", "0s")
-		_, err := build(t.Context(), logger)
+		_, err := build(t.Context(), &config.Env{}, logger)
 		require.ErrorContains(t, err, "PORT=-1: must be a port number")
 		require.ErrorContains(t, err, "DATABASE_MAX_CONNS=-1: must not be negative")
 		require.ErrorContains(t, err, "IDEMPOTENCY_LOCK_TIMEOUT=0s: must be positive")
 	})
+}
+
+// -help lists every setting api reads, a mistyped one stops it, and its
+// start line keeps secrets out.
+func TestSettings(t *testing.T) {
+	proctest.TestSettings(t, command, "DATABASE_URL", "postgres://127.0.0.1:1/none", "STRIPE_API_KEY", "sk_test_api", "HOST", "", "PORT", "0", "METRICS_ADDR", "")
 }

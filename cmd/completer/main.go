@@ -18,21 +18,23 @@ import (
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
-func main() {
-	process.Main(&process.Config{
+func main() { process.Main(command()) }
+
+// command is the process, for main and its tests.
+func command() *process.Config {
+	return &process.Config{
 		Name:      "completer",
 		OnceUsage: "work one batch, print succeeded=N failed=M and exit",
 		Build:     build,
-	})
+	}
 }
 
-func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
-	var env config.Env
+func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error) {
 	databaseURL := env.Required("DATABASE_URL")
 	// The same settings the API runs the ride request with: the
 	// completer must take and respect locks, and settle charges, exactly
 	// as the API does.
-	settings := rides.SettingsFromEnv(&env)
+	settings := rides.SettingsFromEnv(env)
 	cfg := &completer.Config{
 		MinAge:        env.Duration("COMPLETER_MIN_AGE", completer.DefaultMinAge),
 		RetryInterval: env.Duration("COMPLETER_RETRY_INTERVAL", completer.DefaultRetryInterval),
@@ -66,14 +68,6 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 		},
 		Metrics:     reg,
 		MetricsAddr: metricsAddr,
-		Settings: []slog.Attr{
-			slog.Duration("min_age", cfg.MinAge),
-			slog.Duration("retry_interval", cfg.RetryInterval),
-			slog.Duration("poll_interval", cfg.PollInterval),
-			slog.Int("batch_size", cfg.BatchSize),
-			slog.Int("concurrency", cfg.Concurrency),
-			slog.Duration("lock_timeout", settings.LockTimeout),
-		},
-		Close: pool.Close,
+		Close:       pool.Close,
 	}, nil
 }

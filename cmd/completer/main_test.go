@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/testkit/proctest"
 )
@@ -59,11 +60,17 @@ func TestBuild(t *testing.T) {
 
 	t.Run("BuildsAndWorksABatch", func(t *testing.T) {
 		setEnv(t, dbtest.NewURL(t), "COMPLETER_MIN_AGE", "1ms")
-		program, err := build(t.Context(), logger)
+		program, err := build(t.Context(), &config.Env{}, logger)
 		require.NoError(t, err)
 		defer program.Close()
 		summary, err := program.Once(t.Context())
 		require.NoError(t, err)
 		require.Equal(t, "succeeded=0 failed=0", summary)
 	})
+}
+
+// -help lists every setting completer reads, a mistyped one stops it, and its
+// start line keeps secrets out.
+func TestSettings(t *testing.T) {
+	proctest.TestSettings(t, command, "DATABASE_URL", "postgres://127.0.0.1:1/none", "STRIPE_API_KEY", "sk_test_completer")
 }

@@ -17,16 +17,18 @@ import (
 	"github.com/rocketrides/rocketrides/internal/staged"
 )
 
-func main() {
-	process.Main(&process.Config{
+func main() { process.Main(command()) }
+
+// command is the process, for main and its tests.
+func command() *process.Config {
+	return &process.Config{
 		Name:      "enqueuer",
 		OnceUsage: "move one batch, print enqueued=N and exit",
 		Build:     build,
-	})
+	}
 }
 
-func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
-	var env config.Env
+func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error) {
 	databaseURL := env.Required("DATABASE_URL")
 	cfg := &staged.Config{
 		// The kinds the worker works: a job of any other kind stays
@@ -61,10 +63,6 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 		},
 		Metrics:     reg,
 		MetricsAddr: metricsAddr,
-		Settings: []slog.Attr{
-			slog.Duration("poll_interval", cfg.PollInterval),
-			slog.Int("batch_size", cfg.BatchSize),
-		},
-		Close: pool.Close,
+		Close:       pool.Close,
 	}, nil
 }

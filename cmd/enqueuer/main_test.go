@@ -9,6 +9,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/receipt"
 	"github.com/rocketrides/rocketrides/internal/staged"
@@ -55,15 +56,17 @@ func TestBuild(t *testing.T) {
 			receipt.Args{RideID: 1, UserID: 1, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_1"},
 			receipt.Args{RideID: 2, UserID: 1, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_2"})
 
-		program, err := build(t.Context(), logger)
+		env := &config.Env{}
+		program, err := build(t.Context(), env, logger)
 		require.NoError(t, err)
 		defer program.Close()
 		summary, err := program.Once(t.Context())
 		require.NoError(t, err)
 		require.Equal(t, "enqueued=1", summary, "one batch of ENQUEUER_BATCH_SIZE")
 		require.Equal(t, 1.0, counter(t, program.Metrics, "rocketrides_enqueuer_jobs_enqueued_total"))
-		require.Contains(t, program.Settings, slog.Int("batch_size", 1))
-		require.Contains(t, program.Settings, slog.Duration("poll_interval", staged.DefaultPollInterval))
+		// What the start line says.
+		require.Contains(t, env.Attrs(), slog.String("enqueuer_batch_size", "1"))
+		require.Contains(t, env.Attrs(), slog.String("enqueuer_poll_interval", config.FormatDuration(staged.DefaultPollInterval)))
 	})
 }
 
@@ -99,4 +102,10 @@ func counter(t *testing.T, g prometheus.Gatherer, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// -help lists every setting enqueuer reads, a mistyped one stops it, and its
+// start line keeps secrets out.
+func TestSettings(t *testing.T) {
+	proctest.TestSettings(t, command, "DATABASE_URL", "postgres://127.0.0.1:1/none")
 }

@@ -28,12 +28,14 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/serve"
 )
 
-func main() {
-	process.Main(&process.Config{Name: "fakestripe", Build: build})
+func main() { process.Main(command()) }
+
+// command is the process, for main and its tests.
+func command() *process.Config {
+	return &process.Config{Name: "fakestripe", Build: build}
 }
 
-func build(_ context.Context, logger *slog.Logger) (*process.Program, error) {
-	var env config.Env
+func build(_ context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error) {
 	keyRetention := env.Duration("FAKESTRIPE_KEY_RETENTION", fakestripe.DefaultKeyRetention)
 	// Loopback unless told otherwise: /_fake/faults and the customer list
 	// answer anyone with any sk_ key. A container sets HOST=0.0.0.0.
@@ -61,7 +63,6 @@ func build(_ context.Context, logger *slog.Logger) (*process.Program, error) {
 		return nil, err
 	}
 	return &process.Program{
-		Run:      srv.Serve,
-		Settings: []slog.Attr{slog.Duration("key_retention", keyRetention)},
+		Run: srv.Serve,
 	}, nil
 }

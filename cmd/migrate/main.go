@@ -25,11 +25,11 @@ func run(args []string) error {
 	if len(args) != 1 {
 		return errors.New(usage)
 	}
-	logger, err := config.Logger("migrate")
+	var env config.Env
+	logger, err := config.Logger(&env, "migrate", os.Stderr)
 	if err != nil {
 		return err
 	}
-	var env config.Env
 	url := env.Required("DATABASE_URL")
 	if err := env.Err(); err != nil {
 		return err

@@ -21,16 +21,18 @@ import (
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
-func main() {
-	process.Main(&process.Config{
+func main() { process.Main(command()) }
+
+// command is the process, for main and its tests.
+func command() *process.Config {
+	return &process.Config{
 		Name:      "reaper",
 		OnceUsage: "reap everything due, print reaped=N abandoned=M and exit",
 		Build:     build,
-	})
+	}
 }
 
-func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
-	var env config.Env
+func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error) {
 	databaseURL := env.Required("DATABASE_URL")
 	cfg := &reaper.Config{
 		MaxAge:       env.Duration("REAPER_MAX_AGE", reaper.DefaultMaxAge),
@@ -70,14 +72,6 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 		},
 		Metrics:     reg,
 		MetricsAddr: metricsAddr,
-		Settings: []slog.Attr{
-			slog.Duration("max_age", cfg.MaxAge),
-			slog.Duration("reaped_key_retention", cfg.RetainReaped),
-			slog.Int("batch_size", cfg.BatchSize),
-			slog.Duration("poll_interval", cfg.PollInterval),
-			slog.Float64("duty_cycle", cfg.DutyCycle),
-			slog.Duration("lock_timeout", lockTimeout),
-		},
-		Close: pool.Close,
+		Close:       pool.Close,
 	}, nil
 }

@@ -16,6 +16,7 @@ import (
 	"flag"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
@@ -23,22 +24,28 @@ import (
 	"github.com/rocketrides/rocketrides/internal/reconcile"
 )
 
-var since = flag.Duration("since", 0, "look back this far (default $RECONCILER_WINDOW, or 24h)")
+// since is -since.
+var since time.Duration
 
-func main() {
-	process.Main(&process.Config{
+func main() { process.Main(command()) }
+
+// command is the process, for main and its tests.
+func command() *process.Config {
+	return &process.Config{
 		Name:      "reconciler",
 		OnceUsage: "reconcile once, print the report and exit 1 on any discrepancy",
 		Build:     build,
+		Flags: func(flags *flag.FlagSet) {
+			flags.DurationVar(&since, "since", 0, "look back this far (default $RECONCILER_WINDOW)")
+		},
 		// 1 is a finding, not a failure.
 		FailureCode: 2,
-	})
+	}
 }
 
-func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
-	var env config.Env
+func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error) {
 	databaseURL := env.Required("DATABASE_URL")
-	stripe := payment.ConfigFromEnv(&env)
+	stripe := payment.ConfigFromEnv(env)
 	window := env.Duration("RECONCILER_WINDOW", reconcile.DefaultWindow)
 	interval := env.Duration("RECONCILER_INTERVAL", reconcile.DefaultInterval)
 	grace := env.Duration("RECONCILER_GRACE", reconcile.DefaultGrace)
@@ -47,10 +54,10 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 		return nil, err
 	}
 	switch {
-	case *since < 0:
+	case since < 0:
 		return nil, errors.New("-since must not be negative")
-	case *since > 0:
-		window = *since
+	case since > 0:
+		window = since
 	}
 
 	pool, reg, err := process.OpenDatabase(ctx, databaseURL)
@@ -92,10 +99,8 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 		Metrics:     reg,
 		MetricsAddr: metricsAddr,
 		Settings: []slog.Attr{
+			// -since wins over RECONCILER_WINDOW.
 			slog.Duration("window", window),
-			slog.Duration("interval", interval),
-			slog.Duration("grace", grace),
-			slog.String("stripe_api_base", stripe.BaseURL),
 		},
 		Close: pool.Close,
 	}, nil

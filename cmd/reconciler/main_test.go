@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/testkit/proctest"
 )
 
 // t.Setenv rules out t.Parallel in this file.
@@ -21,7 +24,7 @@ func TestBuild(t *testing.T) {
 		// reconciler cannot tell it from the default yet, so it refuses.
 		t.Setenv("RECONCILER_GRACE", "0s")
 		t.Setenv("STRIPE_TIMEOUT", "-1s")
-		_, err := build(t.Context(), logger)
+		_, err := build(t.Context(), &config.Env{}, logger)
 		for _, want := range []string{
 			"RECONCILER_WINDOW=0s: must be positive",
 			"RECONCILER_INTERVAL=0s: must be positive",
@@ -35,8 +38,14 @@ func TestBuild(t *testing.T) {
 	t.Run("RequiresTheDatabaseAndAStripeKey", func(t *testing.T) {
 		t.Setenv("DATABASE_URL", "")
 		t.Setenv("STRIPE_API_KEY", "")
-		_, err := build(t.Context(), logger)
+		_, err := build(t.Context(), &config.Env{}, logger)
 		require.ErrorContains(t, err, "DATABASE_URL must be set")
 		require.ErrorContains(t, err, "STRIPE_API_KEY must be set")
 	})
+}
+
+// -help lists every setting reconciler reads, a mistyped one stops it, and its
+// start line keeps secrets out.
+func TestSettings(t *testing.T) {
+	proctest.TestSettings(t, command, "DATABASE_URL", "postgres://127.0.0.1:1/none", "STRIPE_API_KEY", "sk_test_reconciler")
 }

@@ -17,12 +17,6 @@ import (
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 
-// Development defaults; override with flags or env for anything shared.
-const (
-	defaultToken          = "rr_dev_token_user_0123456789"
-	defaultBadSourceToken = "rr_dev_token_bad_source_0123456789"
-)
-
 func main() {
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "seed:", err)
@@ -32,14 +26,14 @@ func main() {
 
 func run() error {
 	var env config.Env
-	token := flag.String("token", env.String("SEED_USER_TOKEN", defaultToken),
+	token := flag.String("token", env.String("SEED_USER_TOKEN", user.DemoToken),
 		"API token of user@example.com (env SEED_USER_TOKEN)")
-	badToken := flag.String("bad-source-token", env.String("SEED_BAD_SOURCE_TOKEN", defaultBadSourceToken),
+	badToken := flag.String("bad-source-token", env.String("SEED_BAD_SOURCE_TOKEN", user.DemoBadSourceToken),
 		"API token of user-bad-source@example.com (env SEED_BAD_SOURCE_TOKEN)")
 	wait := flag.Duration("wait", 0, "keep retrying this long while Stripe (or the local fake) is not up yet")
 	flag.Parse()
 
-	if _, err := config.Logger("seed"); err != nil {
+	if _, err := config.Logger(&env, "seed", os.Stderr); err != nil {
 		return err
 	}
 	url := env.Required("DATABASE_URL")

@@ -4,16 +4,8 @@
 // completer has something to recover. It prints one line per attempt and
 // retries like a good client (see internal/dev/simulator).
 //
-// Settings, from the environment or the flags (flags win):
-//
-//	API_URL                 -url          the API (default http://127.0.0.1:5000)
-//	SIMULATOR_TOKEN         -token        API token (default $SEED_USER_TOKEN, else
-//	                                      the seed's dev token of user@example.com)
-//	SIMULATOR_ERROR_RATE    -error-rate   share of rides sent with raise_error=true (0.5)
-//	SIMULATOR_MAX_PAUSE     -max-pause    rides are a random 0 to this apart (2s)
-//	SIMULATOR_TIMEOUT       -timeout      one HTTP attempt (30s)
-//	SIMULATOR_MAX_ATTEMPTS  -attempts     attempts per ride, the first included (5)
-//	SIMULATOR_MAX_BACKOFF   -max-backoff  longest wait between attempts (10s)
+// Its settings come from the environment (simulator -help lists them, as
+// does docs/configuration.md), and each has a flag, which wins.
 //
 // -wait D polls the API's /healthz for up to D before the first ride, so the
 // simulator can start alongside the API. -n N sends N rides and exits, with
@@ -22,6 +14,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -34,20 +27,21 @@ import (
 	"github.com/rocketrides/rocketrides/internal/dev/simulator"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
+	"github.com/rocketrides/rocketrides/internal/user"
 )
 
-// defaultToken is the token cmd/seed gives user@example.com by default.
-const defaultToken = "rr_dev_token_user_0123456789"
+func main() { process.Main(command()) }
 
-func main() {
-	s := readSettings(flag.CommandLine)
-	process.Main(&process.Config{Name: "simulator", Build: s.build})
+// command is the process, for main and its tests.
+func command() *process.Config {
+	s := &settings{}
+	return &process.Config{Name: "simulator", Flags: s.defineFlags, Build: s.build}
 }
 
 // settings are the simulator's settings: the environment's, then the
 // flags', which win.
 type settings struct {
-	env     config.Env
+	flags   *flag.FlagSet
 	sim     simulator.Config
 	timeout time.Duration
 	once    bool
@@ -55,43 +49,52 @@ type settings struct {
 	logger  *slog.Logger
 }
 
-// readSettings reads the environment and defines the flags on flags, with
-// the environment's values as their defaults; process.Main parses them.
-func readSettings(flags *flag.FlagSet) *settings {
-	s := &settings{}
-	env := &s.env
-	s.sim = simulator.Config{
-		URL:   env.String("API_URL", "http://127.0.0.1:5000"),
-		Token: env.String("SIMULATOR_TOKEN", env.String("SEED_USER_TOKEN", defaultToken)),
-		// Zero honoured: no ride asks for a failure.
-		ErrorRate: env.FractionOrZero("SIMULATOR_ERROR_RATE", 0.5),
-		// Zero honoured: rides back to back.
-		MaxPause: env.DurationOrZero("SIMULATOR_MAX_PAUSE", 2*time.Second),
-		Retry: simulator.Policy{
-			MaxAttempts: env.Int("SIMULATOR_MAX_ATTEMPTS", simulator.DefaultMaxAttempts),
-			MaxDelay:    env.Duration("SIMULATOR_MAX_BACKOFF", simulator.DefaultMaxDelay),
-		},
-		Out: os.Stdout,
-	}
-	s.timeout = env.Duration("SIMULATOR_TIMEOUT", simulator.DefaultTimeout)
-
-	flags.StringVar(&s.sim.URL, "url", s.sim.URL, "the API's base URL (env API_URL)")
-	flags.StringVar(&s.sim.Token, "token", s.sim.Token, "API token to send rides with (env SIMULATOR_TOKEN)")
-	flags.Float64Var(&s.sim.ErrorRate, "error-rate", s.sim.ErrorRate, "share of rides sent with raise_error=true (env SIMULATOR_ERROR_RATE)")
-	flags.DurationVar(&s.sim.MaxPause, "max-pause", s.sim.MaxPause, "rides are a random 0 to this apart (env SIMULATOR_MAX_PAUSE)")
-	flags.DurationVar(&s.timeout, "timeout", s.timeout, "timeout of one HTTP attempt (env SIMULATOR_TIMEOUT)")
-	flags.IntVar(&s.sim.Retry.MaxAttempts, "attempts", s.sim.Retry.MaxAttempts, "attempts per ride, the first included (env SIMULATOR_MAX_ATTEMPTS)")
-	flags.DurationVar(&s.sim.Retry.MaxDelay, "max-backoff", s.sim.Retry.MaxDelay, "longest wait between attempts (env SIMULATOR_MAX_BACKOFF)")
+// defineFlags defines the flags on flags; process.Main parses them, and
+// build lets those given win over the environment.
+func (s *settings) defineFlags(flags *flag.FlagSet) {
+	s.flags = flags
+	flags.StringVar(&s.sim.URL, "url", "", "the API's base URL (default $API_URL)")
+	flags.StringVar(&s.sim.Token, "token", "", "API token to send rides with (default $SIMULATOR_TOKEN)")
+	flags.Float64Var(&s.sim.ErrorRate, "error-rate", 0, "share of rides sent with raise_error=true (default $SIMULATOR_ERROR_RATE)")
+	flags.DurationVar(&s.sim.MaxPause, "max-pause", 0, "rides are a random 0 to this apart (default $SIMULATOR_MAX_PAUSE)")
+	flags.DurationVar(&s.timeout, "timeout", 0, "timeout of one HTTP attempt (default $SIMULATOR_TIMEOUT)")
+	flags.IntVar(&s.sim.Retry.MaxAttempts, "attempts", 0, "attempts per ride, the first included (default $SIMULATOR_MAX_ATTEMPTS)")
+	flags.DurationVar(&s.sim.Retry.MaxDelay, "max-backoff", 0, "longest wait between attempts (default $SIMULATOR_MAX_BACKOFF)")
 	flags.IntVar(&s.sim.Rides, "n", 0, "send this many rides and exit (0: until stopped)")
 	flags.BoolVar(&s.once, "once", false, "send one ride and exit (-n 1)")
 	flags.DurationVar(&s.wait, "wait", 0, "poll the API's /healthz this long before the first ride")
-	return s
 }
 
-func (s *settings) build(_ context.Context, logger *slog.Logger) (*process.Program, error) {
-	if err := s.env.Err(); err != nil {
+func (s *settings) build(_ context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error) {
+	given := map[string]bool{}
+	if s.flags != nil {
+		s.flags.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	}
+	// Each setting from the environment unless its flag was given.
+	fromEnv := func(flag string, set func()) {
+		if !given[flag] {
+			set()
+		}
+	}
+	url := env.String("API_URL", "http://127.0.0.1:5000")
+	token := env.String("SIMULATOR_TOKEN", "")
+	seedToken := env.String("SEED_USER_TOKEN", user.DemoToken)
+	errorRate := env.FractionOrZero("SIMULATOR_ERROR_RATE", 0.5)
+	maxPause := env.DurationOrZero("SIMULATOR_MAX_PAUSE", 2*time.Second)
+	maxAttempts := env.Int("SIMULATOR_MAX_ATTEMPTS", simulator.DefaultMaxAttempts)
+	maxDelay := env.Duration("SIMULATOR_MAX_BACKOFF", simulator.DefaultMaxDelay)
+	timeout := env.Duration("SIMULATOR_TIMEOUT", simulator.DefaultTimeout)
+	if err := env.Err(); err != nil {
 		return nil, err
 	}
+	fromEnv("url", func() { s.sim.URL = url })
+	fromEnv("token", func() { s.sim.Token = cmp.Or(token, seedToken) })
+	fromEnv("error-rate", func() { s.sim.ErrorRate = errorRate })
+	fromEnv("max-pause", func() { s.sim.MaxPause = maxPause })
+	fromEnv("attempts", func() { s.sim.Retry.MaxAttempts = maxAttempts })
+	fromEnv("max-backoff", func() { s.sim.Retry.MaxDelay = maxDelay })
+	fromEnv("timeout", func() { s.timeout = timeout })
+	s.sim.Out = os.Stdout
 	s.logger = logger
 	if s.once {
 		s.sim.Rides = 1
@@ -106,6 +109,7 @@ func (s *settings) build(_ context.Context, logger *slog.Logger) (*process.Progr
 	}
 	return &process.Program{
 		Run: func(ctx context.Context) error { return s.run(ctx, sim) },
+		// The flags' values win over the environment's.
 		Settings: []slog.Attr{
 			slog.String("api_url", s.sim.URL),
 			slog.Float64("error_rate", s.sim.ErrorRate),

@@ -40,16 +40,18 @@ const (
 	hardStopTimeout = 10 * time.Second
 )
 
-func main() {
-	process.Main(&process.Config{
+func main() { process.Main(command()) }
+
+// command is the process, for main and its tests.
+func command() *process.Config {
+	return &process.Config{
 		Name:      "worker",
 		OnceUsage: "work the jobs available now, print worked=N and exit",
 		Build:     build,
-	})
+	}
 }
 
-func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
-	var env config.Env
+func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error) {
 	databaseURL := env.Required("DATABASE_URL")
 	// Zero is refused for both: a shutdown that may not wait cancels every
 	// receipt in hand (a short timeout says so on purpose), and a -once
@@ -92,7 +94,6 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 		MetricsAddr: metricsAddr,
 		Settings: []slog.Attr{
 			slog.Int("max_workers", receipt.DefaultMaxWorkers),
-			slog.Duration("shutdown_timeout", shutdownTimeout),
 		},
 		Close: pool.Close,
 	}, nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/testkit/proctest"
 )
@@ -53,7 +54,7 @@ func TestBuild(t *testing.T) {
 
 	t.Run("BuildsAndWorksTheAvailableJobs", func(t *testing.T) {
 		setEnv(t, dbtest.NewURL(t))
-		program, err := build(t.Context(), logger)
+		program, err := build(t.Context(), &config.Env{}, logger)
 		require.NoError(t, err)
 		defer program.Close()
 		summary, err := program.Once(t.Context())
@@ -63,10 +64,12 @@ func TestBuild(t *testing.T) {
 
 	t.Run("RunStopsOnShutdown", func(t *testing.T) {
 		setEnv(t, dbtest.NewURL(t), "WORKER_SHUTDOWN_TIMEOUT", "5s")
-		program, err := build(t.Context(), logger)
+		env := &config.Env{}
+		program, err := build(t.Context(), env, logger)
 		require.NoError(t, err)
 		defer program.Close()
-		require.Contains(t, program.Settings, slog.Duration("shutdown_timeout", 5*time.Second))
+		// What the start line says.
+		require.Contains(t, env.Attrs(), slog.String("worker_shutdown_timeout", "5s"))
 
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
@@ -79,4 +82,10 @@ func TestBuild(t *testing.T) {
 			t.Fatal("Run did not return after its context was cancelled")
 		}
 	})
+}
+
+// -help lists every setting worker reads, a mistyped one stops it, and its
+// start line keeps secrets out.
+func TestSettings(t *testing.T) {
+	proctest.TestSettings(t, command, "DATABASE_URL", "postgres://127.0.0.1:1/none", "MAIL_DIR", t.TempDir())
 }

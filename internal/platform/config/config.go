@@ -1,6 +1,15 @@
 // Package config reads the processes' settings from the environment, so
-// that every knob is an env var with a documented default (.env.example)
-// and a bad value stops the process with a message naming the variable.
+// that every knob is an env var with a documented default and a bad value
+// stops the process with a message naming the variable.
+//
+// Every setting is declared once, as data (Setting, Declare), by the
+// package whose behaviour it changes. Env reads only declared settings and
+// records each read, which is how a process's -help lists exactly what it
+// reads, its start line logs the values in effect (secrets redacted), and
+// docs/configuration.md (generated, `make docs`) documents every process.
+// A variable with one of the project's prefixes that no process declares
+// (REAPER_MAX_AGES) is refused at start, naming the nearest known name
+// (Unknown).
 //
 // Env is the one way to read a setting. An unset or empty variable takes
 // the default the caller names. A variable set to zero is never quietly
@@ -13,8 +22,8 @@ package config
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
 
 	"github.com/rocketrides/rocketrides/internal/platform/logctx"
 )
@@ -23,9 +32,8 @@ import (
 // when LOG_FORMAT=json, at LOG_LEVEL (debug, info, warn, error; default
 // info). Lines logged with a context carry the attributes package logctx
 // keeps in it (request id, user id, idempotency key id, recovery point).
-// It also becomes slog's default.
-func Logger(process string) (*slog.Logger, error) {
-	var env Env
+// It writes to w and also becomes slog's default.
+func Logger(env *Env, process string, w io.Writer) (*slog.Logger, error) {
 	levelName := env.String("LOG_LEVEL", "info")
 	format := env.String("LOG_FORMAT", "text")
 	var level slog.Level
@@ -36,9 +44,9 @@ func Logger(process string) (*slog.Logger, error) {
 	var h slog.Handler
 	switch format {
 	case "text":
-		h = slog.NewTextHandler(os.Stderr, opts)
+		h = slog.NewTextHandler(w, opts)
 	case "json":
-		h = slog.NewJSONHandler(os.Stderr, opts)
+		h = slog.NewJSONHandler(w, opts)
 	default:
 		return nil, fmt.Errorf("LOG_FORMAT=%s: must be text or json", format)
 	}
@@ -46,3 +54,11 @@ func Logger(process string) (*slog.Logger, error) {
 	slog.SetDefault(logger)
 	return logger, nil
 }
+
+// Variables are the settings every process reads through this package.
+var Variables = Declare(
+	Setting{Name: "LOG_LEVEL", Type: TypeString, Help: "the least severe log lines written: debug, info, warn or error"},
+	Setting{Name: "LOG_FORMAT", Type: TypeString, Help: "log lines as text (key=value) or json"},
+	Setting{Name: AllowUnknown, Type: TypeBool,
+		Help: "start even when the environment holds a variable with one of the project's prefixes that no process defines (each is logged at WARN); for environments shared with other software"},
+)

@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -20,11 +22,77 @@ import (
 // says what it does with zero: Duration, Int and Fraction refuse it, and
 // their OrZero forms (and Port) honour it, for the settings where zero
 // means something and the caller hands it on as such.
-type Env struct{ errs []error }
+//
+// Env reads only declared settings (Declare), each with the method its
+// Type names, and records every read: its declaration, the default the
+// code passed and the value in effect. That record is what a process's
+// -help lists and what its start line logs (Reads, Attrs), so neither can
+// leave out a setting the code reads. A read of an undeclared setting is
+// an error, found by the first test or start of the process.
+type Env struct {
+	errs     []error
+	reads    []Read
+	describe bool
+}
+
+// Read is one setting as a process read it.
+type Read struct {
+	Setting
+	// Default is the default the code passed, as it would be written in
+	// the environment; "" for none.
+	Default string
+	// Value is the value in effect: the environment's, or Default.
+	Value string
+}
+
+// ErrDescribed is Err's answer in an Env made by Describe once every read
+// succeeded: a build step stops there, before it opens anything.
+var ErrDescribed = errors.New("config: settings described, nothing built")
+
+// Describe returns an Env that reads nothing from the environment: every
+// method returns its default and records the read, and Err returns
+// ErrDescribed. A process's build step run with it lists the settings the
+// process reads, with their defaults, without opening anything.
+func Describe() *Env { return &Env{describe: true} }
+
+// read records that name is read as one of types, with default def, and
+// returns its value in the environment ("" when unset, and always in an
+// Env made by Describe). zero says whether the caller honours 0.
+func (e *Env) read(name string, zero bool, def string, types ...Type) string {
+	s, ok := Lookup(name)
+	switch {
+	case !ok:
+		e.errs = append(e.errs, fmt.Errorf("%s is read but not declared: declare it (config.Declare) in the package that uses it", name))
+		s = Setting{Name: name, Type: types[0], Help: "(undeclared)"}
+	case !slices.Contains(types, s.Type):
+		e.errs = append(e.errs, fmt.Errorf("%s is declared as a %s but read as a %s", name, s.Type, types[0]))
+	case zero && s.Zero == "" && s.Type != TypeString:
+		e.errs = append(e.errs, fmt.Errorf("%s is read honouring 0 but its declaration does not say what 0 means (Zero)", name))
+	case !zero && s.Zero != "":
+		e.errs = append(e.errs, fmt.Errorf("%s is declared with a meaning for 0 but read refusing it", name))
+	}
+	v := ""
+	if !e.describe {
+		v = os.Getenv(name)
+	}
+	r := Read{Setting: s, Default: def, Value: def}
+	if v != "" {
+		r.Value = v
+	}
+	if i := slices.IndexFunc(e.reads, func(r Read) bool { return r.Name == name }); i >= 0 {
+		e.reads[i] = r
+	} else {
+		e.reads = append(e.reads, r)
+	}
+	return v
+}
+
+// Reads returns the settings read so far, in the order first read.
+func (e *Env) Reads() []Read { return slices.Clone(e.reads) }
 
 // String returns $name, or def when it is unset or empty.
 func (e *Env) String(name, def string) string {
-	if v := os.Getenv(name); v != "" {
+	if v := e.read(name, false, def, TypeString, TypeURL, TypeAddress); v != "" {
 		return v
 	}
 	return def
@@ -33,8 +101,11 @@ func (e *Env) String(name, def string) string {
 // Required returns $name, or records an error naming it when it is unset
 // or empty.
 func (e *Env) Required(name string) string {
-	v := os.Getenv(name)
-	if v == "" {
+	v := e.read(name, false, "", TypeString, TypeURL)
+	if s, ok := Lookup(name); ok && !s.Required {
+		e.errs = append(e.errs, fmt.Errorf("%s is read as required but not declared Required", name))
+	}
+	if v == "" && !e.describe {
 		e.errs = append(e.errs, fmt.Errorf("%s must be set", name))
 	}
 	return v
@@ -43,7 +114,7 @@ func (e *Env) Required(name string) string {
 // Duration parses $name as a positive Go duration ("90s", "5m"), or
 // returns def. Zero and negative durations are refused.
 func (e *Env) Duration(name string, def time.Duration) time.Duration {
-	d, ok := e.duration(name, def)
+	d, ok := e.duration(name, def, false)
 	if ok && d <= 0 {
 		e.fail(name, os.Getenv(name), "must be positive")
 		return 0
@@ -54,7 +125,7 @@ func (e *Env) Duration(name string, def time.Duration) time.Duration {
 // DurationOrZero is Duration for a setting where zero means something:
 // zero is returned as it is, negative durations are refused.
 func (e *Env) DurationOrZero(name string, def time.Duration) time.Duration {
-	d, ok := e.duration(name, def)
+	d, ok := e.duration(name, def, true)
 	if ok && d < 0 {
 		e.fail(name, os.Getenv(name), "must not be negative")
 		return 0
@@ -62,8 +133,8 @@ func (e *Env) DurationOrZero(name string, def time.Duration) time.Duration {
 	return d
 }
 
-func (e *Env) duration(name string, def time.Duration) (d time.Duration, set bool) {
-	v := os.Getenv(name)
+func (e *Env) duration(name string, def time.Duration, zero bool) (d time.Duration, set bool) {
+	v := e.read(name, zero, FormatDuration(def), TypeDuration)
 	if v == "" {
 		return def, false
 	}
@@ -75,10 +146,23 @@ func (e *Env) duration(name string, def time.Duration) (d time.Duration, set boo
 	return d, true
 }
 
+// FormatDuration writes d as a person would set it: 5m, 72h, 1m30s, not
+// 5m0s or 72h0m0s.
+func FormatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 // Int parses $name as a positive integer, or returns def. Zero and
 // negative numbers are refused.
 func (e *Env) Int(name string, def int) int {
-	n, ok := e.int(name, def)
+	n, ok := e.int(name, def, false, TypeInt)
 	if ok && n <= 0 {
 		e.fail(name, os.Getenv(name), "must be positive")
 		return 0
@@ -89,7 +173,7 @@ func (e *Env) Int(name string, def int) int {
 // IntOrZero is Int for a setting where zero means something: zero is
 // returned as it is, negative numbers are refused.
 func (e *Env) IntOrZero(name string, def int) int {
-	n, ok := e.int(name, def)
+	n, ok := e.int(name, def, true, TypeInt)
 	if ok && n < 0 {
 		e.fail(name, os.Getenv(name), "must not be negative")
 		return 0
@@ -100,7 +184,7 @@ func (e *Env) IntOrZero(name string, def int) int {
 // Port parses $name as a TCP port, or returns def. Zero is honoured: it
 // asks for any free port, which the process logs once it listens.
 func (e *Env) Port(name string, def int) int {
-	n, ok := e.int(name, def)
+	n, ok := e.int(name, def, true, TypePort)
 	if ok && (n < 0 || n > math.MaxUint16) {
 		e.fail(name, os.Getenv(name), "must be a port number from 0 (any free port) to 65535")
 		return 0
@@ -112,7 +196,7 @@ func (e *Env) Port(name string, def int) int {
 // 127.0.0.1, 0.0.0.0 or ::1, or a host name), or def. A value with a port
 // is refused: the port is a setting of its own.
 func (e *Env) Host(name, def string) string {
-	v := os.Getenv(name)
+	v := e.read(name, false, def, TypeHost)
 	if v == "" {
 		return def
 	}
@@ -126,8 +210,8 @@ func (e *Env) Host(name, def string) string {
 // hostName is a DNS name as RFC 1123 allows it.
 var hostName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$`)
 
-func (e *Env) int(name string, def int) (n int, set bool) {
-	v := os.Getenv(name)
+func (e *Env) int(name string, def int, zero bool, t Type) (n int, set bool) {
+	v := e.read(name, zero, strconv.Itoa(def), t)
 	if v == "" {
 		return def, false
 	}
@@ -142,7 +226,7 @@ func (e *Env) int(name string, def int) (n int, set bool) {
 // Fraction parses $name as a share above 0 and at most 1, such as 0.25,
 // or returns def. Zero is refused.
 func (e *Env) Fraction(name string, def float64) float64 {
-	f, ok := e.float(name, def)
+	f, ok := e.float(name, def, false)
 	if ok && (f <= 0 || f > 1) {
 		e.fail(name, os.Getenv(name), "must be above 0 and at most 1")
 		return 0
@@ -153,7 +237,7 @@ func (e *Env) Fraction(name string, def float64) float64 {
 // FractionOrZero is Fraction for a setting where zero means something:
 // it accepts 0 to 1.
 func (e *Env) FractionOrZero(name string, def float64) float64 {
-	f, ok := e.float(name, def)
+	f, ok := e.float(name, def, true)
 	if ok && (f < 0 || f > 1) {
 		e.fail(name, os.Getenv(name), "must be from 0 to 1")
 		return 0
@@ -161,8 +245,8 @@ func (e *Env) FractionOrZero(name string, def float64) float64 {
 	return f
 }
 
-func (e *Env) float(name string, def float64) (f float64, set bool) {
-	v := os.Getenv(name)
+func (e *Env) float(name string, def float64, zero bool) (f float64, set bool) {
+	v := e.read(name, zero, strconv.FormatFloat(def, 'g', -1, 64), TypeFraction)
 	if v == "" {
 		return def, false
 	}
@@ -176,7 +260,7 @@ func (e *Env) float(name string, def float64) (f float64, set bool) {
 
 // Bool parses $name as a boolean (true/false/1/0), or returns def.
 func (e *Env) Bool(name string, def bool) bool {
-	v := os.Getenv(name)
+	v := e.read(name, false, strconv.FormatBool(def), TypeBool)
 	if v == "" {
 		return def
 	}
@@ -188,10 +272,20 @@ func (e *Env) Bool(name string, def bool) bool {
 	return b
 }
 
-// Err is every error met so far, joined, or nil.
-func (e *Env) Err() error { return errors.Join(e.errs...) }
+// Err is every error met so far, joined, or nil. In an Env made by
+// Describe it is ErrDescribed when every read was of a declared setting.
+func (e *Env) Err() error {
+	if e.describe && len(e.errs) == 0 {
+		return ErrDescribed
+	}
+	return errors.Join(e.errs...)
+}
 
-// fail records that $name=value is refused, and why.
+// fail records that $name=value is refused, and why. A secret's value is
+// not repeated.
 func (e *Env) fail(name, value, why string) {
+	if s, ok := Lookup(name); ok && s.Secret {
+		value = redacted
+	}
 	e.errs = append(e.errs, fmt.Errorf("%s=%s: %s", name, value, why))
 }

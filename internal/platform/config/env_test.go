@@ -1,12 +1,30 @@
 package config_test
 
 import (
+	"io"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+)
+
+// The settings these tests read: Env reads only declared ones.
+var _ = config.Declare(
+	config.Setting{Name: "ENV_TEST_URL", Type: config.TypeURL, Required: true, Help: "a required URL"},
+	config.Setting{Name: "ENV_TEST_UNSET", Type: config.TypeString, Help: "never set"},
+	config.Setting{Name: "ENV_TEST_UNSET_WAIT", Type: config.TypeDuration, Help: "never set"},
+	config.Setting{Name: "ENV_TEST_UNSET_HOST", Type: config.TypeHost, Help: "never set"},
+	config.Setting{Name: "ENV_TEST_WAIT", Type: config.TypeDuration, Help: "a duration"},
+	config.Setting{Name: "ENV_TEST_WAIT_OR_ZERO", Type: config.TypeDuration, Zero: "no wait", Help: "a duration"},
+	config.Setting{Name: "ENV_TEST_SIZE", Type: config.TypeInt, Help: "a count"},
+	config.Setting{Name: "ENV_TEST_SIZE_OR_ZERO", Type: config.TypeInt, Zero: "none", Help: "a count"},
+	config.Setting{Name: "ENV_TEST_SHARE", Type: config.TypeFraction, Help: "a share"},
+	config.Setting{Name: "ENV_TEST_SHARE_OR_ZERO", Type: config.TypeFraction, Zero: "none", Help: "a share"},
+	config.Setting{Name: "ENV_TEST_ON", Type: config.TypeBool, Help: "a switch"},
+	config.Setting{Name: "ENV_TEST_PORT", Type: config.TypePort, Zero: "any free port", Help: "a port"},
+	config.Setting{Name: "ENV_TEST_HOST", Type: config.TypeHost, Help: "a host"},
 )
 
 func TestEnv(t *testing.T) {
@@ -24,7 +42,7 @@ func TestEnv(t *testing.T) {
 		require.Equal(t, "postgres://x", env.String("ENV_TEST_URL", "default"))
 		require.Equal(t, "default", env.String("ENV_TEST_UNSET", "default"))
 		require.Equal(t, 90*time.Second, env.Duration("ENV_TEST_WAIT", time.Second))
-		require.Equal(t, time.Second, env.Duration("ENV_TEST_UNSET", time.Second))
+		require.Equal(t, time.Second, env.Duration("ENV_TEST_UNSET_WAIT", time.Second))
 		require.Equal(t, 7, env.Int("ENV_TEST_SIZE", 7), "empty is unset")
 		require.Equal(t, 0.25, env.Fraction("ENV_TEST_SHARE", 0.5))
 		require.True(t, env.Bool("ENV_TEST_ON", false))
@@ -33,14 +51,14 @@ func TestEnv(t *testing.T) {
 	})
 
 	t.Run("HonoursZeroWhereItMeansSomething", func(t *testing.T) {
-		t.Setenv("ENV_TEST_WAIT", "0s")
-		t.Setenv("ENV_TEST_SIZE", "0")
-		t.Setenv("ENV_TEST_SHARE", "0")
+		t.Setenv("ENV_TEST_WAIT_OR_ZERO", "0s")
+		t.Setenv("ENV_TEST_SIZE_OR_ZERO", "0")
+		t.Setenv("ENV_TEST_SHARE_OR_ZERO", "0")
 		t.Setenv("ENV_TEST_PORT", "0")
 		var env config.Env
-		require.Zero(t, env.DurationOrZero("ENV_TEST_WAIT", time.Second))
-		require.Zero(t, env.IntOrZero("ENV_TEST_SIZE", 7))
-		require.Zero(t, env.FractionOrZero("ENV_TEST_SHARE", 0.5))
+		require.Zero(t, env.DurationOrZero("ENV_TEST_WAIT_OR_ZERO", time.Second))
+		require.Zero(t, env.IntOrZero("ENV_TEST_SIZE_OR_ZERO", 7))
+		require.Zero(t, env.FractionOrZero("ENV_TEST_SHARE_OR_ZERO", 0.5))
 		require.Zero(t, env.Port("ENV_TEST_PORT", 5000))
 		require.NoError(t, env.Err())
 	})
@@ -67,32 +85,35 @@ func TestEnv(t *testing.T) {
 		env.Duration("ENV_TEST_WAIT", time.Second)
 		env.Int("ENV_TEST_SIZE", 7)
 		require.Error(t, env.Err())
+		t.Setenv("ENV_TEST_WAIT_OR_ZERO", "-1s")
+		t.Setenv("ENV_TEST_SIZE_OR_ZERO", "-1")
 		env = config.Env{}
-		env.DurationOrZero("ENV_TEST_WAIT", time.Second)
-		env.IntOrZero("ENV_TEST_SIZE", 7)
+		env.DurationOrZero("ENV_TEST_WAIT_OR_ZERO", time.Second)
+		env.IntOrZero("ENV_TEST_SIZE_OR_ZERO", 7)
 		env.Port("ENV_TEST_PORT", 5000)
 		err := env.Err()
-		require.ErrorContains(t, err, "ENV_TEST_WAIT=-1s: must not be negative")
-		require.ErrorContains(t, err, "ENV_TEST_SIZE=-1: must not be negative")
+		require.ErrorContains(t, err, "ENV_TEST_WAIT_OR_ZERO=-1s: must not be negative")
+		require.ErrorContains(t, err, "ENV_TEST_SIZE_OR_ZERO=-1: must not be negative")
 		require.ErrorContains(t, err, "ENV_TEST_PORT=-1: must be a port number")
 	})
 
 	t.Run("RefusesOutOfRange", func(t *testing.T) {
 		t.Setenv("ENV_TEST_SHARE", "1.5")
+		t.Setenv("ENV_TEST_SHARE_OR_ZERO", "1.5")
 		t.Setenv("ENV_TEST_PORT", "65536")
 		var env config.Env
 		env.Fraction("ENV_TEST_SHARE", 0.5)
-		env.FractionOrZero("ENV_TEST_SHARE", 0.5)
+		env.FractionOrZero("ENV_TEST_SHARE_OR_ZERO", 0.5)
 		env.Port("ENV_TEST_PORT", 5000)
 		err := env.Err()
 		require.ErrorContains(t, err, "ENV_TEST_SHARE=1.5: must be above 0 and at most 1")
-		require.ErrorContains(t, err, "ENV_TEST_SHARE=1.5: must be from 0 to 1")
+		require.ErrorContains(t, err, "ENV_TEST_SHARE_OR_ZERO=1.5: must be from 0 to 1")
 		require.ErrorContains(t, err, "ENV_TEST_PORT=65536: must be a port number")
 	})
 
 	t.Run("ReadsAHost", func(t *testing.T) {
 		var env config.Env
-		require.Equal(t, "127.0.0.1", env.Host("ENV_TEST_UNSET", "127.0.0.1"))
+		require.Equal(t, "127.0.0.1", env.Host("ENV_TEST_UNSET_HOST", "127.0.0.1"))
 		for _, host := range []string{"0.0.0.0", "127.0.0.1", "::1", "::", "api", "db.internal.example"} {
 			t.Setenv("ENV_TEST_HOST", host)
 			require.Equal(t, host, env.Host("ENV_TEST_HOST", "127.0.0.1"))
@@ -138,11 +159,11 @@ func TestEnv(t *testing.T) {
 func TestLogger(t *testing.T) {
 	t.Run("RefusesABadLevelOrFormat", func(t *testing.T) {
 		t.Setenv("LOG_LEVEL", "loud")
-		_, err := config.Logger("test")
+		_, err := config.Logger(&config.Env{}, "test", io.Discard)
 		require.ErrorContains(t, err, "LOG_LEVEL=loud")
 		t.Setenv("LOG_LEVEL", "")
 		t.Setenv("LOG_FORMAT", "xml")
-		_, err = config.Logger("test")
+		_, err = config.Logger(&config.Env{}, "test", io.Discard)
 		require.ErrorContains(t, err, "LOG_FORMAT=xml")
 	})
 }

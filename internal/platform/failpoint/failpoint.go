@@ -4,7 +4,11 @@
 // costs one nil check.
 package failpoint
 
-import "context"
+import (
+	"context"
+
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+)
 
 // Func is called at every named seam. A non-nil error fails the request
 // there as if the operation at the seam had failed; a Func may also end
@@ -18,3 +22,10 @@ func (f Func) At(ctx context.Context, name string) error {
 	}
 	return f(ctx, name)
 }
+
+// Variables declares FAILPOINTS, read only by binaries built with -tags
+// failpoints (the crash tests' and the chaos soak's).
+var Variables = config.Declare(
+	config.Setting{Name: "FAILPOINTS", Type: config.TypeString,
+		Help: "test builds only (-tags failpoints): crash or fail at named seams, as name=kill or name=error, comma-separated; production builds ignore it"},
+)

@@ -4,6 +4,16 @@
 // the logger, the flags, SIGINT and SIGTERM, the metrics listener, the
 // started and stopped lines, and the exit status.
 //
+// Main also makes every process explain its settings the same way. Build
+// reads them through the config.Env that Main hands it, so Main knows
+// exactly what the process reads: -help runs Build with config.Describe
+// (every setting at its default, nothing opened) and lists each setting
+// with its type, default and what it changes; -settings prints the same
+// as JSON (docs/configuration.md is generated from it). At start, a
+// variable with one of the project's prefixes that no process defines
+// stops the process, naming the nearest known name, and the "Started"
+// line logs every setting in effect, secrets redacted.
+//
 // A background process also gets -once: one pass (a batch completed, a
 // backlog reaped, a reconciliation), its summary printed as one line on
 // stdout, and exit. That is how scripts, tests and cron use it.
@@ -15,10 +25,20 @@
 //			Build:     build,
 //		})
 //	}
+//
+//	func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error) {
+//		maxAge := env.Duration("REAPER_MAX_AGE", reaper.DefaultMaxAge)
+//		...
+//		if err := env.Err(); err != nil {
+//			return nil, err // here, too, under -help: nothing is opened
+//		}
+//		...
+//	}
 package process
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -44,11 +64,17 @@ type Config struct {
 	// usage text: Program.Once runs instead of Program.Run.
 	OnceUsage string
 
-	// Build reads the process's settings (config.Env), then opens and
-	// builds what it runs. ctx ends on SIGINT or SIGTERM. On an error
-	// the process exits at once, so Build need not close what it opened.
-	// Required.
-	Build func(ctx context.Context, logger *slog.Logger) (*Program, error)
+	// Build reads the process's settings from env, returns env.Err() if
+	// it is not nil, and only then opens and builds what it runs: run
+	// with config.Describe for -help, it must stop at that check. Every
+	// setting is read before it. ctx ends on SIGINT or SIGTERM. On an
+	// error the process exits at once, so Build need not close what it
+	// opened. Required.
+	Build func(ctx context.Context, env *config.Env, logger *slog.Logger) (*Program, error)
+
+	// Flags, when set, defines the command's own flags on flags, which
+	// Main parses before Build runs. Optional.
+	Flags func(flags *flag.FlagSet)
 
 	// FailureCode is the exit status after an error. Defaults to 1.
 	FailureCode int
@@ -69,7 +95,9 @@ type Program struct {
 	Metrics     prometheus.Gatherer
 	MetricsAddr string
 
-	// Settings are the settings in effect, logged on the "Started" line.
+	// Settings are what the "Started" line says besides the settings read
+	// from the environment, which it always lists: values from flags,
+	// say. Optional.
 	Settings []slog.Attr
 
 	// Close releases what Build opened (the database pool) once Run or
@@ -89,25 +117,64 @@ func Main(config *Config) {
 	os.Exit(run(context.Background(), config, flag.CommandLine, os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// Run is Main without the exit, for tests: it runs the command described
+// by config with args, with its own flags, writing its output and its log
+// lines to stdout and stderr, and returns the exit status.
+func Run(ctx context.Context, config *Config, args []string, stdout, stderr io.Writer) int {
+	name := "process"
+	if config != nil {
+		name = config.Name
+	}
+	flags := flag.NewFlagSet(name, flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	return run(ctx, config, flags, args, stdout, stderr)
+}
+
 // run is Main, returning the exit status.
 func run(ctx context.Context, cfg *Config, flags *flag.FlagSet, args []string, stdout, stderr io.Writer) int {
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	var once bool
+	var once, settings bool
 	if cfg.OnceUsage != "" {
 		flags.BoolVar(&once, "once", false, cfg.OnceUsage)
 	}
+	flags.BoolVar(&settings, "settings", false, "print the settings this process reads, as JSON, and exit")
+	if cfg.Flags != nil {
+		cfg.Flags(flags)
+	}
+	flags.Usage = func() {
+		out := flags.Output()
+		fmt.Fprintf(out, "Usage of %s:\n", cfg.Name)
+		flags.PrintDefaults()
+		reads, err := Describe(ctx, cfg)
+		if err != nil {
+			fmt.Fprintf(out, "\n%s: %v\n", cfg.Name, err)
+			return
+		}
+		fmt.Fprintf(out, "\nSettings, from the environment (an empty one takes its default; all of them: docs/configuration.md):\n")
+		config.WriteHelp(out, reads)
+	}
 	if err := flags.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2 // the flag package has printed the error and the usage
 	}
 	if flags.NArg() > 0 {
 		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n", cfg.Name, flags.Args())
 		return 2
 	}
+	if settings {
+		if err := writeSettings(ctx, cfg, stdout); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", cfg.Name, err)
+			return 1
+		}
+		return 0
+	}
 
-	err := start(ctx, cfg, once, stdout)
+	err := start(ctx, cfg, once, stdout, stderr)
 	var code ExitCode
 	switch {
 	case err == nil:
@@ -120,6 +187,52 @@ func run(ctx context.Context, cfg *Config, flags *flag.FlagSet, args []string, s
 		return cfg.FailureCode
 	}
 	return 1
+}
+
+// readCommon reads the settings Main reads for every process, before
+// Build reads the process's own.
+func readCommon(env *config.Env, name string, stderr io.Writer) (logger *slog.Logger, allowUnknown bool, err error) {
+	logger, err = config.Logger(env, name, stderr)
+	allowUnknown = env.Bool(config.AllowUnknown, false)
+	return logger, allowUnknown, err
+}
+
+// Describe runs the command's Build with config.Describe and returns the
+// settings the process reads, in the order it reads them, each with the
+// default its code passes: what -help lists.
+func Describe(ctx context.Context, cfg *Config) ([]config.Read, error) {
+	env := config.Describe()
+	if _, _, err := readCommon(env, cfg.Name, io.Discard); err != nil {
+		return nil, err
+	}
+	program, err := cfg.Build(ctx, env, slog.New(slog.DiscardHandler))
+	if program != nil && program.Close != nil {
+		program.Close()
+	}
+	switch {
+	case errors.Is(err, config.ErrDescribed):
+		return env.Reads(), nil
+	case err != nil:
+		return nil, err
+	}
+	return nil, errors.New("process: Build did not stop at env.Err() when asked to describe its settings")
+}
+
+// writeSettings writes what Describe returns as JSON, for
+// docs/configuration.md's generator: the declaration of each setting and
+// its default as shown.
+func writeSettings(ctx context.Context, cfg *Config, w io.Writer) error {
+	reads, err := Describe(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	for i := range reads {
+		reads[i].Default = reads[i].Show(reads[i].Default)
+		reads[i].Value = ""
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(reads)
 }
 
 func (c *Config) validate() error {
@@ -137,15 +250,24 @@ func (c *Config) validate() error {
 }
 
 // start builds the process and runs it once or until a signal.
-func start(ctx context.Context, cfg *Config, once bool, stdout io.Writer) error {
-	logger, err := config.Logger(cfg.Name)
+func start(ctx context.Context, cfg *Config, once bool, stdout, stderr io.Writer) error {
+	env := &config.Env{}
+	logger, allowUnknown, err := readCommon(env, cfg.Name, stderr)
 	if err != nil {
 		return err
+	}
+	if unknown := config.Unknown(os.Environ()); len(unknown) > 0 {
+		if !allowUnknown {
+			return errors.Join(unknown...)
+		}
+		for _, err := range unknown {
+			logger.WarnContext(ctx, "Ignoring an unknown setting", slog.String("error", err.Error()))
+		}
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	program, err := cfg.Build(ctx, logger)
+	program, err := cfg.Build(ctx, env, logger)
 	if err != nil {
 		return err
 	}
@@ -158,6 +280,9 @@ func start(ctx context.Context, cfg *Config, once bool, stdout io.Writer) error 
 	case once && program.Once == nil:
 		return fmt.Errorf("process: Program.Once is required with -once")
 	}
+	// One line with every setting in effect, whatever set it: what an
+	// operator greps for when a process does not do what it was told.
+	logger.LogAttrs(ctx, slog.LevelInfo, "Started", append(env.Attrs(), program.Settings...)...)
 
 	if once {
 		summary, err := program.Once(ctx)
@@ -174,7 +299,6 @@ func start(ctx context.Context, cfg *Config, once bool, stdout io.Writer) error 
 			return err
 		}
 	}
-	logger.LogAttrs(ctx, slog.LevelInfo, "Started", program.Settings...)
 	if err := program.Run(ctx); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 )
 
@@ -35,7 +36,7 @@ func TestRun(t *testing.T) {
 			cfg.Name = "test"
 		}
 		if cfg.Build == nil {
-			cfg.Build = func(context.Context, *slog.Logger) (*Program, error) {
+			cfg.Build = func(context.Context, *config.Env, *slog.Logger) (*Program, error) {
 				program.Close = func() { b.closed.Store(true) }
 				return program, nil
 			}
@@ -89,7 +90,7 @@ func TestRun(t *testing.T) {
 	t.Run("ABadSettingStopsTheProcessAtStart", func(t *testing.T) {
 		t.Parallel()
 		b, code := start(t, t.Context(), &Config{
-			Build: func(context.Context, *slog.Logger) (*Program, error) {
+			Build: func(context.Context, *config.Env, *slog.Logger) (*Program, error) {
 				return nil, errors.New("REAPER_MAX_AGE=0s: must be positive")
 			},
 		}, nil)

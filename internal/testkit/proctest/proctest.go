@@ -1,19 +1,25 @@
 // Package proctest tests a command's build step (process.Config.Build):
-// what it makes of the settings in its environment.
+// what it makes of the settings in its environment, and how the process
+// explains them (-help, the start line, a mistyped variable).
 package proctest
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 )
 
 // Build is a command's build step.
-type Build = func(ctx context.Context, logger *slog.Logger) (*process.Program, error)
+type Build = func(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error)
 
 // Setenv sets each NAME, value pair for the rest of the test. Like
 // t.Setenv, it rules out t.Parallel.
@@ -29,7 +35,7 @@ func Setenv(t testing.TB, pairs ...string) {
 // build to fail with an error naming each of wants.
 func RequireRefused(t testing.TB, build Build, wants ...string) {
 	t.Helper()
-	program, err := build(t.Context(), slog.New(slog.DiscardHandler))
+	program, err := build(t.Context(), &config.Env{}, slog.New(slog.DiscardHandler))
 	if program != nil && program.Close != nil {
 		program.Close()
 	}
@@ -37,4 +43,95 @@ func RequireRefused(t testing.TB, build Build, wants ...string) {
 	for _, want := range wants {
 		require.ErrorContains(t, err, want)
 	}
+}
+
+// helpSetting is a setting's first line in -help's output.
+var helpSetting = regexp.MustCompile(`(?m)^  ([A-Z][A-Z0-9_]*) \(`)
+
+// secrets are set, each a value that must never be logged, by
+// TestSettings's start-line test.
+var secrets = []string{
+	"STRIPE_API_KEY", "sk_test_secret_stripe_key_4242",
+	"DATABASE_URL", "postgres://rocketrides:db-password-4242@127.0.0.1:1/none?sslmode=disable",
+	"SMTP_URL", "smtp://mailer:smtp-password-4242@127.0.0.1:1",
+	"SIMULATOR_TOKEN", "rr_secret_simulator_token_4242",
+	"SEED_USER_TOKEN", "rr_secret_seed_token_4242",
+}
+
+// TestSettings tests how the process command explains its
+// settings, with env (NAME, value pairs) an environment its build
+// succeeds in (lazy connections to nowhere are fine, PORT=0 for a
+// listener):
+//
+//   - -help lists every setting a real build reads (recorded by the
+//     config.Env it reads them through, not listed by hand), and those
+//     process.Main reads for every process;
+//   - a variable one letter off a setting it reads stops it at start,
+//     naming the setting;
+//   - the secrets it is given never reach its start line.
+//
+// command returns a fresh config of the command (its main's).
+func TestSettings(t *testing.T, command func() *process.Config, env ...string) {
+	t.Run("HelpListsEverySettingItReads", func(t *testing.T) {
+		Setenv(t, env...)
+		var stdout, stderr bytes.Buffer
+		require.Zero(t, process.Run(t.Context(), command(), []string{"-help"}, &stdout, &stderr), stderr.String())
+		var listed []string
+		for _, m := range helpSetting.FindAllStringSubmatch(stderr.String(), -1) {
+			listed = append(listed, m[1])
+		}
+
+		real := &config.Env{}
+		program, err := command().Build(t.Context(), real, slog.New(slog.DiscardHandler))
+		require.NoError(t, err, "the build succeeds in the test's environment")
+		if program.Close != nil {
+			program.Close()
+		}
+		var read []string
+		for _, r := range real.Reads() {
+			read = append(read, r.Name)
+		}
+		require.NotEmpty(t, read)
+		for _, s := range config.Variables {
+			read = append(read, s.Name)
+		}
+		require.ElementsMatch(t, read, listed, "-help lists what the process reads:\n%s", stderr.String())
+		require.Contains(t, stderr.String(), "docs/configuration.md")
+	})
+
+	t.Run("AMistypedSettingStopsIt", func(t *testing.T) {
+		Setenv(t, env...)
+		reads, err := process.Describe(t.Context(), command())
+		require.NoError(t, err)
+		i := slices.IndexFunc(reads, func(r config.Read) bool {
+			return r.Prefix() != "" && !slices.Contains(config.Variables, r.Setting)
+		})
+		require.GreaterOrEqual(t, i, 0, "the process reads a setting with a prefix")
+		name := reads[i].Name
+		typo := name + "S"
+		t.Setenv(typo, "1")
+		var stdout, stderr bytes.Buffer
+		require.NotZero(t, process.Run(t.Context(), command(), nil, &stdout, &stderr))
+		require.Contains(t, stderr.String(), typo+" is not a setting of any Rocket Rides process; did you mean "+name+"?")
+		require.NotContains(t, stderr.String(), "Started")
+	})
+
+	t.Run("SecretsNeverReachTheStartLine", func(t *testing.T) {
+		Setenv(t, env...)
+		Setenv(t, secrets...)
+		// Stopped before it starts: the start line is logged, then Run
+		// returns at once.
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		var stdout, stderr bytes.Buffer
+		process.Run(ctx, command(), nil, &stdout, &stderr)
+		logs := stderr.String()
+		require.Contains(t, logs, "msg=Started", "the start line")
+		line := logs[strings.Index(logs, "msg=Started"):]
+		line, _, _ = strings.Cut(line, "\n")
+		require.Contains(t, line, "log_level=info", "every setting in effect is on the start line")
+		for _, secret := range []string{"secret_stripe_key", "db-password", "smtp-password", "secret_simulator_token", "secret_seed_token"} {
+			require.NotContains(t, logs, secret)
+		}
+	})
 }

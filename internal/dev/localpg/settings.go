@@ -1,0 +1,9 @@
+package localpg
+
+import "github.com/rocketrides/rocketrides/internal/platform/config"
+
+// Variables are the local cluster's.
+var Variables = config.Declare(
+	config.Setting{Name: "LOCALPG_PORT", Type: config.TypeInt,
+		Help: "the port of the project-local Postgres cluster; two checkouts on one machine each need their own"},
+)

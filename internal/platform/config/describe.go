@@ -1,0 +1,92 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// redacted stands in for a secret's value.
+const redacted = "[redacted]"
+
+// Shown is the value as it may be logged or printed: a secret's value
+// replaced, a URL's password masked.
+func (r Read) Shown() string { return r.Show(r.Value) }
+
+// Show returns value as it may be logged or printed: a secret's value
+// replaced, a URL's password masked; an unset value stays empty.
+func (s Setting) Show(value string) string {
+	switch {
+	case value == "":
+		return ""
+	case s.Secret:
+		return redacted
+	case s.Type == TypeURL:
+		return redactURL(value)
+	}
+	return value
+}
+
+// passwordWord is password=... in a key/value connection string or a
+// query.
+var passwordWord = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)`)
+
+// redactURL masks the password in a URL (postgres://user:pw@host/db,
+// smtp://user:pw@host) or in a key/value connection string (password=pw).
+func redactURL(v string) string {
+	v = passwordWord.ReplaceAllString(v, "${1}xxxxx")
+	u, err := url.Parse(v)
+	if err != nil || u.Scheme == "" {
+		if err != nil && strings.Contains(v, "@") {
+			// Unparseable, yet it may hold user:password@.
+			return redacted
+		}
+		return v
+	}
+	return u.Redacted()
+}
+
+// Attrs returns the settings read, with the values in effect, as log
+// attributes named after the variables in lower case (completer_min_age),
+// secrets redacted: what a process's start line says.
+func (e *Env) Attrs() []slog.Attr {
+	attrs := make([]slog.Attr, 0, len(e.reads))
+	for _, r := range e.reads {
+		attrs = append(attrs, slog.String(strings.ToLower(r.Name), r.Shown()))
+	}
+	return attrs
+}
+
+// WriteHelp writes reads as -help lists them, in the style of the flag
+// package's usage: the variable, its type, default and unit, then what
+// it changes.
+func WriteHelp(w io.Writer, reads []Read) {
+	for _, r := range reads {
+		var facts []string
+		facts = append(facts, string(r.Type))
+		if r.Unit != "" {
+			facts = append(facts, r.Unit)
+		}
+		switch {
+		case r.Required:
+			facts = append(facts, "required")
+		case r.Default == "":
+			facts = append(facts, "default unset")
+		default:
+			facts = append(facts, "default "+r.Show(r.Default))
+		}
+		if r.Zero != "" {
+			facts = append(facts, "0: "+r.Zero)
+		}
+		if r.Secret {
+			facts = append(facts, "secret")
+		}
+		fmt.Fprintf(w, "  %s (%s)\n    \t%s\n", r.Name, strings.Join(facts, ", "), r.Help)
+		if r.Trades != "" {
+			fmt.Fprintf(w, "    \tTrades: %s (docs/failures.md: %s)\n", r.Trades, r.Failures)
+		}
+	}
+}
