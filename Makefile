@@ -28,7 +28,7 @@ export SIMULATED_ERRORS ?= true
 FUZZTIME ?= 20000x
 FUZZ_TARGETS := FuzzParams FuzzEquivalentEncodings FuzzIdempotencyKey
 
-.PHONY: dev test lint fuzz chaos bench build db migrate seed vet fmt generate clean
+.PHONY: dev test lint fuzz chaos bench build db migrate seed vet fmt generate docs clean
 
 ## dev: local Postgres, migrations, then every Procfile process (Ctrl-C stops them all)
 dev: build
@@ -94,6 +94,12 @@ fmt:
 ## in internal/testkit/apiclient) with the pinned oapi-codegen; commit the result
 generate:
 	$(GO) generate ./...
+
+## docs: rewrite docs/configuration.md (every process's settings, from what each
+## reads) and the project's setting names (internal/platform/config/known.go);
+## commit the result (a test fails until they are current)
+docs:
+	$(GO) run ./internal/proof/configdoc
 
 ## clean: stop the local cluster and remove binaries and local data
 clean:

@@ -489,3 +489,69 @@ func TestEnvExample(t *testing.T) {
 	}
 	require.Empty(t, missing, ".env.example does not document these settings")
 }
+
+// TestNamesAreInTheReference checks that the ways of running Rocket Rides
+// (the Procfile, docker-compose.yml, .env.example) and the README's
+// examples use only settings docs/configuration.md lists: a name it does
+// not list is one no process reads, and every process would refuse it at
+// start.
+func TestNamesAreInTheReference(t *testing.T) {
+	t.Parallel()
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Z][A-Z0-9_]*)` \\|").FindAllStringSubmatch(read(t, filepath.Join(root(t), "docs", "configuration.md")), -1) {
+		listed[m[1]] = true
+	}
+	require.Contains(t, listed, "COMPLETER_MIN_AGE")
+	requireListed := func(where, name string) {
+		t.Helper()
+		require.True(t, listed[name], "%s uses %s, which docs/configuration.md does not list", where, name)
+	}
+
+	for _, p := range readProcfile(t) {
+		for _, m := range assignment.FindAllStringSubmatch(p.command, -1) {
+			requireListed("Procfile "+p.name, m[1])
+		}
+		for _, m := range envRef.FindAllStringSubmatch(p.command, -1) {
+			requireListed("Procfile "+p.name, m[1])
+		}
+	}
+
+	compose := read(t, filepath.Join(root(t), "docker-compose.yml"))
+	var inEnvironment bool
+	for line := range strings.Lines(compose) {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(trimmed, "environment:") || strings.HasPrefix(line, "x-database-env:") || strings.HasPrefix(line, "x-stripe-env:"):
+			inEnvironment = true
+			continue
+		case trimmed == "" || strings.HasPrefix(trimmed, "#") || strings.HasPrefix(trimmed, "<<:"):
+			continue
+		}
+		m := regexp.MustCompile(`^\s+([A-Z][A-Z0-9_]*):`).FindStringSubmatch(line)
+		if !inEnvironment || m == nil {
+			inEnvironment = false
+			continue
+		}
+		if strings.HasPrefix(m[1], "POSTGRES_") {
+			continue // the postgres image's own
+		}
+		requireListed("docker-compose.yml", m[1])
+	}
+
+	for _, m := range regexp.MustCompile(`(?m)^([A-Z][A-Z0-9_]*)=`).FindAllStringSubmatch(read(t, filepath.Join(root(t), ".env.example")), -1) {
+		requireListed(".env.example", m[1])
+	}
+
+	// In the README, every UPPER_SNAKE_CASE name, and every NAME= in an
+	// example.
+	readme := read(t, filepath.Join(root(t), "README.md"))
+	for _, m := range regexp.MustCompile(`\b([A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9])\b`).FindAllStringSubmatch(readme, -1) {
+		requireListed("README.md", m[1])
+	}
+	for _, m := range regexp.MustCompile("(?:^|[\\s`(])([A-Z][A-Z0-9_]*)=").FindAllStringSubmatch(readme, -1) {
+		if m[1] == "FUZZTIME" {
+			continue // a make variable: make fuzz FUZZTIME=1m
+		}
+		requireListed("README.md", m[1])
+	}
+}

@@ -1,0 +1,259 @@
+// Command configdoc writes docs/configuration.md, the reference of every
+// setting of every Rocket Rides process, and the list of the project's
+// setting names in internal/platform/config/known.go, which every process
+// checks its environment against. Run it with `make docs` (or go
+// generate ./docs); its test fails when either file and the code disagree.
+//
+// A process's settings are what it reads, not a list kept by hand: each
+// command that runs through process.Main is built and asked with
+// -settings, which runs its build step with config.Describe. The other
+// commands' settings, and those make dev sets for the Procfile, come from
+// the packages that declare them.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"go/format"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/rocketrides/rocketrides/internal/dev/localpg"
+	"github.com/rocketrides/rocketrides/internal/payment"
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
+	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
+	"github.com/rocketrides/rocketrides/internal/platform/project"
+	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
+	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
+	"github.com/rocketrides/rocketrides/internal/user"
+)
+
+// makeDev are the variables the Makefile exports for the Procfile, which
+// maps them onto the processes' own (API_PORT becomes the api's PORT).
+// Every process sees them in make dev, so they are the project's names.
+var makeDev = config.Declare(
+	config.Setting{Name: "API_HOST", Type: config.TypeHost, Help: "make dev: the api's HOST"},
+	config.Setting{Name: "API_PORT", Type: config.TypePort, Zero: "any free port", Help: "make dev: the api's PORT, and the port of the simulator's API_URL"},
+	config.Setting{Name: "API_METRICS_ADDR", Type: config.TypeAddress, Help: "make dev: the api's METRICS_ADDR"},
+	config.Setting{Name: "FAKESTRIPE_HOST", Type: config.TypeHost, Help: "make dev: the Stripe fake's HOST"},
+	config.Setting{Name: "FAKESTRIPE_PORT", Type: config.TypePort, Zero: "any free port", Help: "make dev: the Stripe fake's PORT, and the port of STRIPE_API_BASE"},
+)
+
+// section is a heading and the settings under it.
+type section struct {
+	name, intro string
+	reads       []config.Read
+}
+
+func main() {
+	root, err := project.Root()
+	if err == nil {
+		var doc, known []byte
+		if doc, known, err = generate(root); err == nil {
+			err = os.WriteFile(filepath.Join(root, docPath), doc, 0o644)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(root, knownPath), known, 0o644)
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "configdoc:", err)
+		os.Exit(1)
+	}
+}
+
+const (
+	docPath   = "docs/configuration.md"
+	knownPath = "internal/platform/config/known.go"
+)
+
+// generate returns docs/configuration.md and known.go as they should be.
+func generate(root string) (doc, known []byte, err error) {
+	processes, err := describeProcesses(root)
+	if err != nil {
+		return nil, nil, err
+	}
+	logging := declared(config.Variables[:2]...)
+	others := []section{
+		{name: "seed", intro: "`cmd/seed` creates the demo users (`make dev` runs it before the api); its flags `-token` and `-bad-source-token` win over the variables.",
+			reads: slices.Concat(logging, declared(db.Variables[0]), declared(payment.Variables...), declared(user.Variables...))},
+		{name: "migrate", intro: "`cmd/migrate up|down|version` applies the schema.", reads: slices.Concat(logging, declared(db.Variables[0]))},
+		{name: "localpg, make dev and make test", intro: "The project-local Postgres cluster, the tests, and the test builds.",
+			reads: slices.Concat(declared(localpg.Variables...), declared(dbtest.Variables...), declared(failpoint.Variables...))},
+		{name: "make dev", intro: "The Makefile exports these to every process it starts; the Procfile maps them onto each process's own settings. A process accepts them though it does not read them.",
+			reads: declared(makeDev...)},
+	}
+	defaults := map[string]string{"API_HOST": "127.0.0.1", "API_PORT": "5000", "API_METRICS_ADDR": "127.0.0.1:9100", "FAKESTRIPE_HOST": "127.0.0.1", "FAKESTRIPE_PORT": "12111",
+		"SEED_USER_TOKEN": "[redacted]", "SEED_BAD_SOURCE_TOKEN": "[redacted]", "LOG_LEVEL": "info", "LOG_FORMAT": "text", "LOCALPG_PORT": strconv.Itoa(localpg.DefaultPort)}
+	for i := range others {
+		for j := range others[i].reads {
+			others[i].reads[j].Default = defaults[others[i].reads[j].Name]
+		}
+	}
+
+	var names []string
+	for _, s := range slices.Concat(processes, others) {
+		for _, r := range s.reads {
+			names = append(names, r.Name)
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	known, err = knownFile(names)
+	if err != nil {
+		return nil, nil, err
+	}
+	return reference(processes, others), known, nil
+}
+
+// declared are settings as read with no default.
+func declared(settings ...config.Setting) []config.Read {
+	reads := make([]config.Read, len(settings))
+	for i, s := range settings {
+		reads[i] = config.Read{Setting: s}
+	}
+	return reads
+}
+
+// describeProcesses builds every command that runs through process.Main
+// and asks each for its settings.
+func describeProcesses(root string) ([]section, error) {
+	bins, err := fleet.Build()
+	if err != nil {
+		return nil, err
+	}
+	mains, err := filepath.Glob(filepath.Join(root, "cmd", "*", "main.go"))
+	if err != nil {
+		return nil, err
+	}
+	var out []section
+	for _, m := range mains {
+		src, err := os.ReadFile(m)
+		if err != nil {
+			return nil, err
+		}
+		if !bytes.Contains(src, []byte("process.Main(")) {
+			continue
+		}
+		name := filepath.Base(filepath.Dir(m))
+		cmd := exec.Command(filepath.Join(bins.Dir, name), "-settings")
+		// Nothing from this environment: -settings reads none of it,
+		// and a stray variable must not stop the command.
+		cmd.Env = []string{}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		b, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("%s -settings: %w: %s", name, err, stderr.String())
+		}
+		var reads []config.Read
+		if err := json.Unmarshal(b, &reads); err != nil {
+			return nil, fmt.Errorf("%s -settings: %w", name, err)
+		}
+		out = append(out, section{name: name, intro: fmt.Sprintf("`%s -help` lists the same.", name), reads: reads})
+	}
+	order := []string{"api", "completer", "enqueuer", "worker", "reaper", "reconciler", "fakestripe", "simulator"}
+	slices.SortStableFunc(out, func(a, b section) int {
+		ia, ib := slices.Index(order, a.name), slices.Index(order, b.name)
+		if ia < 0 {
+			ia = len(order)
+		}
+		if ib < 0 {
+			ib = len(order)
+		}
+		return ia - ib
+	})
+	return out, nil
+}
+
+// cell escapes s for a Markdown table cell.
+func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+func reference(processes, others []section) []byte {
+	var b bytes.Buffer
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("# Configuration\n\n")
+	p("<!-- Generated by `make docs` (go run ./internal/proof/configdoc) from the settings' declarations\n")
+	p("     and what each process reads. Do not edit: TestReferenceIsCurrent fails when it and the code disagree. -->\n\n")
+	p("Every setting is an environment variable, declared once (`config.Declare`) in the package\n")
+	p("whose behaviour it changes. Each process's `-help` lists the settings it reads, with the\n")
+	p("same text as this page.\n\n")
+	p("- An unset or empty variable takes its default. Durations are Go durations (`90s`, `5m`, `72h`).\n")
+	p("- A `0` is refused, naming the variable, unless the setting says what `0` means; negative\n")
+	p("  numbers and durations, and values such as `5 minutes`, are always refused.\n")
+	p("- A variable with one of the project's prefixes (`COMPLETER_`, `REAPER_`, `STRIPE_`, ...) that no\n")
+	p("  process defines stops the process at start, naming the nearest setting (`REAPER_MAX_AGES is not a\n")
+	p("  setting of any Rocket Rides process; did you mean REAPER_MAX_AGE?`). A variable another process\n")
+	p("  reads is fine, so one environment can serve them all. Where the environment is shared with other\n")
+	p("  software that uses such names, `ALLOW_UNKNOWN_SETTINGS=true` starts anyway and logs each at WARN.\n")
+	p("- At start each process logs one `Started` line with every setting in effect, secrets redacted\n")
+	p("  (`STRIPE_API_KEY` and tokens as `[redacted]`, the password in `DATABASE_URL` and `SMTP_URL` as `xxxxx`).\n\n")
+
+	p("## Settings that change a guarantee\n\n")
+	p("| setting | read by | what it trades | docs/failures.md |\n| --- | --- | --- | --- |\n")
+	seen := map[string]bool{}
+	for _, s := range processes {
+		for _, r := range s.reads {
+			if r.Trades == "" || seen[r.Name] {
+				continue
+			}
+			seen[r.Name] = true
+			var by []string
+			for _, s := range processes {
+				if slices.ContainsFunc(s.reads, func(o config.Read) bool { return o.Name == r.Name }) {
+					by = append(by, s.name)
+				}
+			}
+			p("| `%s` | %s | %s | %s |\n", r.Name, strings.Join(by, ", "), cell(r.Trades), cell(r.Failures))
+		}
+	}
+	p("\n")
+	for _, s := range slices.Concat(processes, others) {
+		p("## %s\n\n%s\n\n", s.name, s.intro)
+		p("| variable | type | default | what it changes |\n| --- | --- | --- | --- |\n")
+		for _, r := range s.reads {
+			def := "`" + r.Default + "`"
+			switch {
+			case r.Required:
+				def = "required"
+			case r.Default == "":
+				def = "unset"
+			}
+			typ := string(r.Type)
+			if r.Unit != "" {
+				typ += " (" + r.Unit + ")"
+			}
+			help := r.Help
+			if r.Zero != "" {
+				help += "; `0`: " + r.Zero
+			}
+			if r.Secret {
+				help += " (secret: never logged)"
+			}
+			if r.Trades != "" {
+				help += " (changes a guarantee, above)"
+			}
+			p("| `%s` | %s | %s | %s |\n", r.Name, typ, cell(def), cell(help))
+		}
+		p("\n")
+	}
+	return b.Bytes()
+}
+
+// knownFile is known.go listing names.
+func knownFile(names []string) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString("// Code generated by internal/proof/configdoc; DO NOT EDIT.\n\npackage config\n\n")
+	b.WriteString("// projectSettings are the settings of every process of the project: what\n// Unknown accepts, whichever process checks.\nvar projectSettings = []string{\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "\t%q,\n", n)
+	}
+	b.WriteString("}\n")
+	return format.Source(b.Bytes())
+}
