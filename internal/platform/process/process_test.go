@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,6 +48,18 @@ func TestRun(t *testing.T) {
 		return b, code
 	}
 
+	// printed is what the process printed on stderr besides its log
+	// lines (which go there too).
+	printed := func(b *testBundle) string {
+		var out strings.Builder
+		for line := range strings.Lines(b.stderr.String()) {
+			if !strings.HasPrefix(line, "time=") {
+				out.WriteString(line)
+			}
+		}
+		return out.String()
+	}
+
 	runUntilCancelled := func(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
@@ -61,7 +74,8 @@ func TestRun(t *testing.T) {
 			&Program{Run: runUntilCancelled, Once: onceSays("reaped=3 abandoned=1", nil)}, "-once")
 		require.Zero(t, code)
 		require.Equal(t, "reaped=3 abandoned=1\n", b.stdout.String())
-		require.Empty(t, b.stderr.String())
+		require.Empty(t, printed(b))
+		require.Contains(t, b.stderr.String(), "msg=Started process=test log_level=info", "the start line, with the settings")
 		require.True(t, b.closed.Load(), "what Build opened is closed")
 	})
 
@@ -71,7 +85,7 @@ func TestRun(t *testing.T) {
 			&Program{Run: runUntilCancelled, Once: onceSays("discrepancies=1", ExitCode(1))}, "-once")
 		require.Equal(t, 1, code)
 		require.Equal(t, "discrepancies=1\n", b.stdout.String())
-		require.Empty(t, b.stderr.String(), "a found discrepancy is not an error")
+		require.Empty(t, printed(b), "a found discrepancy is not an error")
 	})
 
 	t.Run("AFailedPassPrintsTheErrorAndNoSummary", func(t *testing.T) {
@@ -80,7 +94,7 @@ func TestRun(t *testing.T) {
 			&Program{Run: runUntilCancelled, Once: onceSays("reaped=0", errors.New("database down"))}, "-once")
 		require.Equal(t, 1, code)
 		require.Empty(t, b.stdout.String())
-		require.Equal(t, "test: database down\n", b.stderr.String())
+		require.Equal(t, "test: database down\n", printed(b))
 
 		_, code = start(t, t.Context(), &Config{OnceUsage: "one pass", FailureCode: 2},
 			&Program{Run: runUntilCancelled, Once: onceSays("", errors.New("stripe down"))}, "-once")
@@ -175,5 +189,44 @@ func TestRun(t *testing.T) {
 		flags := flag.NewFlagSet("test", flag.ContinueOnError)
 		require.Equal(t, 2, run(t.Context(), &Config{Name: "test"}, flags, nil, io.Discard, &stderr))
 		require.Contains(t, stderr.String(), "process: Config.Build is required")
+	})
+}
+
+// t.Setenv rules out t.Parallel here.
+func TestUnknownSettings(t *testing.T) {
+	build := func(context.Context, *config.Env, *slog.Logger) (*Program, error) {
+		return &Program{Run: func(context.Context) error { return nil }}, nil
+	}
+
+	t.Run("AMistypedSettingStopsTheProcess", func(t *testing.T) {
+		t.Setenv("REAPER_MAX_AGES", "24h")
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, 1, Run(t.Context(), &Config{Name: "test", Build: build}, nil, &stdout, &stderr))
+		require.Contains(t, stderr.String(), "test: REAPER_MAX_AGES is not a setting of any Rocket Rides process; did you mean REAPER_MAX_AGE?")
+		require.NotContains(t, stderr.String(), "Started")
+	})
+
+	t.Run("AllowUnknownStartsAndWarns", func(t *testing.T) {
+		t.Setenv("REAPER_MAX_AGES", "24h")
+		t.Setenv("ALLOW_UNKNOWN_SETTINGS", "true")
+		var stdout, stderr bytes.Buffer
+		require.Zero(t, Run(t.Context(), &Config{Name: "test", Build: build}, nil, &stdout, &stderr))
+		require.Contains(t, stderr.String(), `level=WARN msg="Ignoring an unknown setting"`)
+		require.Contains(t, stderr.String(), "allow_unknown_settings=true")
+	})
+
+	t.Run("HelpListsTheSettingsBuildReads", func(t *testing.T) {
+		var stdout, stderr bytes.Buffer
+		cfg := &Config{Name: "test", Build: func(_ context.Context, env *config.Env, _ *slog.Logger) (*Program, error) {
+			env.String("METRICS_ADDR", "127.0.0.1:9100")
+			if err := env.Err(); err != nil {
+				return nil, err
+			}
+			t.Error("Build went on past env.Err() under -help")
+			return nil, nil
+		}}
+		require.Zero(t, Run(t.Context(), cfg, []string{"-help"}, &stdout, &stderr))
+		require.Contains(t, stderr.String(), "  METRICS_ADDR (address, default 127.0.0.1:9100)\n")
+		require.Contains(t, stderr.String(), "  LOG_LEVEL (string, default info)\n")
 	})
 }

@@ -91,10 +91,10 @@ func TestFleet(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		p := fleettest.Start(t, b.fleet, "fakestripe", "FAKESTRIPE_KEY_RETENTION=90s")
-		require.Contains(t, p.Log(), `"key_retention":90000000000`, "the process's env wins over the fleet's")
+		require.Contains(t, p.Log(), `"fakestripe_key_retention":"90s"`, "the process's env wins over the fleet's")
 		require.NoError(t, p.Restart(ctx, "LOG_FORMAT="))
 		require.Contains(t, p.LogTail(3), `msg="Serving HTTP"`, "LOG_FORMAT= clears the fleet's setting")
-		require.Contains(t, p.LogTail(3), "key_retention=1m30s", "what Restart does not override is kept")
+		require.Contains(t, p.LogTail(3), "fakestripe_key_retention=90s", "what Restart does not override is kept")
 	})
 
 	t.Run("WaitSeesProcessExitOnItsOwn", func(t *testing.T) {

@@ -1,0 +1,63 @@
+package config
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDeclarations(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RefusesAnUndeclaredOrMistypedRead", func(t *testing.T) {
+		t.Parallel()
+		env := Describe()
+		env.Duration("NEVER_DECLARED_ANYWHERE", 0)
+		env.Int("LOG_LEVEL", 1)
+		err := env.Err()
+		require.ErrorContains(t, err, "NEVER_DECLARED_ANYWHERE is read but not declared")
+		require.ErrorContains(t, err, "LOG_LEVEL is declared as a string but read as a integer")
+	})
+
+	t.Run("DescribeRecordsReadsAndDefaults", func(t *testing.T) {
+		t.Parallel()
+		env := Describe()
+		env.String("LOG_LEVEL", "info")
+		env.Bool(AllowUnknown, false)
+		require.ErrorIs(t, env.Err(), ErrDescribed)
+		reads := env.Reads()
+		require.Len(t, reads, 2)
+		require.Equal(t, "LOG_LEVEL", reads[0].Name)
+		require.Equal(t, "info", reads[0].Default)
+		require.Equal(t, "false", reads[1].Default)
+	})
+
+	t.Run("NamesTheNearestKnownSetting", func(t *testing.T) {
+		t.Parallel()
+		errs := Unknown([]string{"REAPER_MAX_AGES=24h", "COMPLETER_MIN_AEG=1m", "LOG_LEVEL=info", "API_PORT=5000", "HOME=/root", "GOFLAGS=-v"})
+		require.Len(t, errs, 2, "API_PORT is another process's (make dev's); HOME and GOFLAGS have no project prefix")
+		require.ErrorContains(t, errs[0], "REAPER_MAX_AGES is not a setting of any Rocket Rides process; did you mean REAPER_MAX_AGE?")
+		require.ErrorContains(t, errs[1], "COMPLETER_MIN_AEG is not a setting of any Rocket Rides process; did you mean COMPLETER_MIN_AGE?")
+	})
+
+	t.Run("RedactsSecrets", func(t *testing.T) {
+		t.Parallel()
+		url := Setting{Name: "X_URL", Type: TypeURL}
+		require.Equal(t, "postgres://rr:xxxxx@db:5432/rides", url.Show("postgres://rr:hunter2@db:5432/rides"))
+		require.NotContains(t, url.Show("host=db user=rr password=hunter2 dbname=rides"), "hunter2")
+		require.NotContains(t, url.Show("postgres://db/rides?password=hunter2"), "hunter2")
+		require.Equal(t, "postgres://db/rides", url.Show("postgres://db/rides"))
+		require.Equal(t, "[redacted]", Setting{Name: "X_KEY", Type: TypeString, Secret: true}.Show("sk_live_123"))
+		require.Empty(t, Setting{Name: "X_KEY", Type: TypeString, Secret: true}.Show(""))
+	})
+
+	t.Run("ShowsDurationsAsWritten", func(t *testing.T) {
+		t.Parallel()
+		for d, want := range map[string]string{"5m0s": "5m", "72h0m0s": "72h", "1m30s": "1m30s", "1h30m0s": "1h30m", "500ms": "500ms"} {
+			dur, err := time.ParseDuration(d)
+			require.NoError(t, err)
+			require.Equal(t, want, FormatDuration(dur))
+		}
+	})
+}
