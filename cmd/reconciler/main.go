@@ -80,6 +80,9 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 			if err != nil {
 				return "", err
 			}
+			if err := reconciler.Record(ctx, rep); err != nil {
+				return "", err
+			}
 			lines := []string{rep.String()}
 			for _, d := range rep.Discrepancies {
 				lines = append(lines, d.String())
