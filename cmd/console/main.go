@@ -1,0 +1,170 @@
+// Command console serves the operator's console (package console) on
+// CONSOLE_HOST:CONSOLE_PORT until SIGINT or SIGTERM. It needs
+// CONSOLE_PASSWORD: there is no default login outside `make dev`.
+//
+// For scripts and runbooks, the console's settlements of a key set aside
+// for a person are also a command:
+//
+//	console resolve adopt|release|close -key <idempotency key id> -operator <name>
+//
+// It acts exactly as the console's buttons do (package rides), prints
+// what it did, and exits 1 when the settlement is refused.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rocketrides/rocketrides/internal/console"
+	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
+	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/process"
+	"github.com/rocketrides/rocketrides/internal/platform/serve"
+	"github.com/rocketrides/rocketrides/internal/rides"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "resolve" {
+		os.Exit(resolve(os.Args[2:]))
+	}
+	process.Main(&process.Config{Name: "console", Build: build})
+}
+
+// services builds, from the environment, the key store and the ride
+// service the console acts through, as the api builds its own.
+func services(ctx context.Context, env *config.Env) (*pgxpool.Pool, *rides.Service, *idem.Store, error) {
+	databaseURL := env.Required("DATABASE_URL")
+	settings := rides.SettingsFromEnv(env)
+	settings.Actor = "console"
+	if err := env.Err(); err != nil {
+		return nil, nil, nil, err
+	}
+	pool, err := db.Open(ctx, databaseURL, 0)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	svc, keys, err := settings.NewService(pool, metrics.NewRegistry(), slog.Default())
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	return pool, svc, keys, nil
+}
+
+func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
+	var env config.Env
+	// Required: the console shows and settles payments. make dev sets a
+	// development password and prints it.
+	password := env.Required("CONSOLE_PASSWORD")
+	host := env.Host("CONSOLE_HOST", "127.0.0.1")
+	// Zero listens on any free port; the "Serving HTTP" line says which.
+	port := env.Port("CONSOLE_PORT", 5050)
+	if err := env.Err(); err != nil {
+		return nil, err
+	}
+	pool, svc, keys, err := services(ctx, &env)
+	if err != nil {
+		return nil, err
+	}
+	handler, err := console.New(&console.Config{Pool: pool, Keys: keys, Rides: svc, Password: password, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := serve.Listen(&serve.Config{
+		Name:              "console",
+		Addr:              net.JoinHostPort(host, strconv.Itoa(port)),
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		// No WriteTimeout: /events streams for as long as the page is
+		// open, and sets a deadline of its own for each event.
+		IdleTimeout:     120 * time.Second,
+		ShutdownTimeout: 5 * time.Second,
+		Logger:          logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &process.Program{
+		Run:      srv.Serve,
+		Settings: []slog.Attr{slog.String("url", "http://"+srv.Addr())},
+		Close:    pool.Close,
+	}, nil
+}
+
+// resolve is `console resolve adopt|release|close -key N -operator NAME`.
+func resolve(args []string) int {
+	usage := "usage: console resolve adopt|release|close -key <idempotency key id> -operator <name>"
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, usage)
+		return 2
+	}
+	action := args[0]
+	flags := flag.NewFlagSet("console resolve "+action, flag.ContinueOnError)
+	keyID := flags.Int64("key", 0, "the idempotency key's id (as the console and the logs show it)")
+	operator := flags.String("operator", "", "your name, for the audit record")
+	if err := flags.Parse(args[1:]); err != nil {
+		return 2
+	}
+	switch {
+	case action != "adopt" && action != "release" && action != "close":
+		fmt.Fprintf(os.Stderr, "console resolve: unknown action %q\n%s\n", action, usage)
+		return 2
+	case *keyID <= 0:
+		fmt.Fprintln(os.Stderr, "console resolve: -key is required")
+		return 2
+	case *operator == "":
+		fmt.Fprintln(os.Stderr, "console resolve: -operator is required")
+		return 2
+	case flags.NArg() > 0:
+		fmt.Fprintf(os.Stderr, "console resolve: unexpected arguments %q\n", flags.Args())
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var env config.Env
+	pool, svc, _, err := services(ctx, &env)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "console resolve: %v\n", err)
+		return 2
+	}
+	defer pool.Close()
+	st := rides.Settlement{KeyID: *keyID, Operator: *operator, OriginIP: netip.IPv6Loopback()}
+	switch action {
+	case "adopt":
+		var charge string
+		if charge, err = svc.Adopt(ctx, st); err == nil {
+			fmt.Printf("adopted charge %s for key %d\n", charge, *keyID)
+		}
+	case "release":
+		if err = svc.Release(ctx, st); err == nil {
+			fmt.Printf("released key %d for another attempt\n", *keyID)
+		}
+	case "close":
+		if err = svc.CloseFailed(ctx, st); err == nil {
+			fmt.Printf("closed key %d as failed\n", *keyID)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "console resolve %s: refused: %v\n", action, err)
+		if errors.Is(err, context.Canceled) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
