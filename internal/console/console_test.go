@@ -18,6 +18,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/console"
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 )
@@ -98,6 +99,19 @@ func (b *testBundle) flag(t *testing.T) (key string, id int64) {
 	key = apitest.NewKey()
 	require.Equal(t, http.StatusBadGateway, b.PostRide(t, key, apitest.DefaultParams).Status)
 	return key, b.KeyRow(t, key).ID
+}
+
+// chargeFor makes the charge Stripe "did" make for key keyID's request:
+// one whose metadata names the key.
+func chargeFor(t *testing.T, b *testBundle, keyID int64) string {
+	t.Helper()
+	id, err := b.Gateway.Charge(context.Background(), payment.ChargeRequest{
+		Customer: b.User.StripeCustomerID, Amount: rides.Price, Currency: rides.Currency,
+		Metadata:       map[string]string{"idempotency_key_id": strconv.FormatInt(keyID, 10)},
+		IdempotencyKey: "console-test-" + strconv.FormatInt(keyID, 10),
+	})
+	require.NoError(t, err)
+	return id
 }
 
 func (b *testBundle) rideStatus(t *testing.T, keyID int64) string {
