@@ -1,6 +1,13 @@
 // Command console serves the operator's console (package console) on
-// CONSOLE_HOST:CONSOLE_PORT until SIGINT or SIGTERM. It needs
-// CONSOLE_PASSWORD: there is no default login outside `make dev`.
+// HOST:PORT until SIGINT or SIGTERM (make dev sets them from CONSOLE_HOST
+// and CONSOLE_PORT). It needs CONSOLE_PASSWORD: there is no default login
+// outside `make dev`.
+//
+// With SIMULATED_ERRORS=true (as make dev sets) it adds the lab, which
+// sends rides to the api at API_URL as the demo user (CONSOLE_LAB_TOKEN,
+// else SEED_USER_TOKEN, else the seed's development token) and sets
+// faults on the Stripe fake at STRIPE_API_BASE, whose /_fake/faults
+// endpoint only the fake has.
 //
 // For scripts and runbooks, the console's settlements of a key set aside
 // for a person are also a command:
@@ -37,6 +44,10 @@ import (
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
+// devToken is the demo user's token that bin/seed creates by default
+// (SEED_USER_TOKEN), as the simulator sends rides with.
+const devToken = "rr_dev_token_user_0123456789"
+
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "resolve" {
 		os.Exit(resolve(os.Args[2:]))
@@ -70,9 +81,19 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 	// Required: the console shows and settles payments. make dev sets a
 	// development password and prints it.
 	password := env.Required("CONSOLE_PASSWORD")
-	host := env.Host("CONSOLE_HOST", "127.0.0.1")
+	host := env.Host("HOST", "127.0.0.1")
 	// Zero listens on any free port; the "Serving HTTP" line says which.
-	port := env.Port("CONSOLE_PORT", 5050)
+	port := env.Port("PORT", 5050)
+	var lab *console.Lab
+	if env.Bool("SIMULATED_ERRORS", false) {
+		lab = &console.Lab{
+			APIURL:     env.String("API_URL", "http://127.0.0.1:5000"),
+			Token:      env.String("CONSOLE_LAB_TOKEN", env.String("SEED_USER_TOKEN", devToken)),
+			StripeBase: env.Required("STRIPE_API_BASE"),
+			StripeKey:  env.Required("STRIPE_API_KEY"),
+			Timeout:    env.Duration("CONSOLE_LAB_TIMEOUT", console.DefaultLabTimeout),
+		}
+	}
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
@@ -80,8 +101,9 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	handler, err := console.New(&console.Config{Pool: pool, Keys: keys, Rides: svc, Password: password, Logger: logger})
+	handler, err := console.New(&console.Config{Pool: pool, Keys: keys, Rides: svc, Password: password, Logger: logger, Lab: lab})
 	if err != nil {
+		pool.Close()
 		return nil, err
 	}
 	srv, err := serve.Listen(&serve.Config{
@@ -97,10 +119,16 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 		Logger:          logger,
 	})
 	if err != nil {
+		pool.Close()
 		return nil, err
 	}
 	return &process.Program{
-		Run:      srv.Serve,
+		Run: func(ctx context.Context) error {
+			if err := handler.Start(ctx); err != nil {
+				return err
+			}
+			return srv.Serve(ctx)
+		},
 		Settings: []slog.Attr{slog.String("url", "http://"+srv.Addr())},
 		Close:    pool.Close,
 	}, nil

@@ -17,7 +17,8 @@ func TestBuild(t *testing.T) {
 		// The pool connects lazily: nothing needs to listen here.
 		t.Setenv("DATABASE_URL", "postgres://127.0.0.1:1/none")
 		t.Setenv("STRIPE_API_KEY", "sk_test_console")
-		t.Setenv("CONSOLE_HOST", "")
+		t.Setenv("HOST", "")
+		t.Setenv("SIMULATED_ERRORS", "")
 		t.Setenv("CONSOLE_PASSWORD", "")
 		for i := 0; i+1 < len(env); i += 2 {
 			t.Setenv(env[i], env[i+1])
@@ -26,13 +27,13 @@ func TestBuild(t *testing.T) {
 
 	// An operator tool over payments has no default login.
 	t.Run("RefusesToStartWithoutAPassword", func(t *testing.T) {
-		setEnv(t, "CONSOLE_PORT", "0")
+		setEnv(t, "PORT", "0")
 		_, err := build(t.Context(), logger)
 		require.ErrorContains(t, err, "CONSOLE_PASSWORD")
 	})
 
 	t.Run("ServesWithAPassword", func(t *testing.T) {
-		setEnv(t, "CONSOLE_PORT", "0", "CONSOLE_PASSWORD", "secret")
+		setEnv(t, "PORT", "0", "CONSOLE_PASSWORD", "secret")
 		program, err := build(t.Context(), logger)
 		require.NoError(t, err)
 		defer program.Close()

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"riverqueue.com/riverui"
 
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/rides"
@@ -69,6 +70,9 @@ type Config struct {
 	SessionLifetime time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Lab, when set, adds the lab (only where simulated errors are
+	// enabled, as in make dev). Nil leaves it out: no page, no route.
+	Lab *Lab
 }
 
 func (c *Config) validate() error {
@@ -84,6 +88,9 @@ func (c *Config) validate() error {
 	case c.SessionLifetime < 0:
 		return fmt.Errorf("console: Config.SessionLifetime must not be negative, got %s", c.SessionLifetime)
 	}
+	if c.Lab != nil {
+		return c.Lab.validate()
+	}
 	return nil
 }
 
@@ -98,6 +105,12 @@ type Console struct {
 	logger   *slog.Logger
 	pages    map[string]*template.Template
 	mux      *http.ServeMux
+	// failuresHTML is docs/failures.md, rendered once.
+	failuresHTML template.HTML
+	lab          *Lab
+	labRuns      labRuns
+	labClient    *http.Client
+	river        *riverui.Handler
 }
 
 // New returns the console for config.
@@ -122,6 +135,17 @@ func New(config *Config) (*Console, error) {
 	if err := c.parseTemplates(); err != nil {
 		return nil, err
 	}
+	var err error
+	if c.failuresHTML, err = renderFailures(); err != nil {
+		return nil, err
+	}
+	if config.Lab != nil {
+		c.lab = labDefaults(config.Lab)
+		c.labClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	}
+	if c.river, err = newRiverUI(c.pool, c.logger); err != nil {
+		return nil, err
+	}
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
 		return nil, err
@@ -139,6 +163,13 @@ func New(config *Config) (*Console, error) {
 	mux.Handle("POST /keys/{id}/{action}", c.action(c.settle))
 	mux.Handle("GET /abandoned", c.page(c.abandoned))
 	mux.Handle("GET /reconciliation", c.page(c.reconciliation))
+	mux.Handle("GET /docs/failures", c.page(c.failures))
+	if c.lab != nil {
+		mux.Handle("GET /lab", c.page(c.labPage))
+		mux.Handle("POST /lab", c.action(c.labStart))
+	}
+	mux.Handle("/river/", c.riverPage(c.river))
+	mux.Handle("GET /river", http.RedirectHandler("/river/", http.StatusMovedPermanently))
 	c.mux = mux
 	return c, nil
 }
@@ -147,7 +178,13 @@ func New(config *Config) (*Console, error) {
 // frames, caches and other sites' scripts.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
-	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
+	if strings.HasPrefix(r.URL.Path, "/river/") {
+		// River UI's own page runs its bundled scripts and styles its
+		// own way; it still may not be framed.
+		h.Set("Content-Security-Policy", "frame-ancestors 'none'")
+	} else {
+		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
+	}
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")

@@ -18,7 +18,6 @@ import (
 	"github.com/rocketrides/rocketrides/internal/console"
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/idem"
-	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 )
@@ -31,14 +30,17 @@ type testBundle struct {
 	client  *http.Client // logged in, cookies kept, redirects not followed
 }
 
-func setup(t *testing.T) *testBundle {
+func setup(t *testing.T) *testBundle { return setupWith(t, nil) }
+
+// setupWith is setup with the lab configured (nil: no lab).
+func setupWith(t *testing.T, lab *console.Lab) *testBundle {
 	t.Helper()
 	b := &testBundle{Stack: apitest.New(t, apitest.Options{MaxChargeAttempts: 1})}
 	keys, err := idem.New(&idem.Config{Pool: b.Pool, Actor: "console"})
 	require.NoError(t, err)
 	svc, err := rides.NewService(&rides.ServiceConfig{Pool: b.Pool, Keys: keys, Payments: b.Gateway})
 	require.NoError(t, err)
-	h, err := console.New(&console.Config{Pool: b.Pool, Keys: keys, Rides: svc, Password: password})
+	h, err := console.New(&console.Config{Pool: b.Pool, Keys: keys, Rides: svc, Password: password, Lab: lab})
 	require.NoError(t, err)
 	b.console = httptest.NewServer(h)
 	t.Cleanup(b.console.Close)
@@ -101,19 +103,6 @@ func (b *testBundle) flag(t *testing.T) (key string, id int64) {
 	return key, b.KeyRow(t, key).ID
 }
 
-// chargeFor makes the charge Stripe "did" make for key keyID's request:
-// one whose metadata names the key.
-func chargeFor(t *testing.T, b *testBundle, keyID int64) string {
-	t.Helper()
-	id, err := b.Gateway.Charge(context.Background(), payment.ChargeRequest{
-		Customer: b.User.StripeCustomerID, Amount: rides.Price, Currency: rides.Currency,
-		Metadata:       map[string]string{"idempotency_key_id": strconv.FormatInt(keyID, 10)},
-		IdempotencyKey: "console-test-" + strconv.FormatInt(keyID, 10),
-	})
-	require.NoError(t, err)
-	return id
-}
-
 func (b *testBundle) rideStatus(t *testing.T, keyID int64) string {
 	t.Helper()
 	var s string
@@ -127,11 +116,45 @@ func TestConsole(t *testing.T) {
 	t.Run("PagesNeedALogin", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		for _, path := range []string{"/", "/events", "/attention", "/keys/1", "/story?q=x", "/abandoned", "/reconciliation"} {
+		for _, path := range []string{"/", "/events", "/attention", "/keys/1", "/story?q=x", "/abandoned", "/reconciliation", "/docs/failures", "/river/", "/river/api/jobs"} {
 			resp, _ := b.get(t, path)
 			require.Equal(t, http.StatusSeeOther, resp.StatusCode, path)
 			require.True(t, strings.HasPrefix(resp.Header.Get("Location"), "/login"), path)
 		}
+	})
+
+	// River UI's API changes jobs: without a login, or from another
+	// origin, it is refused like the console's own actions.
+	t.Run("RiverUIIsBehindTheLogin", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.Equal(t, http.StatusUnauthorized, b.post(t, "/river/api/jobs/cancel", b.console.URL, nil).StatusCode)
+		b.login(t)
+		require.Equal(t, http.StatusForbidden, b.post(t, "/river/api/jobs/cancel", "https://evil.example", nil).StatusCode)
+		resp, body := b.get(t, "/river/")
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Contains(t, body, "River")
+	})
+
+	// The lab is there only when configured (SIMULATED_ERRORS=true).
+	t.Run("LabOnlyWithSimulatedErrors", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+		resp, body := b.get(t, "/lab")
+		require.Equal(t, http.StatusNotFound, resp.StatusCode)
+		_, overview := b.get(t, "/")
+		require.NotContains(t, overview, `href="/lab"`)
+		require.Equal(t, http.StatusNotFound, b.post(t, "/lab", b.console.URL, url.Values{"csrf": {b.csrf(t)}, "scenario": {"race"}}).StatusCode, body)
+
+		withLab := setupWith(t, &console.Lab{APIURL: b.URL, Token: b.Token, StripeBase: b.StripeURL, StripeKey: "sk_test_lab"})
+		withLab.login(t)
+		resp, body = withLab.get(t, "/lab")
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Contains(t, body, `id="scenario-race"`)
+		require.NotContains(t, body, b.Token, "never an API token")
+		// A lab run is an action: the form's token is required.
+		require.Equal(t, http.StatusForbidden, withLab.post(t, "/lab", withLab.console.URL, url.Values{"scenario": {"race"}}).StatusCode)
 	})
 
 	t.Run("WrongPasswordIsRefused", func(t *testing.T) {

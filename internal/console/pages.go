@@ -55,7 +55,7 @@ var funcs = template.FuncMap{
 }
 
 func (c *Console) parseTemplates() error {
-	for _, name := range []string{"login", "overview", "story", "search", "attention", "abandoned", "reconciliation"} {
+	for _, name := range []string{"login", "overview", "story", "search", "attention", "abandoned", "reconciliation", "doc", "lab"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return fmt.Errorf("console: parse template %s: %w", name, err)
@@ -75,6 +75,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, page string, s 
 	if s != nil {
 		data["Operator"], data["CSRF"] = s.Operator, s.csrf(c.secret)
 	}
+	data["HasLab"] = c.lab != nil
 	var buf bytes.Buffer
 	if err := c.pages[page].ExecuteTemplate(&buf, "layout", data); err != nil {
 		c.fail(w, r, fmt.Errorf("render %s: %w", page, err))
@@ -309,6 +310,11 @@ func (c *Console) story(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	data := map[string]any{"Key": key, "Message": r.URL.Query().Get("message"), "Error": r.URL.Query().Get("error")}
+	lab := c.labFor(key)
+	data["Lab"] = lab
+	// The page reloads itself while something may still change: the key
+	// is unfinished, or the lab's clients are still at it.
+	data["Refresh"] = key.RecoveryPoint != idem.Finished && key.AttentionReason == nil || lab != nil && !lab.Done
 	if data["Steps"], err = c.keys.Steps(ctx, id); err != nil {
 		c.fail(w, r, err)
 		return

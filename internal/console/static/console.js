@@ -1,3 +1,9 @@
+// A page that may still change (a request's story while it runs) reloads
+// itself every second.
+if (document.body.dataset.refresh) {
+  setTimeout(function () { location.reload(); }, 1000);
+}
+
 // The overview's live counts: one server-sent event per second carries
 // every number; each element with data-field="a.b" shows that path.
 (function () {

@@ -433,7 +433,7 @@ func TestCompose(t *testing.T) {
 			require.Equal(t, "127.0.0.1", ports[0].HostIP, "service %s", name)
 		}
 		require.Equal(t, "5000", *service(t, b, "api").Environment["PORT"])
-		require.Equal(t, "5050", *service(t, b, "console").Environment["CONSOLE_PORT"])
+		require.Equal(t, "5050", *service(t, b, "console").Environment["PORT"])
 		for _, s := range b.project.Services {
 			if _, ok := published[s.Name]; !ok {
 				require.Empty(t, s.Ports, "service %s: only the api and the console are published", s.Name)
@@ -458,7 +458,7 @@ func TestCompose(t *testing.T) {
 				require.True(t, strings.HasPrefix(*v, "0.0.0.0:"), "service %s: METRICS_ADDR=%s is unreachable from other containers", s.Name, *v)
 			}
 		}
-		require.Equal(t, 2, listeners, "the fake and the api")
+		require.Equal(t, 3, listeners, "the fake, the api and the console")
 	})
 
 	t.Run("KeepsMailOnVolume", func(t *testing.T) {
