@@ -20,6 +20,11 @@ export API_PORT         ?= 5000
 export API_METRICS_ADDR ?= 127.0.0.1:9100
 export STRIPE_API_BASE  ?= http://127.0.0.1:$(FAKESTRIPE_PORT)
 export SIMULATED_ERRORS ?= true
+# The operator's console (cmd/console); its password has no default
+# outside make dev.
+export CONSOLE_HOST     ?= 127.0.0.1
+export CONSOLE_PORT     ?= 5050
+export CONSOLE_PASSWORD ?= rocketrides-dev
 
 # An execution count, not a duration: with a duration, Go 1.26's fuzzing
 # coordinator can report "context deadline exceeded" as a failure when the
@@ -40,6 +45,7 @@ dev: build
 	echo "stripe:   $$STRIPE_API_BASE"; \
 	echo "api:      http://$$API_HOST:$$API_PORT"; \
 	echo "metrics:  http://$$API_METRICS_ADDR/metrics"; \
+	echo "console:  http://$$CONSOLE_HOST:$$CONSOLE_PORT (any name, password $$CONSOLE_PASSWORD)"; \
 	exec $$runner
 
 ## test: vet, lint, the whole suite against real Postgres, River and the Stripe fake,

@@ -2,6 +2,10 @@
 // so that the API can serve it and its tests can validate every request
 // and response against it. The file is the contract: a change to the API
 // that it does not describe fails the tests.
+//
+// It also holds failures.md, the walkthrough of what fails and what
+// happens then, which the console serves so that each step of a request's
+// story can link the section that explains it.
 package docs
 
 import _ "embed"
@@ -10,3 +14,8 @@ import _ "embed"
 //
 //go:embed openapi.yaml
 var OpenAPI []byte
+
+// Failures is failures.md.
+//
+//go:embed failures.md
+var Failures []byte

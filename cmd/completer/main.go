@@ -35,6 +35,7 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	// completer must take and respect locks, and settle charges, exactly
 	// as the API does.
 	settings := rides.SettingsFromEnv(env)
+	settings.Actor = "completer"
 	cfg := &completer.Config{
 		MinAge:        env.Duration("COMPLETER_MIN_AGE", completer.DefaultMinAge),
 		RetryInterval: env.Duration("COMPLETER_RETRY_INTERVAL", completer.DefaultRetryInterval),

@@ -87,6 +87,9 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 			if err != nil {
 				return "", err
 			}
+			if err := reconciler.Record(ctx, rep); err != nil {
+				return "", err
+			}
 			lines := []string{rep.String()}
 			for _, d := range rep.Discrepancies {
 				lines = append(lines, d.String())

@@ -5,9 +5,11 @@
 package audit
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -43,4 +45,37 @@ func Insert(q Queuer, r Record) error {
 		VALUES ($1, $2, $3, $4, $5, $6)`,
 		r.Action, data, r.OriginIP, r.ResourceID, r.ResourceType, r.UserID)
 	return nil
+}
+
+// Stored is an audit record as stored.
+type Stored struct {
+	ID           int64      `db:"id"`
+	Action       string     `db:"action"`
+	CreatedAt    time.Time  `db:"created_at"`
+	Data         []byte     `db:"data"`
+	OriginIP     netip.Addr `db:"origin_ip"`
+	ResourceID   int64      `db:"resource_id"`
+	ResourceType string     `db:"resource_type"`
+	UserID       int64      `db:"user_id"`
+}
+
+// Querier reads records: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Of returns the history of one resource, oldest first.
+func Of(ctx context.Context, q Querier, resourceType string, resourceID int64) ([]Stored, error) {
+	rows, err := q.Query(ctx, `
+		SELECT id, action, created_at, data, origin_ip, resource_id, resource_type, user_id
+		FROM audit_records WHERE resource_type = $1 AND resource_id = $2
+		ORDER BY id`, resourceType, resourceID)
+	if err != nil {
+		return nil, fmt.Errorf("read audit records of %s %d: %w", resourceType, resourceID, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Stored])
+	if err != nil {
+		return nil, fmt.Errorf("read audit records of %s %d: %w", resourceType, resourceID, err)
+	}
+	return out, nil
 }

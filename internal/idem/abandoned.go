@@ -25,11 +25,12 @@ import (
 // response), matches the partial index
 // idempotency_keys_unfinished_last_run_at, so the scan reads only
 // unfinished keys however many finished ones the table holds.
-const claimAbandonedSQL = `
-	UPDATE idempotency_keys
-	SET locked_at = now(), last_run_at = now(), lock_token = gen_random_uuid()
-	WHERE id IN (
-		SELECT id
+//
+// Each claimed key records its step in the same statement: took_over
+// where a stale lock was taken, resumed otherwise ($5 is the actor).
+var claimAbandonedSQL = `
+	WITH candidate AS (
+		SELECT id, locked_at IS NOT NULL AS stale
 		FROM idempotency_keys
 		WHERE response_code IS NULL -- unfinished, in the index's own words
 		  AND created_at < now() - $1::interval
@@ -39,8 +40,18 @@ const claimAbandonedSQL = `
 		ORDER BY last_run_at
 		LIMIT $4
 		FOR UPDATE SKIP LOCKED
+	), claimed AS (
+		UPDATE idempotency_keys k
+		SET locked_at = now(), last_run_at = now(), lock_token = gen_random_uuid(), claims = k.claims + 1
+		FROM candidate
+		WHERE k.id = candidate.id
+		RETURNING ` + keyColumnsOf("k") + `, candidate.stale
+	), step AS (
+		` + insertStep + `
+		SELECT id, CASE WHEN stale THEN 'took_over' ELSE 'resumed' END, recovery_point, $5, claims, NULL
+		FROM claimed
 	)
-	RETURNING ` + keyColumns
+	SELECT ` + keyColumns + ` FROM claimed`
 
 // ClaimAbandoned locks, for the completer, up to limit keys whose requests
 // look abandoned by their clients: unfinished, created more than minAge
@@ -52,7 +63,7 @@ const claimAbandonedSQL = `
 //
 // Concurrent callers never receive the same key.
 func (s *Store) ClaimAbandoned(ctx context.Context, minAge, retryInterval time.Duration, limit int) ([]*Key, error) {
-	rows, err := s.pool.Query(ctx, claimAbandonedSQL, minAge, retryInterval, s.lockTimeout, limit)
+	rows, err := s.pool.Query(ctx, claimAbandonedSQL, minAge, retryInterval, s.lockTimeout, limit, s.actor)
 	if err != nil {
 		return nil, fmt.Errorf("claim abandoned idempotency keys: %w", err)
 	}

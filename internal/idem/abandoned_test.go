@@ -250,7 +250,7 @@ func TestClaimAbandoned(t *testing.T) {
 		require.NoError(t, err)
 
 		rows, err := b.pool.Query(ctx, `EXPLAIN `+claimAbandonedSQL,
-			testMinAge, testRetryInterval, testLockTimeout, 100)
+			testMinAge, testRetryInterval, testLockTimeout, 100, DefaultActor)
 		require.NoError(t, err)
 		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)

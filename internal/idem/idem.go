@@ -117,6 +117,9 @@ const (
 	// DefaultPhaseAttempts is how often an atomic phase is tried when
 	// Postgres aborts it for a serialization failure or deadlock.
 	DefaultPhaseAttempts = 3
+
+	// DefaultActor names the process in the steps it records.
+	DefaultActor = "api"
 )
 
 // Key is a row of idempotency_keys.
@@ -145,6 +148,10 @@ type Key struct {
 	// AttentionReason is set when the key was set aside for a human
 	// (see SetAside); no request or completer works it again.
 	AttentionReason *string `db:"attention_reason"`
+	// Claims counts the claims of the key: its first request's, each
+	// retry's that took it up again, the completer's, a person's. Each
+	// step (see Step) names the claim it belongs to as its attempt.
+	Claims int `db:"claims"`
 }
 
 // Response is a finished key's stored response.
@@ -192,6 +199,10 @@ type Config struct {
 	// Metrics records claim outcomes and phase durations; nil records
 	// nothing.
 	Metrics *metrics.Idempotency
+	// Actor names the process in every step it records on a key (see
+	// Step): "api", "completer", "console". Lowercase letters, digits,
+	// '-' and '_', at most 30. Defaults to DefaultActor.
+	Actor string
 }
 
 func (c *Config) validate() error {
@@ -202,6 +213,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("idem: Config.LockTimeout must not be negative, got %s", c.LockTimeout)
 	case c.PhaseAttempts < 0:
 		return fmt.Errorf("idem: Config.PhaseAttempts must not be negative, got %d", c.PhaseAttempts)
+	case c.Actor != "" && !actorPattern.MatchString(c.Actor):
+		return fmt.Errorf("idem: Config.Actor must be lowercase letters, digits, '-' or '_' (at most 30), got %q", c.Actor)
 	}
 	return nil
 }
@@ -212,6 +225,7 @@ type Store struct {
 	lockTimeout   time.Duration
 	phaseAttempts int
 	metrics       *metrics.Idempotency
+	actor         string
 }
 
 // New returns a Store for config.
@@ -227,6 +241,7 @@ func New(config *Config) (*Store, error) {
 		lockTimeout:   cmp.Or(config.LockTimeout, DefaultLockTimeout),
 		phaseAttempts: cmp.Or(config.PhaseAttempts, DefaultPhaseAttempts),
 		metrics:       config.Metrics,
+		actor:         cmp.Or(config.Actor, DefaultActor),
 	}, nil
 }
 
@@ -236,7 +251,7 @@ func (s *Store) LockTimeout() time.Duration { return s.lockTimeout }
 const keyColumns = `id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
 	request_method, request_params, request_path, origin_ip,
 	response_code, response_body, recovery_point, user_id,
-	first_foreign_attempt_at, unknown_outcomes, attention_reason`
+	first_foreign_attempt_at, unknown_outcomes, attention_reason, claims`
 
 // Claim is the first atomic phase of an idempotent request. It returns the
 // key locked for this request, or, if the key is already finished, the
@@ -272,6 +287,8 @@ func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool
 				SELECT 1 FROM reaped_keys WHERE user_id = $1::bigint AND idempotency_key = $2::text)
 			ON CONFLICT (user_id, idempotency_key) DO NOTHING
 			RETURNING `+keyColumns+`
+		), step AS (
+			`+insertStep+` SELECT id, 'claimed', 'started', $8, 1, NULL FROM inserted
 		)
 		SELECT `+keyColumns+`, true AS inserted FROM inserted
 		UNION ALL
@@ -279,7 +296,7 @@ func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool
 		WHERE user_id = $1 AND idempotency_key = $2
 		  AND recovery_point = 'finished'
 		  AND request_method = $3 AND request_path = $4 AND request_params = $5::jsonb`,
-		req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, newLockToken())
+		req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, newLockToken(), s.actor)
 	if err != nil {
 		return nil, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
@@ -333,7 +350,7 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 		if err := row.Scan(&k.ID, &k.CreatedAt, &k.IdempotencyKey, &k.LastRunAt, &k.LockedAt, &k.LockToken,
 			&k.RequestMethod, &k.RequestParams, &k.RequestPath, &k.OriginIP,
 			&k.ResponseCode, &k.ResponseBody, &k.RecoveryPoint, &k.UserID,
-			&k.FirstForeignAttemptAt, &k.UnknownOutcomes, &k.AttentionReason,
+			&k.FirstForeignAttemptAt, &k.UnknownOutcomes, &k.AttentionReason, &k.Claims,
 			&matches, &lockFresh); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				// No key: the reaper deleted it, before the claim's
@@ -360,12 +377,7 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 		default:
 			outcome = metrics.OutcomeResumed
 		}
-		rows, err := tx.Query(ctx, `
-			UPDATE idempotency_keys
-			SET locked_at = now(), last_run_at = now(), lock_token = $2
-			WHERE id = $1
-			RETURNING `+keyColumns,
-			k.ID, newLockToken())
+		rows, err := tx.Query(ctx, takeSQL, k.ID, newLockToken(), takeEvent(&k), s.actor)
 		if err != nil {
 			return fmt.Errorf("take over idempotency key %d: %w", k.ID, err)
 		}
@@ -454,6 +466,8 @@ type Outcome struct {
 	attention string
 	// created, when set, is what the request created (see Created).
 	created *int64
+	// reopen clears a set-aside and releases the key (see Reopen).
+	reopen bool
 }
 
 // Created records on the key, with the phase, the id of what the request
@@ -604,8 +618,11 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 		}
 	}
 
-	if out.attention != "" {
+	switch {
+	case out.attention != "":
 		return s.commitSetAside(ctx, tx, key, out.attention)
+	case out.reopen:
+		return s.commitReopen(ctx, tx, key)
 	}
 
 	var code *int
@@ -620,19 +637,29 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 	// Under the fence's row lock this matches; its conditions repeat the
 	// fence's so that the statement is correct on its own. Intermediate
 	// phases refresh locked_at as a heartbeat; finishing releases the lock.
+	//
+	// The step goes in the same statement. A phase commits on a key set
+	// aside only when a person took the key to settle it (nothing else
+	// works such a key), so the phase also clears the flag.
 	tx.Queue(`
-		UPDATE idempotency_keys
-		SET recovery_point = $4,
-		    response_code  = $5,
-		    response_body  = $6,
-		    locked_at      = CASE WHEN $4 = 'finished' THEN NULL ELSE now() END,
-		    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END,
-		    first_foreign_attempt_at = CASE WHEN $7 THEN coalesce(first_foreign_attempt_at, now())
-		                                    ELSE first_foreign_attempt_at END,
-		    resource_id    = coalesce($8, resource_id)
-		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
-		RETURNING response_body, first_foreign_attempt_at`,
-		key.ID, key.lockToken(), key.RecoveryPoint, out.next, code, body, out.foreignCall, out.created,
+		WITH k AS (
+			UPDATE idempotency_keys
+			SET recovery_point = $4,
+			    response_code  = $5,
+			    response_body  = $6,
+			    locked_at      = CASE WHEN $4 = 'finished' THEN NULL ELSE now() END,
+			    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END,
+			    first_foreign_attempt_at = CASE WHEN $7 THEN coalesce(first_foreign_attempt_at, now())
+			                                    ELSE first_foreign_attempt_at END,
+			    resource_id    = coalesce($8, resource_id),
+			    attention_reason = NULL
+			WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
+			RETURNING id, recovery_point, claims, response_body, first_foreign_attempt_at
+		), step AS (
+			`+insertStep+` SELECT id, 'reached', recovery_point, $9, claims, NULL FROM k
+		)
+		SELECT response_body, first_foreign_attempt_at FROM k`,
+		key.ID, key.lockToken(), key.RecoveryPoint, out.next, code, body, out.foreignCall, out.created, s.actor,
 	).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&stored, &firstForeignAttemptAt); err != nil {
 			return fmt.Errorf("advance key %d from %s to %s: %w", key.ID, key.RecoveryPoint, out.next, err)
@@ -645,6 +672,7 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 
 	// Committed: only now may the in-memory key follow.
 	key.RecoveryPoint = out.next
+	key.AttentionReason = nil
 	key.FirstForeignAttemptAt = firstForeignAttemptAt
 	if out.next == Finished {
 		code := out.response.Code
@@ -662,12 +690,22 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 // flag, under the fence's row lock, then COMMIT.
 func (s *Store) commitSetAside(ctx context.Context, tx *Tx, key *Key, reason string) error {
 	tx.Queue(`
-		UPDATE idempotency_keys
-		SET attention_reason = $4, locked_at = NULL, lock_token = NULL
-		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3`,
-		key.ID, key.lockToken(), key.RecoveryPoint, reason,
-	).Exec(func(tag pgconn.CommandTag) error {
-		if tag.RowsAffected() != 1 {
+		WITH k AS (
+			UPDATE idempotency_keys
+			SET attention_reason = $4, locked_at = NULL, lock_token = NULL
+			WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
+			RETURNING id, recovery_point, claims
+		), step AS (
+			`+insertStep+` SELECT id, 'set_aside', recovery_point, $5, claims, $4 FROM k
+		)
+		SELECT count(*) FROM k`,
+		key.ID, key.lockToken(), key.RecoveryPoint, reason, s.actor,
+	).QueryRow(func(row pgx.Row) error {
+		var n int
+		if err := row.Scan(&n); err != nil {
+			return fmt.Errorf("set key %d aside at %s: %w", key.ID, key.RecoveryPoint, err)
+		}
+		if n != 1 {
 			return fmt.Errorf("set key %d aside at %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
 		}
 		return nil
@@ -740,11 +778,16 @@ func (s *Store) RecordUnknownOutcome(ctx context.Context, key *Key) (int, error)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	err := s.pool.QueryRow(ctx, `
-		UPDATE idempotency_keys
-		SET unknown_outcomes = unknown_outcomes + 1
-		WHERE id = $1 AND lock_token = $2
-		RETURNING unknown_outcomes`,
-		key.ID, key.lockToken(),
+		WITH k AS (
+			UPDATE idempotency_keys
+			SET unknown_outcomes = unknown_outcomes + 1
+			WHERE id = $1 AND lock_token = $2
+			RETURNING id, recovery_point, claims, unknown_outcomes
+		), step AS (
+			`+insertStep+` SELECT id, 'unknown_outcome', recovery_point, $3, claims, NULL FROM k
+		)
+		SELECT unknown_outcomes FROM k`,
+		key.ID, key.lockToken(), s.actor,
 	).Scan(&key.UnknownOutcomes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		s.metrics.Outcome(metrics.OutcomeLockLost)
@@ -765,10 +808,14 @@ func (s *Store) Unlock(ctx context.Context, key *Key) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := s.pool.Exec(ctx, `
-		UPDATE idempotency_keys
-		SET locked_at = NULL, lock_token = NULL
-		WHERE id = $1 AND lock_token = $2`,
-		key.ID, key.lockToken(),
+		WITH k AS (
+			UPDATE idempotency_keys
+			SET locked_at = NULL, lock_token = NULL
+			WHERE id = $1 AND lock_token = $2
+			RETURNING id, recovery_point, claims
+		)
+		`+insertStep+` SELECT id, 'unlocked', recovery_point, $3, claims, NULL FROM k`,
+		key.ID, key.lockToken(), s.actor,
 	); err != nil {
 		return fmt.Errorf("unlock idempotency key %d: %w", key.ID, err)
 	}

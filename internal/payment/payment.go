@@ -332,6 +332,35 @@ func (g *Gateway) FindCharge(ctx context.Context, customer, metadataKey, value s
 	return "", false, nil
 }
 
+// ChargesFor returns every charge of customer, created at or after since,
+// whose metadata[metadataKey] is value, in any status: what Stripe holds
+// for one request, as a person settling it needs to see it.
+func (g *Gateway) ChargesFor(ctx context.Context, customer, metadataKey, value string, since time.Time) (charges []*Charge, err error) {
+	defer g.record(metrics.StripeListCharges, time.Now(), &err)
+	params := &stripe.ChargeListParams{
+		Customer:     stripe.String(customer),
+		CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()},
+	}
+	params.Context = ctx
+	params.Limit = stripe.Int64(100)
+	iter := g.api.Charges.List(params)
+	for iter.Next() {
+		if c := iter.Charge(); c.Metadata[metadataKey] == value {
+			charges = append(charges, fromStripe(c))
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return nil, classify(fmt.Sprintf("list charges of %s", customer), err)
+	}
+	return charges, nil
+}
+
+// TookMoney reports whether c moved money that was kept: succeeded and
+// not fully refunded.
+func (c *Charge) TookMoney() bool {
+	return c.Status == string(stripe.ChargeStatusSucceeded) && !c.Refunded
+}
+
 // record counts and times a call to Stripe that started at start and
 // ended with *err.
 func (g *Gateway) record(op metrics.StripeOperation, start time.Time, err *error) {

@@ -231,3 +231,28 @@ func FormatAmount(amount int64, currency string) string {
 	}
 	return currencySymbols[currency] + number + " " + strings.ToUpper(currency)
 }
+
+// Sent is a row of ride_receipts: a receipt that went out.
+type Sent struct {
+	RideID    int64     `db:"ride_id"`
+	MessageID string    `db:"message_id"`
+	Recipient string    `db:"recipient"`
+	SentAt    time.Time `db:"sent_at"`
+}
+
+// ForRide returns the receipt sent for ride rideID; found is false when
+// none was sent (yet).
+func ForRide(ctx context.Context, pool *pgxpool.Pool, rideID int64) (sent Sent, found bool, err error) {
+	rows, err := pool.Query(ctx, `SELECT ride_id, message_id, recipient, sent_at FROM ride_receipts WHERE ride_id = $1`, rideID)
+	if err != nil {
+		return Sent{}, false, fmt.Errorf("read receipt of ride %d: %w", rideID, err)
+	}
+	sent, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Sent])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Sent{}, false, nil
+	}
+	if err != nil {
+		return Sent{}, false, fmt.Errorf("read receipt of ride %d: %w", rideID, err)
+	}
+	return sent, true, nil
+}

@@ -263,6 +263,9 @@ func (r *Reconciler) Run(ctx context.Context) error {
 				slog.Any("error", err), slog.Duration("interval", r.interval))
 		default:
 			r.Log(ctx, rep)
+			if err := r.Record(ctx, rep); err != nil {
+				r.logger.ErrorContext(ctx, "Record reconciliation for the console", slog.Any("error", err))
+			}
 		}
 		timer.Reset(r.interval)
 	}

@@ -29,6 +29,10 @@ type Settings struct {
 	// MAX_CHARGE_ATTEMPTS, default DefaultMaxChargeAttempts; 0 is
 	// refused.
 	MaxChargeAttempts int
+	// Actor names the process in the steps it records on keys (see
+	// idem.Config.Actor); set by the command, not read from the
+	// environment. Empty means idem.DefaultActor.
+	Actor string
 }
 
 // SettingsFromEnv reads Settings from env.
@@ -45,7 +49,7 @@ func SettingsFromEnv(env *config.Env) Settings {
 // service on pool, counting into reg. Failpoints come from FAILPOINTS in
 // binaries built with -tags failpoints.
 func (s Settings) NewService(pool *pgxpool.Pool, reg prometheus.Registerer, logger *slog.Logger) (*Service, *idem.Store, error) {
-	keys, err := idem.New(&idem.Config{Pool: pool, LockTimeout: s.LockTimeout, Metrics: metrics.NewIdempotency(reg)})
+	keys, err := idem.New(&idem.Config{Pool: pool, LockTimeout: s.LockTimeout, Metrics: metrics.NewIdempotency(reg), Actor: s.Actor})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -13,6 +13,7 @@
 package staged
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 
@@ -48,4 +49,16 @@ func Stage(q Queuer, args river.JobArgs) error {
 		SELECT pg_notify($3, '') FROM staged`,
 		args.Kind(), payload, Channel)
 	return nil
+}
+
+// Waiting counts the staged jobs the enqueuer has not moved into River
+// yet.
+func Waiting(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (int, error) {
+	var n int
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM staged_jobs`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count staged jobs: %w", err)
+	}
+	return n, nil
 }

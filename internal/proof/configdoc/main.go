@@ -42,6 +42,8 @@ var makeDev = config.Declare(
 	config.Setting{Name: "API_PORT", Type: config.TypePort, Zero: "any free port", Help: "make dev: the api's PORT, and the port of the simulator's API_URL"},
 	config.Setting{Name: "API_METRICS_ADDR", Type: config.TypeAddress, Help: "make dev: the api's METRICS_ADDR"},
 	config.Setting{Name: "FAKESTRIPE_HOST", Type: config.TypeHost, Help: "make dev: the Stripe fake's HOST"},
+	config.Setting{Name: "CONSOLE_HOST", Type: config.TypeHost, Help: "make dev: the console's HOST"},
+	config.Setting{Name: "CONSOLE_PORT", Type: config.TypePort, Zero: "any free port", Help: "make dev: the console's PORT, and the port of the URL make dev prints"},
 	config.Setting{Name: "FAKESTRIPE_PORT", Type: config.TypePort, Zero: "any free port", Help: "make dev: the Stripe fake's PORT, and the port of STRIPE_API_BASE"},
 )
 
@@ -89,7 +91,7 @@ func generate(root string) (doc, known []byte, err error) {
 		{name: "make dev", intro: "The Makefile exports these to every process it starts; the Procfile maps them onto each process's own settings. A process accepts them though it does not read them.",
 			reads: declared(makeDev...)},
 	}
-	defaults := map[string]string{"API_HOST": "127.0.0.1", "API_PORT": "5000", "API_METRICS_ADDR": "127.0.0.1:9100", "FAKESTRIPE_HOST": "127.0.0.1", "FAKESTRIPE_PORT": "12111",
+	defaults := map[string]string{"API_HOST": "127.0.0.1", "API_PORT": "5000", "API_METRICS_ADDR": "127.0.0.1:9100", "FAKESTRIPE_HOST": "127.0.0.1", "FAKESTRIPE_PORT": "12111", "CONSOLE_HOST": "127.0.0.1", "CONSOLE_PORT": "5050",
 		"SEED_USER_TOKEN": "[redacted]", "SEED_BAD_SOURCE_TOKEN": "[redacted]", "LOG_LEVEL": "info", "LOG_FORMAT": "text", "LOCALPG_PORT": strconv.Itoa(localpg.DefaultPort)}
 	for i := range others {
 		for j := range others[i].reads {
@@ -158,7 +160,7 @@ func describeProcesses(root string) ([]section, error) {
 		}
 		out = append(out, section{name: name, intro: fmt.Sprintf("`%s -help` lists the same.", name), reads: reads})
 	}
-	order := []string{"api", "completer", "enqueuer", "worker", "reaper", "reconciler", "fakestripe", "simulator"}
+	order := []string{"api", "completer", "enqueuer", "worker", "reaper", "reconciler", "console", "fakestripe", "simulator"}
 	slices.SortStableFunc(out, func(a, b section) int {
 		ia, ib := slices.Index(order, a.name), slices.Index(order, b.name)
 		if ia < 0 {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,7 +18,7 @@ import (
 
 // processes are the long-running processes of the app, each a command
 // under cmd/ with a Procfile line and a compose service of the same name.
-var processes = []string{"fakestripe", "api", "enqueuer", "worker", "completer", "reaper", "reconciler", "simulator"}
+var processes = []string{"fakestripe", "api", "enqueuer", "worker", "completer", "reaper", "reconciler", "simulator", "console"}
 
 // tools are the commands under cmd/ that are not processes: one-shots run
 // before or beside them, the local database manager and the benchmark.
@@ -26,7 +27,7 @@ var tools = []string{"bench", "chaos", "localpg", "migrate", "seed"}
 // wiring are the settings whose defaults point at the host's loopback: in
 // compose they must name the service instead, wherever a command reads
 // them.
-var wiring = []string{"STRIPE_API_BASE", "API_URL"}
+var wiring = []string{"STRIPE_API_BASE", "API_URL", "CONSOLE_API_URL"}
 
 func root(t *testing.T) string {
 	t.Helper()
@@ -420,18 +421,22 @@ func TestCompose(t *testing.T) {
 		}
 	})
 
-	t.Run("PublishesAPIOnLoopback", func(t *testing.T) {
+	t.Run("PublishesAPIAndConsoleOnLoopback", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		ports := service(t, b, "api").Ports
-		require.Len(t, ports, 1)
-		require.Equal(t, uint32(5000), ports[0].Target)
-		require.Equal(t, "5000", ports[0].Published)
-		require.Equal(t, "127.0.0.1", ports[0].HostIP)
+		published := map[string]string{"api": "5000", "console": "5050"}
+		for name, port := range published {
+			ports := service(t, b, name).Ports
+			require.Len(t, ports, 1, "service %s", name)
+			require.Equal(t, port, strconv.FormatUint(uint64(ports[0].Target), 10), "service %s", name)
+			require.Equal(t, port, ports[0].Published, "service %s", name)
+			require.Equal(t, "127.0.0.1", ports[0].HostIP, "service %s", name)
+		}
 		require.Equal(t, "5000", *service(t, b, "api").Environment["PORT"])
+		require.Equal(t, "5050", *service(t, b, "console").Environment["PORT"])
 		for _, s := range b.project.Services {
-			if s.Name != "api" {
-				require.Empty(t, s.Ports, "service %s: only the api is published", s.Name)
+			if _, ok := published[s.Name]; !ok {
+				require.Empty(t, s.Ports, "service %s: only the api and the console are published", s.Name)
 			}
 		}
 	})
@@ -453,7 +458,7 @@ func TestCompose(t *testing.T) {
 				require.True(t, strings.HasPrefix(*v, "0.0.0.0:"), "service %s: METRICS_ADDR=%s is unreachable from other containers", s.Name, *v)
 			}
 		}
-		require.Equal(t, 2, listeners, "the fake and the api")
+		require.Equal(t, 3, listeners, "the fake, the api and the console")
 	})
 
 	t.Run("KeepsMailOnVolume", func(t *testing.T) {

@@ -1,0 +1,215 @@
+// Command console serves the operator's console (package console) on
+// HOST:PORT until SIGINT or SIGTERM (make dev sets them from CONSOLE_HOST
+// and CONSOLE_PORT). It needs CONSOLE_PASSWORD: there is no default login
+// outside `make dev`.
+//
+// With SIMULATED_ERRORS=true (as make dev sets) it adds the lab, which
+// sends rides to the api at CONSOLE_API_URL as the demo user (CONSOLE_LAB_TOKEN,
+// else SEED_USER_TOKEN, else the seed's development token) and sets
+// faults on the Stripe fake at STRIPE_API_BASE, whose /_fake/faults
+// endpoint only the fake has.
+//
+// For scripts and runbooks, the console's settlements of a key set aside
+// for a person are also a command:
+//
+//	console resolve adopt|release|close -key <idempotency key id> -operator <name>
+//
+// It acts exactly as the console's buttons do (package rides), prints
+// what it did, and exits 1 when the settlement is refused.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rocketrides/rocketrides/internal/console"
+	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
+	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/process"
+	"github.com/rocketrides/rocketrides/internal/platform/serve"
+	"github.com/rocketrides/rocketrides/internal/rides"
+	"github.com/rocketrides/rocketrides/internal/user"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "resolve" {
+		os.Exit(resolve(os.Args[2:]))
+	}
+	process.Main(command())
+}
+
+// command is the process, for main and its tests.
+func command() *process.Config {
+	return &process.Config{Name: "console", Build: build}
+}
+
+// services reads the settings of the key store and the ride service the
+// console acts through, as the api reads its own; open builds them.
+type services struct {
+	databaseURL string
+	settings    rides.Settings
+}
+
+func readServices(env *config.Env) services {
+	settings := rides.SettingsFromEnv(env)
+	settings.Actor = "console"
+	return services{databaseURL: env.Required("DATABASE_URL"), settings: settings}
+}
+
+func (s services) open(ctx context.Context) (*pgxpool.Pool, *rides.Service, *idem.Store, error) {
+	pool, err := db.Open(ctx, s.databaseURL, 0)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	svc, keys, err := s.settings.NewService(pool, metrics.NewRegistry(), slog.Default())
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	return pool, svc, keys, nil
+}
+
+func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error) {
+	services := readServices(env)
+	// Required: the console shows and settles payments. make dev sets a
+	// development password and prints it.
+	password := env.Required("CONSOLE_PASSWORD")
+	host := env.Host("HOST", "127.0.0.1")
+	// Zero listens on any free port; the "Serving HTTP" line says which.
+	port := env.Port("PORT", 5050)
+	// The lab's settings are read whether or not it runs, so that -help
+	// and docs/configuration.md list them.
+	simulatedErrors := env.Bool("SIMULATED_ERRORS", false)
+	lab := &console.Lab{
+		APIURL:     env.String("CONSOLE_API_URL", "http://127.0.0.1:5000"),
+		Token:      env.String("CONSOLE_LAB_TOKEN", env.String("SEED_USER_TOKEN", user.DemoToken)),
+		StripeBase: env.String("STRIPE_API_BASE", ""),
+		StripeKey:  env.String("STRIPE_API_KEY", ""),
+		Timeout:    env.Duration("CONSOLE_LAB_TIMEOUT", console.DefaultLabTimeout),
+	}
+	if !simulatedErrors {
+		lab = nil
+	} else if lab.StripeBase == "" {
+		return nil, errors.New("STRIPE_API_BASE is required with SIMULATED_ERRORS=true: the lab sets faults on the Stripe fake there")
+	}
+	if err := env.Err(); err != nil {
+		return nil, err
+	}
+	pool, svc, keys, err := services.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	handler, err := console.New(&console.Config{Pool: pool, Keys: keys, Rides: svc, Password: password, Logger: logger, Lab: lab})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	srv, err := serve.Listen(&serve.Config{
+		Name:              "console",
+		Addr:              net.JoinHostPort(host, strconv.Itoa(port)),
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		// No WriteTimeout: /events streams for as long as the page is
+		// open, and sets a deadline of its own for each event.
+		IdleTimeout:     120 * time.Second,
+		ShutdownTimeout: 5 * time.Second,
+		Logger:          logger,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &process.Program{
+		Run: func(ctx context.Context) error {
+			if err := handler.Start(ctx); err != nil {
+				return err
+			}
+			return srv.Serve(ctx)
+		},
+		Settings: []slog.Attr{slog.String("url", "http://"+srv.Addr())},
+		Close:    pool.Close,
+	}, nil
+}
+
+// resolve is `console resolve adopt|release|close -key N -operator NAME`.
+func resolve(args []string) int {
+	usage := "usage: console resolve adopt|release|close -key <idempotency key id> -operator <name>"
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, usage)
+		return 2
+	}
+	action := args[0]
+	flags := flag.NewFlagSet("console resolve "+action, flag.ContinueOnError)
+	keyID := flags.Int64("key", 0, "the idempotency key's id (as the console and the logs show it)")
+	operator := flags.String("operator", "", "your name, for the audit record")
+	if err := flags.Parse(args[1:]); err != nil {
+		return 2
+	}
+	switch {
+	case action != "adopt" && action != "release" && action != "close":
+		fmt.Fprintf(os.Stderr, "console resolve: unknown action %q\n%s\n", action, usage)
+		return 2
+	case *keyID <= 0:
+		fmt.Fprintln(os.Stderr, "console resolve: -key is required")
+		return 2
+	case *operator == "":
+		fmt.Fprintln(os.Stderr, "console resolve: -operator is required")
+		return 2
+	case flags.NArg() > 0:
+		fmt.Fprintf(os.Stderr, "console resolve: unexpected arguments %q\n", flags.Args())
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	env := &config.Env{}
+	services := readServices(env)
+	if err := env.Err(); err != nil {
+		fmt.Fprintf(os.Stderr, "console resolve: %v\n", err)
+		return 2
+	}
+	pool, svc, _, err := services.open(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "console resolve: %v\n", err)
+		return 2
+	}
+	defer pool.Close()
+	st := rides.Settlement{KeyID: *keyID, Operator: *operator, OriginIP: netip.IPv6Loopback()}
+	switch action {
+	case "adopt":
+		var charge string
+		if charge, err = svc.Adopt(ctx, st); err == nil {
+			fmt.Printf("adopted charge %s for key %d\n", charge, *keyID)
+		}
+	case "release":
+		if err = svc.Release(ctx, st); err == nil {
+			fmt.Printf("released key %d for another attempt\n", *keyID)
+		}
+	case "close":
+		if err = svc.CloseFailed(ctx, st); err == nil {
+			fmt.Printf("closed key %d as failed\n", *keyID)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "console resolve %s: refused: %v\n", action, err)
+		if errors.Is(err, context.Canceled) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}

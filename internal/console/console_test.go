@@ -1,0 +1,269 @@
+package console_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/console"
+	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
+	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/rides"
+	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
+)
+
+const password = "correct horse"
+
+type testBundle struct {
+	*apitest.Stack
+	console *httptest.Server
+	client  *http.Client // logged in, cookies kept, redirects not followed
+}
+
+func setup(t *testing.T) *testBundle { return setupWith(t, nil) }
+
+// setupWith is setup with the lab configured (nil: no lab).
+func setupWith(t *testing.T, lab *console.Lab) *testBundle {
+	t.Helper()
+	b := &testBundle{Stack: apitest.New(t, apitest.Options{MaxChargeAttempts: 1})}
+	keys, err := idem.New(&idem.Config{Pool: b.Pool, Actor: "console"})
+	require.NoError(t, err)
+	svc, err := rides.NewService(&rides.ServiceConfig{Pool: b.Pool, Keys: keys, Payments: b.Gateway})
+	require.NoError(t, err)
+	h, err := console.New(&console.Config{Pool: b.Pool, Keys: keys, Rides: svc, Password: password, Lab: lab})
+	require.NoError(t, err)
+	b.console = httptest.NewServer(h)
+	t.Cleanup(b.console.Close)
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	b.client = &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return b
+}
+
+// post sends a form as a page of origin would.
+func (b *testBundle) post(t *testing.T, path, origin string, form url.Values) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, b.console.URL+path, strings.NewReader(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if origin != "" {
+		req.Header.Set("Origin", origin)
+	}
+	resp, err := b.client.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+func (b *testBundle) get(t *testing.T, path string) (*http.Response, string) {
+	t.Helper()
+	resp, err := b.client.Get(b.console.URL + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, string(body)
+}
+
+func (b *testBundle) login(t *testing.T) {
+	t.Helper()
+	resp := b.post(t, "/login", b.console.URL, url.Values{"operator": {"ada"}, "password": {password}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	cookie := resp.Header.Get("Set-Cookie")
+	require.Contains(t, cookie, "HttpOnly")
+	require.Contains(t, cookie, "SameSite=Strict")
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func (b *testBundle) csrf(t *testing.T) string {
+	t.Helper()
+	_, body := b.get(t, "/attention")
+	m := csrfField.FindStringSubmatch(body)
+	require.NotNil(t, m, body)
+	return m[1]
+}
+
+// flag sets a new ride's key aside through the unknown-outcome path.
+func (b *testBundle) flag(t *testing.T) (key string, id int64) {
+	t.Helper()
+	b.Stripe.SetFaults(fakestripe.Faults{StoreFailureNext: 1})
+	key = apitest.NewKey()
+	require.Equal(t, http.StatusBadGateway, b.PostRide(t, key, apitest.DefaultParams).Status)
+	return key, b.KeyRow(t, key).ID
+}
+
+func (b *testBundle) rideStatus(t *testing.T, keyID int64) string {
+	t.Helper()
+	var s string
+	require.NoError(t, b.Pool.QueryRow(context.Background(), `SELECT status FROM rides WHERE idempotency_key_id = $1`, keyID).Scan(&s))
+	return s
+}
+
+func TestConsole(t *testing.T) {
+	t.Parallel()
+
+	t.Run("PagesNeedALogin", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, path := range []string{"/", "/events", "/attention", "/keys/1", "/story?q=x", "/abandoned", "/reconciliation", "/docs/failures", "/river/", "/river/api/jobs"} {
+			resp, _ := b.get(t, path)
+			require.Equal(t, http.StatusSeeOther, resp.StatusCode, path)
+			require.True(t, strings.HasPrefix(resp.Header.Get("Location"), "/login"), path)
+		}
+	})
+
+	// River UI's API changes jobs: without a login, or from another
+	// origin, it is refused like the console's own actions.
+	t.Run("RiverUIIsBehindTheLogin", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.Equal(t, http.StatusUnauthorized, b.post(t, "/river/api/jobs/cancel", b.console.URL, nil).StatusCode)
+		b.login(t)
+		require.Equal(t, http.StatusForbidden, b.post(t, "/river/api/jobs/cancel", "https://evil.example", nil).StatusCode)
+		resp, body := b.get(t, "/river/")
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Contains(t, body, "River")
+	})
+
+	// The lab is there only when configured (SIMULATED_ERRORS=true).
+	t.Run("LabOnlyWithSimulatedErrors", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+		resp, body := b.get(t, "/lab")
+		require.Equal(t, http.StatusNotFound, resp.StatusCode)
+		_, overview := b.get(t, "/")
+		require.NotContains(t, overview, `href="/lab"`)
+		require.Equal(t, http.StatusNotFound, b.post(t, "/lab", b.console.URL, url.Values{"csrf": {b.csrf(t)}, "scenario": {"race"}}).StatusCode, body)
+
+		withLab := setupWith(t, &console.Lab{APIURL: b.URL, Token: b.Token, StripeBase: b.StripeURL, StripeKey: "sk_test_lab"})
+		withLab.login(t)
+		resp, body = withLab.get(t, "/lab")
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Contains(t, body, `id="scenario-race"`)
+		require.NotContains(t, body, b.Token, "never an API token")
+		// A lab run is an action: the form's token is required.
+		require.Equal(t, http.StatusForbidden, withLab.post(t, "/lab", withLab.console.URL, url.Values{"scenario": {"race"}}).StatusCode)
+	})
+
+	t.Run("WrongPasswordIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		resp := b.post(t, "/login", b.console.URL, url.Values{"operator": {"ada"}, "password": {"guess"}})
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		require.Empty(t, resp.Cookies())
+		page, _ := b.get(t, "/")
+		require.Equal(t, http.StatusSeeOther, page.StatusCode)
+	})
+
+	t.Run("OverviewCountsRides", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+		require.Equal(t, http.StatusCreated, b.PostRide(t, apitest.NewKey(), apitest.DefaultParams).Status)
+		resp, body := b.get(t, "/")
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Regexp(t, `data-field="rides.succeeded">1<`, body)
+		require.Regexp(t, `data-field="finished">1<`, body)
+		require.Contains(t, resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
+	})
+
+	t.Run("EventsStreamTheOverview", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+		require.Equal(t, http.StatusCreated, b.PostRide(t, apitest.NewKey(), apitest.DefaultParams).Status)
+		resp, err := b.client.Get(b.console.URL + "/events")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+		lines := bufio.NewScanner(resp.Body)
+		require.True(t, lines.Scan())
+		require.Equal(t, "event: overview", lines.Text())
+		require.True(t, lines.Scan())
+		require.Contains(t, lines.Text(), `"succeeded":1`)
+	})
+
+	t.Run("StoryShowsStepsAndEscapes", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+		key := `<script>alert(1)</script>`
+		require.Equal(t, http.StatusCreated, b.PostRide(t, key, apitest.DefaultParams).Status)
+		resp, _ := b.get(t, "/story?q="+url.QueryEscape(key))
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+		id := b.KeyRow(t, key).ID
+		require.Equal(t, "/keys/"+strconv.FormatInt(id, 10), resp.Header.Get("Location"))
+		resp, body := b.get(t, resp.Header.Get("Location"))
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.NotContains(t, body, key)
+		require.Contains(t, body, "&lt;script&gt;alert(1)&lt;/script&gt;")
+		require.Equal(t, 4, strings.Count(body, `class="step `), "claimed and three phases")
+		require.Contains(t, body, "step-reached")
+		require.Contains(t, body, `class="charge"`)
+		require.NotContains(t, body, b.Token, "never an API token")
+	})
+
+	t.Run("SettlesAsTheOperator", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+		_, id := b.flag(t)
+		_, page := b.get(t, "/attention")
+		require.Contains(t, page, `id="key-`+strconv.FormatInt(id, 10)+`"`)
+		resp := b.post(t, "/keys/"+strconv.FormatInt(id, 10)+"/close", b.console.URL, url.Values{"csrf": {b.csrf(t)}})
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+		require.Contains(t, resp.Header.Get("Location"), "message=")
+		require.Equal(t, "failed", b.rideStatus(t, id))
+		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM audit_records WHERE action = $1 AND data->>'operator' = 'ada'`, rides.ActionClosedFailed))
+	})
+
+	t.Run("RefusesActionsFromAnotherOrigin", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+		_, id := b.flag(t)
+		path := "/keys/" + strconv.FormatInt(id, 10) + "/close"
+		token := b.csrf(t)
+		require.Equal(t, http.StatusForbidden, b.post(t, path, "https://evil.example", url.Values{"csrf": {token}}).StatusCode)
+		require.Equal(t, http.StatusForbidden, b.post(t, path, "", url.Values{"csrf": {token}}).StatusCode, "neither Origin nor Referer")
+		require.Equal(t, http.StatusForbidden, b.post(t, path, b.console.URL, url.Values{"csrf": {"forged"}}).StatusCode)
+		require.Equal(t, http.StatusForbidden, b.post(t, path, b.console.URL, nil).StatusCode)
+		require.Equal(t, "needs_review", b.rideStatus(t, id))
+	})
+
+	t.Run("RefusesActionsWithoutLogin", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, id := b.flag(t)
+		resp := b.post(t, "/keys/"+strconv.FormatInt(id, 10)+"/release", b.console.URL, url.Values{"csrf": {"x"}})
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		require.Equal(t, "needs_review", b.rideStatus(t, id))
+	})
+
+	t.Run("RefusesWhileAnotherHoldsTheKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+		_, id := b.flag(t)
+		_, err := b.Keys.ClaimByID(context.Background(), id)
+		require.NoError(t, err)
+		resp := b.post(t, "/keys/"+strconv.FormatInt(id, 10)+"/release", b.console.URL, url.Values{"csrf": {b.csrf(t)}})
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+		require.Contains(t, resp.Header.Get("Location"), "error=")
+		_, page := b.get(t, resp.Header.Get("Location"))
+		require.Contains(t, page, "another request holds this key")
+		require.Equal(t, "needs_review", b.rideStatus(t, id))
+	})
+}

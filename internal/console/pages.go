@@ -1,0 +1,485 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/rocketrides/rocketrides/internal/audit"
+	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/payment"
+	"github.com/rocketrides/rocketrides/internal/receipt"
+	"github.com/rocketrides/rocketrides/internal/reconcile"
+	"github.com/rocketrides/rocketrides/internal/rides"
+	"github.com/rocketrides/rocketrides/internal/staged"
+	"github.com/rocketrides/rocketrides/internal/user"
+)
+
+var funcs = template.FuncMap{
+	"when": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
+	"whenp": func(t *time.Time) string {
+		if t == nil {
+			return "—"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05.000Z")
+	},
+	"str": func(s *string) string {
+		if s == nil {
+			return ""
+		}
+		return *s
+	},
+	"amount": receipt.FormatAmount,
+	"json": func(b []byte) string {
+		var out bytes.Buffer
+		if err := json.Indent(&out, b, "", "  "); err != nil {
+			return string(b)
+		}
+		return out.String()
+	},
+	"why": why,
+}
+
+func (c *Console) parseTemplates() error {
+	for _, name := range []string{"login", "overview", "story", "search", "attention", "abandoned", "reconciliation", "doc", "lab"} {
+		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return fmt.Errorf("console: parse template %s: %w", name, err)
+		}
+		c.pages[name] = t
+	}
+	return nil
+}
+
+// render writes page with data; a session, when there is one, gives the
+// layout the operator's name and the form token.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, page string, s *session, data map[string]any) {
+	if data == nil {
+		data = map[string]any{}
+	}
+	data["Page"] = page
+	if s != nil {
+		data["Operator"], data["CSRF"] = s.Operator, s.csrf(c.secret)
+	}
+	data["HasLab"] = c.lab != nil
+	var buf bytes.Buffer
+	if err := c.pages[page].ExecuteTemplate(&buf, "layout", data); err != nil {
+		c.fail(w, r, fmt.Errorf("render %s: %w", page, err))
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
+	c.logger.ErrorContext(r.Context(), "Console page failed", slog.String("path", r.URL.Path), slog.Any("error", err))
+	http.Error(w, "Something went wrong; the console's log says what.", http.StatusInternalServerError)
+}
+
+// Overview is what the overview shows, and what /events streams.
+type Overview struct {
+	At             time.Time      `json:"at"`
+	Points         map[string]int `json:"points"`
+	InFlight       int            `json:"in_flight"`
+	Stale          int            `json:"stale"`
+	Released       int            `json:"released"`
+	Finished       int            `json:"finished"`
+	NeedsAttention int            `json:"needs_attention"`
+	Rides          map[string]int `json:"rides"`
+	RidesPerSecond float64        `json:"rides_per_second"`
+	Staged         int            `json:"staged"`
+	Jobs           map[string]int `json:"jobs"`
+	Reconciled     string         `json:"reconciled"`
+	Findings       int            `json:"findings"`
+}
+
+// ratePeriod is the window new rides per second are counted over.
+const ratePeriod = 10 * time.Second
+
+func (c *Console) snapshot(ctx context.Context) (*Overview, error) {
+	o := &Overview{At: time.Now(), Points: map[string]int{}, Rides: map[string]int{}, Jobs: map[string]int{}}
+	counts, err := c.keys.Count(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for p, n := range counts.ByRecoveryPoint {
+		o.Points[string(p)] = n
+	}
+	for _, p := range []idem.RecoveryPoint{idem.Started, rides.RideCreated, rides.ChargeCreated} {
+		o.Points[string(p)] += 0
+	}
+	o.InFlight, o.Stale, o.Released, o.Finished, o.NeedsAttention =
+		counts.InFlight, counts.Stale, counts.Released, counts.Finished, counts.NeedsAttention
+	byStatus, err := rides.CountByStatus(ctx, c.pool)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range rides.Statuses {
+		o.Rides[string(s)] = byStatus[s]
+	}
+	recent, err := rides.CountSince(ctx, c.pool, o.At.Add(-ratePeriod))
+	if err != nil {
+		return nil, err
+	}
+	o.RidesPerSecond = float64(recent) / ratePeriod.Seconds()
+	if o.Staged, err = staged.Waiting(ctx, c.pool); err != nil {
+		return nil, err
+	}
+	// River's own count, through its driver.
+	jobs, err := riverpgxv5.New(c.pool).GetExecutor().JobCountByAllStates(ctx, &riverdriver.JobCountByAllStatesParams{})
+	if err != nil {
+		return nil, fmt.Errorf("count river jobs: %w", err)
+	}
+	for _, s := range rivertype.JobStates() {
+		o.Jobs[string(s)] = jobs[s]
+	}
+	run, err := reconcile.Latest(ctx, c.pool)
+	if err != nil {
+		return nil, err
+	}
+	o.Reconciled = "never"
+	if run != nil {
+		o.Reconciled = run.RanAt.UTC().Format("2006-01-02 15:04:05Z")
+		o.Findings = len(run.Discrepancies)
+	}
+	return o, nil
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
+	o, err := c.snapshot(r.Context())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, "overview", s, map[string]any{
+		"O":        o,
+		"Points":   sortedKeys(o.Points),
+		"Statuses": rides.Statuses,
+		"States":   rivertype.JobStates(),
+	})
+}
+
+func sortedKeys(m map[string]int) []string {
+	order := map[string]int{"started": 0, "ride_created": 1, "charge_created": 2}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		oa, ok := order[a]
+		if !ok {
+			oa = 9
+		}
+		ob, ok := order[b]
+		if !ok {
+			ob = 9
+		}
+		if oa != ob {
+			return oa - ob
+		}
+		return strings.Compare(a, b)
+	})
+	return keys
+}
+
+// eventInterval is how often /events sends the overview.
+const eventInterval = time.Second
+
+// events streams the overview as server-sent events, one every
+// eventInterval, until the browser goes away.
+func (c *Console) events(w http.ResponseWriter, r *http.Request, _ *session) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "Streaming unsupported.", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("X-Accel-Buffering", "no")
+	rc := http.NewResponseController(w)
+	ticker := time.NewTicker(eventInterval)
+	defer ticker.Stop()
+	for {
+		o, err := c.snapshot(r.Context())
+		if err != nil {
+			if r.Context().Err() == nil {
+				c.logger.ErrorContext(r.Context(), "Console overview failed", slog.Any("error", err))
+			}
+			return
+		}
+		data, err := json.Marshal(o)
+		if err != nil {
+			return
+		}
+		// Each event has its own write deadline: the server's would
+		// end the stream.
+		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := fmt.Fprintf(w, "event: overview\ndata: %s\n\n", data); err != nil {
+			return
+		}
+		flusher.Flush()
+		select {
+		case <-r.Context().Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// search finds requests by client key, key id, ride id, charge id or user
+// email, and goes straight to the story when there is one.
+func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
+	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	ctx := r.Context()
+	var (
+		keys []*idem.Key
+		note string
+	)
+	rideKey := func(ride *rides.Ride, err error) {
+		switch {
+		case err != nil:
+		case ride.IdempotencyKeyID == nil:
+			note = fmt.Sprintf("Ride %d's key was reaped; see Abandoned requests.", ride.ID)
+		default:
+			if k, err := c.keys.KeyByID(ctx, *ride.IdempotencyKeyID); err == nil {
+				keys = append(keys, k)
+			}
+		}
+	}
+	switch id, err := strconv.ParseInt(strings.TrimPrefix(q, "#"), 10, 64); {
+	case q == "":
+	case err == nil:
+		if k, err := c.keys.KeyByID(ctx, id); err == nil {
+			keys = append(keys, k)
+		}
+		rideKey(rides.RideByID(ctx, c.pool, id))
+	case strings.HasPrefix(q, "ch_"):
+		rideKey(rides.RideByCharge(ctx, c.pool, q))
+	case strings.Contains(q, "@"):
+		if u, err := user.ByEmail(ctx, c.pool, q); err == nil {
+			keys, err = c.keys.KeysOfUser(ctx, u.ID, 50)
+			if err != nil {
+				c.fail(w, r, err)
+				return
+			}
+		}
+	default:
+		found, err := c.keys.FindKeys(ctx, q, 50)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		keys = found
+	}
+	if len(keys) == 1 && note == "" {
+		http.Redirect(w, r, "/keys/"+strconv.FormatInt(keys[0].ID, 10), http.StatusSeeOther)
+		return
+	}
+	c.render(w, r, "search", s, map[string]any{"Q": q, "Keys": keys, "Note": note})
+}
+
+// story is one request's story.
+func (c *Console) story(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx := r.Context()
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	key, err := c.keys.KeyByID(ctx, id)
+	if errors.Is(err, idem.ErrKeyNotFound) {
+		w.WriteHeader(http.StatusNotFound)
+		c.render(w, r, "search", s, map[string]any{"Q": r.PathValue("id"), "Note": "No such key: it never existed, or the reaper deleted it (see Abandoned requests)."})
+		return
+	}
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	data := map[string]any{"Key": key, "Message": r.URL.Query().Get("message"), "Error": r.URL.Query().Get("error")}
+	lab := c.labFor(key)
+	data["Lab"] = lab
+	// The page reloads itself while something may still change: the key
+	// is unfinished, or the lab's clients are still at it.
+	data["Refresh"] = key.RecoveryPoint != idem.Finished && key.AttentionReason == nil || lab != nil && !lab.Done
+	if data["Steps"], err = c.keys.Steps(ctx, id); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	u, err := user.ByID(ctx, c.pool, key.UserID)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	data["User"] = u
+	// Stripe may be down; the page still tells the rest.
+	if charges, err := c.rides.StripeCharges(ctx, u.StripeCustomerID, key); err != nil {
+		data["StripeError"] = err.Error()
+	} else {
+		data["Charges"] = charges
+	}
+	ride, err := rides.RideByKey(ctx, c.pool, id)
+	switch {
+	case errors.Is(err, rides.ErrNotFound):
+	case err != nil:
+		c.fail(w, r, err)
+		return
+	default:
+		data["Ride"] = ride
+		if data["Audit"], err = audit.Of(ctx, c.pool, "ride", ride.ID); err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		sent, found, err := receipt.ForRide(ctx, c.pool, ride.ID)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		if found {
+			data["Receipt"] = sent
+		}
+	}
+	c.render(w, r, "story", s, data)
+}
+
+// attentionItem is a key set aside, with what Stripe holds for it.
+type attentionItem struct {
+	Key         *idem.Key
+	User        user.User
+	Charges     []*payment.Charge
+	StripeError string
+}
+
+func (c *Console) attention(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx := r.Context()
+	keys, err := c.keys.SetAsideKeys(ctx, 100)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	items := make([]attentionItem, 0, len(keys))
+	for _, k := range keys {
+		it := attentionItem{Key: k}
+		if it.User, err = user.ByID(ctx, c.pool, k.UserID); err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		if it.Charges, err = c.rides.StripeCharges(ctx, it.User.StripeCustomerID, k); err != nil {
+			it.StripeError = err.Error()
+		}
+		items = append(items, it)
+	}
+	c.render(w, r, "attention", s, map[string]any{
+		"Items": items, "Message": r.URL.Query().Get("message"), "Error": r.URL.Query().Get("error"),
+	})
+}
+
+// settle runs one of the rides settlements on a key, as the session's
+// operator, and goes back to where the form was.
+func (c *Console) settle(w http.ResponseWriter, r *http.Request, s *session) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	st := rides.Settlement{KeyID: id, Operator: s.Operator, OriginIP: clientIP(r)}
+	ctx := r.Context()
+	var msg string
+	switch r.PathValue("action") {
+	case "adopt":
+		var charge string
+		if charge, err = c.rides.Adopt(ctx, st); err == nil {
+			msg = fmt.Sprintf("Adopted charge %s: the ride succeeded and its receipt is on its way.", charge)
+		}
+	case "release":
+		if err = c.rides.Release(ctx, st); err == nil {
+			msg = "Released: a retry or the completer will try the charge again."
+		}
+	case "close":
+		if err = c.rides.CloseFailed(ctx, st); err == nil {
+			msg = "Closed as failed: the ride failed and the request's answer is stored."
+		}
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	back := "/keys/" + strconv.FormatInt(id, 10)
+	if r.PostFormValue("from") == "attention" {
+		back = "/attention"
+	}
+	if err != nil {
+		c.logger.WarnContext(ctx, "Console settlement refused",
+			slog.Int64("idempotency_key_id", id), slog.String("action", r.PathValue("action")),
+			slog.String("operator", s.Operator), slog.Any("error", err))
+		w.Header().Set("Location", back+"?error="+urlQuery(refusal(err)))
+		w.WriteHeader(http.StatusSeeOther)
+		return
+	}
+	c.logger.InfoContext(ctx, "Console settlement",
+		slog.Int64("idempotency_key_id", id), slog.String("action", r.PathValue("action")), slog.String("operator", s.Operator))
+	http.Redirect(w, r, back+"?message="+urlQuery(msg), http.StatusSeeOther)
+}
+
+// refusal says why a settlement was refused, for the operator.
+func refusal(err error) string {
+	switch {
+	case errors.Is(err, idem.ErrInFlight):
+		return "Refused: another request holds this key's lock right now. Try again once it lets go."
+	case errors.Is(err, idem.ErrKeyFinished):
+		return "Refused: this request has finished; there is nothing to settle."
+	case errors.Is(err, idem.ErrKeyNotFound):
+		return "Refused: no such key (reaped?)."
+	case errors.Is(err, rides.ErrNotSetAside):
+		return "Refused: this request is not set aside for a person."
+	case errors.Is(err, rides.ErrChargeFound):
+		return "Refused: Stripe holds a charge for this request. Adopt it instead."
+	case errors.Is(err, rides.ErrNoCharge):
+		return "Refused: Stripe shows no charge for this request to adopt."
+	case errors.Is(err, rides.ErrSeveralCharges):
+		return "Refused: Stripe holds several charges for this request; see Reconciliation and refund one."
+	case errors.Is(err, payment.ErrUnavailable):
+		return "Refused: Stripe could not be asked just now; nothing was changed."
+	}
+	return "Refused: " + err.Error()
+}
+
+func urlQuery(s string) string { return template.URLQueryEscaper(s) }
+
+func clientIP(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.IPv6Loopback()
+	}
+	return ap.Addr().Unmap()
+}
+
+func (c *Console) abandoned(w http.ResponseWriter, r *http.Request, s *session) {
+	list, err := c.keys.AbandonedRequests(r.Context(), 200)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, "abandoned", s, map[string]any{"Abandoned": list})
+}
+
+func (c *Console) reconciliation(w http.ResponseWriter, r *http.Request, s *session) {
+	run, err := reconcile.Latest(r.Context(), c.pool)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, "reconciliation", s, map[string]any{"Run": run})
+}

@@ -1,0 +1,355 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+)
+
+// A request's story is the steps its key took: every claim, every atomic
+// phase, every unknown outcome, set-aside and unlock, each with the time,
+// the process (Config.Actor) and the attempt (Key.Claims) it belongs to.
+// Each step is written by the statement that takes it, as one more
+// data-modifying CTE, so recording it costs the request no round trip.
+// The steps go with their key when the reaper deletes it (ON DELETE
+// CASCADE).
+
+// StepEvent is what happened to a key in a step.
+type StepEvent string
+
+// The events of idempotency_key_steps.
+const (
+	// StepClaimed: a new key, claimed by its first request.
+	StepClaimed StepEvent = "claimed"
+	// StepResumed: a released key claimed again (a retry, the completer,
+	// a person).
+	StepResumed StepEvent = "resumed"
+	// StepTookOver: a stale lock taken over; whoever held it is fenced
+	// off.
+	StepTookOver StepEvent = "took_over"
+	// StepReached: an atomic phase committed and reached the step's
+	// recovery point.
+	StepReached StepEvent = "reached"
+	// StepUnknownOutcome: the foreign call ended with an outcome nobody
+	// can know (see RecordUnknownOutcome).
+	StepUnknownOutcome StepEvent = "unknown_outcome"
+	// StepSetAside: set aside for a person; Detail says why.
+	StepSetAside StepEvent = "set_aside"
+	// StepUnlocked: released after a failure, for a retry to resume.
+	StepUnlocked StepEvent = "unlocked"
+	// StepReopened: a person cleared the set-aside so that another
+	// attempt may run (see Reopen).
+	StepReopened StepEvent = "reopened"
+)
+
+// Step is a row of idempotency_key_steps.
+type Step struct {
+	KeyID         int64         `db:"idempotency_key_id"`
+	At            time.Time     `db:"at"`
+	Event         StepEvent     `db:"event"`
+	RecoveryPoint RecoveryPoint `db:"recovery_point"`
+	Actor         string        `db:"actor"`
+	Attempt       int           `db:"attempt"`
+	Detail        *string       `db:"detail"`
+}
+
+// insertStep begins the statement that records a step; the SELECT that
+// follows it supplies the key's id, the event, the recovery point, the
+// actor, the attempt and the detail.
+const insertStep = `INSERT INTO idempotency_key_steps
+			(idempotency_key_id, event, recovery_point, actor, attempt, detail)`
+
+var actorPattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,29}$`)
+
+// takeSQL locks a key for a new claim and records the step ($3, the
+// event; $4, the actor) in the same statement.
+var takeSQL = `
+	WITH k AS (
+		UPDATE idempotency_keys
+		SET locked_at = now(), last_run_at = now(), lock_token = $2, claims = claims + 1
+		WHERE id = $1
+		RETURNING ` + keyColumns + `
+	), step AS (
+		` + insertStep + ` SELECT id, $3, recovery_point, $4, claims, NULL FROM k
+	)
+	SELECT ` + keyColumns + ` FROM k`
+
+// takeEvent is the step of claiming k as it stands: a lock still on it
+// is stale (the caller has checked), and taking it fences its holder off.
+func takeEvent(k *Key) StepEvent {
+	if k.LockedAt != nil {
+		return StepTookOver
+	}
+	return StepResumed
+}
+
+// keyColumnsOf is keyColumns qualified by table alias a.
+func keyColumnsOf(a string) string {
+	cols := strings.Split(keyColumns, ",")
+	for i, c := range cols {
+		cols[i] = a + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
+}
+
+// Steps returns the steps key keyID took, oldest first.
+func (s *Store) Steps(ctx context.Context, keyID int64) ([]Step, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT idempotency_key_id, at, event, recovery_point, actor, attempt, detail
+		FROM idempotency_key_steps
+		WHERE idempotency_key_id = $1
+		ORDER BY at`, keyID)
+	if err != nil {
+		return nil, fmt.Errorf("read steps of key %d: %w", keyID, err)
+	}
+	steps, err := pgx.CollectRows(rows, pgx.RowToStructByName[Step])
+	if err != nil {
+		return nil, fmt.Errorf("read steps of key %d: %w", keyID, err)
+	}
+	return steps, nil
+}
+
+// ErrKeyNotFound means no key has the id asked for: it never existed or
+// the reaper deleted it.
+var ErrKeyNotFound = errors.New("idempotency key not found")
+
+// ErrKeyFinished means the key has its response stored: there is nothing
+// left to settle.
+var ErrKeyFinished = errors.New("idempotency key is finished")
+
+// ClaimByID claims key id for a person who settles it by hand (the
+// console), with the same rules as a request's claim: a key someone else
+// holds under a live lock is refused (ErrInFlight), a stale lock is taken
+// over and its holder fenced off, and a finished key is refused
+// (ErrKeyFinished). The key comes back locked with a fresh token, for
+// Phase, or for Reopen; the caller unlocks it on failure.
+func (s *Store) ClaimByID(ctx context.Context, id int64) (*Key, error) {
+	var key *Key
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var (
+			point     RecoveryPoint
+			locked    bool
+			lockFresh bool
+		)
+		err := tx.QueryRow(ctx, `
+			SELECT recovery_point, locked_at IS NOT NULL, coalesce(locked_at > now() - $2::interval, false)
+			FROM idempotency_keys WHERE id = $1
+			FOR UPDATE`, id, s.lockTimeout).Scan(&point, &locked, &lockFresh)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("key %d: %w", id, ErrKeyNotFound)
+		case err != nil:
+			return fmt.Errorf("lock idempotency key %d: %w", id, err)
+		case point == Finished:
+			return fmt.Errorf("key %d: %w", id, ErrKeyFinished)
+		case lockFresh:
+			s.metrics.Outcome(metrics.OutcomeInFlightConflict)
+			return fmt.Errorf("key %d: %w", id, ErrInFlight)
+		}
+		event := StepResumed
+		if locked {
+			event = StepTookOver
+		}
+		rows, err := tx.Query(ctx, takeSQL, id, newLockToken(), event, s.actor)
+		if err != nil {
+			return fmt.Errorf("claim idempotency key %d: %w", id, err)
+		}
+		if key, err = collectKey(rows); err != nil {
+			return fmt.Errorf("claim idempotency key %d: %w", id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	annotate(ctx, key)
+	return key, nil
+}
+
+// Reopen ends a person's settlement of a key set aside without settling
+// its outcome: in one fenced atomic phase, fn's writes, the flag cleared,
+// the count of unknown outcomes started afresh and the lock released, so
+// that a retry or the completer runs the request again from its recovery
+// point. fn may be nil.
+func (s *Store) Reopen(ctx context.Context, key *Key, fn func(ctx context.Context, tx *Tx) error) error {
+	return s.Phase(ctx, key, func(ctx context.Context, tx *Tx) (Outcome, error) {
+		if fn != nil {
+			if err := fn(ctx, tx); err != nil {
+				return Outcome{}, err
+			}
+		}
+		return Outcome{reopen: true}, nil
+	})
+}
+
+// commitReopen ends a phase that reopens key (see Reopen).
+func (s *Store) commitReopen(ctx context.Context, tx *Tx, key *Key) error {
+	tx.Queue(`
+		WITH k AS (
+			UPDATE idempotency_keys
+			SET attention_reason = NULL, unknown_outcomes = 0, locked_at = NULL, lock_token = NULL
+			WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
+			RETURNING id, recovery_point, claims
+		)
+		`+insertStep+` SELECT id, 'reopened', recovery_point, $4, claims, NULL FROM k`,
+		key.ID, key.lockToken(), key.RecoveryPoint, s.actor,
+	).Exec(func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("reopen key %d at %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
+		}
+		return nil
+	})
+	if err := tx.commit(ctx); err != nil {
+		return fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
+	}
+	key.AttentionReason, key.UnknownOutcomes = nil, 0
+	key.LockedAt, key.LockToken = nil, nil
+	annotate(ctx, key)
+	return nil
+}
+
+// KeyByID returns key id; ErrKeyNotFound if there is none.
+func (s *Store) KeyByID(ctx context.Context, id int64) (*Key, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+keyColumns+` FROM idempotency_keys WHERE id = $1`, id)
+	if err != nil {
+		return nil, fmt.Errorf("read idempotency key %d: %w", id, err)
+	}
+	key, err := collectKey(rows)
+	if err != nil {
+		return nil, fmt.Errorf("read idempotency key %d: %w", id, err)
+	}
+	if key == nil {
+		return nil, fmt.Errorf("key %d: %w", id, ErrKeyNotFound)
+	}
+	return key, nil
+}
+
+// FindKeys returns the keys, of any user, whose client key is clientKey,
+// newest first: a person looks a request up by the Idempotency-Key a
+// customer quotes.
+func (s *Store) FindKeys(ctx context.Context, clientKey string, limit int) ([]*Key, error) {
+	return s.keys(ctx, `WHERE idempotency_key = $1 ORDER BY id DESC LIMIT $2`, clientKey, limit)
+}
+
+// KeysOfUser returns up to limit of user userID's keys, newest first.
+func (s *Store) KeysOfUser(ctx context.Context, userID int64, limit int) ([]*Key, error) {
+	return s.keys(ctx, `WHERE user_id = $1 ORDER BY id DESC LIMIT $2`, userID, limit)
+}
+
+// SetAsideKeys returns up to limit keys set aside for a person and not
+// finished, those waiting longest first.
+func (s *Store) SetAsideKeys(ctx context.Context, limit int) ([]*Key, error) {
+	return s.keys(ctx, `WHERE attention_reason IS NOT NULL AND response_code IS NULL
+		ORDER BY last_run_at LIMIT $1`, limit)
+}
+
+func (s *Store) keys(ctx context.Context, where string, args ...any) ([]*Key, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+keyColumns+` FROM idempotency_keys `+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read idempotency keys: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Key])
+	if err != nil {
+		return nil, fmt.Errorf("read idempotency keys: %w", err)
+	}
+	return keys, nil
+}
+
+// Counts are the keys by where they stand, for the console's overview.
+type Counts struct {
+	// ByRecoveryPoint counts unfinished keys by recovery point.
+	ByRecoveryPoint map[RecoveryPoint]int
+	// InFlight: unfinished, locked by a live request. Stale: locked, the
+	// lock past the timeout (its holder presumed dead). Released:
+	// unfinished and unlocked, for a retry or the completer. Finished:
+	// the response stored. NeedsAttention: set aside for a person.
+	InFlight, Stale, Released, Finished, NeedsAttention int
+}
+
+// Count counts the keys by recovery point and lock state. It reads the
+// whole table: it is for an operator's screen, not for a request.
+func (s *Store) Count(ctx context.Context) (*Counts, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT recovery_point,
+		       CASE WHEN recovery_point = 'finished' THEN 'finished'
+		            WHEN attention_reason IS NOT NULL THEN 'needs_attention'
+		            WHEN locked_at IS NULL THEN 'released'
+		            WHEN locked_at > now() - $1::interval THEN 'in_flight'
+		            ELSE 'stale' END,
+		       count(*)
+		FROM idempotency_keys
+		GROUP BY 1, 2`, s.lockTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("count idempotency keys: %w", err)
+	}
+	c := &Counts{ByRecoveryPoint: map[RecoveryPoint]int{}}
+	var (
+		point RecoveryPoint
+		state string
+		n     int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&point, &state, &n}, func() error {
+		if point != Finished {
+			c.ByRecoveryPoint[point] += n
+		}
+		switch state {
+		case "finished":
+			c.Finished += n
+		case "needs_attention":
+			c.NeedsAttention += n
+		case "released":
+			c.Released += n
+		case "in_flight":
+			c.InFlight += n
+		default:
+			c.Stale += n
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count idempotency keys: %w", err)
+	}
+	return c, nil
+}
+
+// Abandoned is a row of abandoned_requests.
+type Abandoned struct {
+	KeyID          int64         `db:"idempotency_key_id"`
+	UserID         int64         `db:"user_id"`
+	IdempotencyKey string        `db:"idempotency_key"`
+	RequestMethod  string        `db:"request_method"`
+	RequestPath    string        `db:"request_path"`
+	RequestParams  []byte        `db:"request_params"`
+	RecoveryPoint  RecoveryPoint `db:"recovery_point"`
+	CreatedAt      time.Time     `db:"created_at"`
+	LastRunAt      time.Time     `db:"last_run_at"`
+	ReapedAt       time.Time     `db:"reaped_at"`
+	Reason         string        `db:"reason"`
+}
+
+// AbandonedRequests returns up to limit of the requests the reaper listed
+// for a person, most recently reaped first.
+func (s *Store) AbandonedRequests(ctx context.Context, limit int) ([]Abandoned, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT idempotency_key_id, user_id, idempotency_key, request_method, request_path, request_params,
+		       recovery_point, created_at, last_run_at, reaped_at, reason
+		FROM abandoned_requests
+		ORDER BY reaped_at DESC, idempotency_key_id DESC
+		LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read abandoned requests: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Abandoned])
+	if err != nil {
+		return nil, fmt.Errorf("read abandoned requests: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,2 @@
+DROP TABLE idempotency_key_steps;
+ALTER TABLE idempotency_keys DROP COLUMN claims;
