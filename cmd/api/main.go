@@ -38,12 +38,18 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 	// is served here, an address for operators, and not at all when unset.
 	metricsAddr := env.String("METRICS_ADDR", "")
 	debugAddr := env.String("DEBUG_ADDR", "")
+	// Refused by default: see db.Preflight and docs/failures.md.
+	allowAsync := env.Bool(db.AllowAsyncReplicationSetting, false)
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
 
 	pool, err := db.Open(ctx, databaseURL, int32(maxConns))
 	if err != nil {
+		return nil, err
+	}
+	if err := db.Preflight(ctx, pool, db.PreflightConfig{AllowAsyncReplication: allowAsync}); err != nil {
+		pool.Close()
 		return nil, err
 	}
 	// Served at GET /metrics on METRICS_ADDR.
@@ -88,6 +94,7 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 			slog.Bool("simulated_errors", simulatedErrors),
 			slog.Duration("lock_timeout", settings.LockTimeout),
 			slog.Int("max_charge_attempts", settings.MaxChargeAttempts),
+			slog.Bool("allow_async_replication", allowAsync),
 		},
 		Close: pool.Close,
 	}, nil

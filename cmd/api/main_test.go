@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 )
 
 // t.Setenv rules out t.Parallel in this file.
@@ -16,8 +18,8 @@ func TestBuild(t *testing.T) {
 
 	setEnv := func(t *testing.T, env ...string) {
 		t.Helper()
-		// The pool connects lazily: nothing needs to listen here.
-		t.Setenv("DATABASE_URL", "postgres://127.0.0.1:1/none")
+		// A real database: the api checks it at start (db.Preflight).
+		t.Setenv("DATABASE_URL", dbtest.NewURL(t))
 		t.Setenv("STRIPE_API_KEY", "sk_test_api")
 		// Empty is unset, whatever the shell running the tests exports.
 		t.Setenv("HOST", "")
@@ -74,5 +76,11 @@ func TestBuild(t *testing.T) {
 		require.ErrorContains(t, err, "PORT=-1: must be a port number")
 		require.ErrorContains(t, err, "DATABASE_MAX_CONNS=-1: must not be negative")
 		require.ErrorContains(t, err, "IDEMPOTENCY_LOCK_TIMEOUT=0s: must be positive")
+	})
+
+	t.Run("RefusesAnAsyncReplicationSettingThatIsNotABool", func(t *testing.T) {
+		setEnv(t, "DATABASE_ALLOW_ASYNC_REPLICATION", "maybe")
+		_, err := build(t.Context(), logger)
+		require.ErrorContains(t, err, "DATABASE_ALLOW_ASYNC_REPLICATION=maybe")
 	})
 }

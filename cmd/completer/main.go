@@ -14,6 +14,7 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/completer"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
@@ -42,12 +43,18 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 		Logger:        logger,
 	}
 	metricsAddr := env.String("METRICS_ADDR", "")
+	// Refused by default, as in the api: see db.Preflight.
+	allowAsync := env.Bool(db.AllowAsyncReplicationSetting, false)
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
 
 	pool, reg, err := process.OpenDatabase(ctx, databaseURL)
 	if err != nil {
+		return nil, err
+	}
+	if err := db.Preflight(ctx, pool, db.PreflightConfig{AllowAsyncReplication: allowAsync}); err != nil {
+		pool.Close()
 		return nil, err
 	}
 	if cfg.Service, cfg.Keys, err = settings.NewService(pool, reg, logger); err != nil {
@@ -73,6 +80,7 @@ func build(ctx context.Context, logger *slog.Logger) (*process.Program, error) {
 			slog.Int("batch_size", cfg.BatchSize),
 			slog.Int("concurrency", cfg.Concurrency),
 			slog.Duration("lock_timeout", settings.LockTimeout),
+			slog.Bool("allow_async_replication", allowAsync),
 		},
 		Close: pool.Close,
 	}, nil
