@@ -229,6 +229,9 @@ default_pool_size = %d
 max_client_conn = 2000
 ; pgx and psql send it; PgBouncer would refuse the connection otherwise.
 ignore_startup_parameters = extra_float_digits
+; Retry a server that refused a login (it was restarting) after a
+; second, not the default 15.
+server_login_retry = 1
 admin_users = %s
 logfile = %s
 pidfile = %s

@@ -42,15 +42,61 @@ type PreflightConfig struct {
 // The probes run in the simple protocol on connections of their own, so
 // they work whatever the configuration they check.
 func Preflight(ctx context.Context, pool *pgxpool.Pool, cfg PreflightConfig) error {
-	connConfig := pool.Config().ConnConfig
-	first, err := connect(ctx, connConfig)
+	// A process started while its database restarts or fails over waits
+	// for it, as its pool would; a refusal is final at once.
+	deadline := time.Now().Add(preflightConnectTimeout)
+	var firstAsync time.Time
+	for {
+		err := preflight(ctx, pool.Config().ConnConfig, cfg)
+		var refusal *refusalError
+		if errors.As(err, &refusal) && refusal.transient {
+			// A standby that has just connected shows as asynchronous
+			// for a moment before it is synchronous: refuse only what
+			// lasts.
+			if firstAsync.IsZero() {
+				firstAsync = time.Now()
+			}
+			if time.Since(firstAsync) < asyncSettleTime {
+				refusal = nil
+			}
+		}
+		if err == nil || refusal != nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// refusalError is a configuration Preflight refuses, as opposed to a
+// database it could not reach.
+type refusalError struct {
+	msg string
+	// transient: the state may change by itself within asyncSettleTime.
+	transient bool
+}
+
+// asyncSettleTime is how long a standby may show as asynchronous before
+// Preflight believes it.
+const asyncSettleTime = 3 * time.Second
+
+func (e *refusalError) Error() string { return e.msg }
+
+func refuse(format string, args ...any) error {
+	return &refusalError{msg: fmt.Sprintf(format, args...)}
+}
+
+func preflight(ctx context.Context, connConfig *pgx.ConnConfig, cfg PreflightConfig) error {
+	first, err := pgx.ConnectConfig(ctx, connConfig.Copy())
 	if err != nil {
-		return err
+		return fmt.Errorf("preflight: connect: %w", err)
 	}
 	defer first.Close(context.WithoutCancel(ctx))
-	second, err := connect(ctx, connConfig)
+	second, err := pgx.ConnectConfig(ctx, connConfig.Copy())
 	if err != nil {
-		return err
+		return fmt.Errorf("preflight: connect: %w", err)
 	}
 	defer second.Close(context.WithoutCancel(ctx))
 
@@ -62,9 +108,9 @@ func Preflight(ctx context.Context, pool *pgxpool.Pool, cfg PreflightConfig) err
 		return err
 	}
 	if pooled && connConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
-		return errors.New("DATABASE_URL: the database is behind a pooler in transaction mode (two connections share one " +
+		return refuse("DATABASE_URL: the database is behind a pooler in transaction mode (two connections share one " +
 			"server backend), which loses the named prepared statements of pgx's default exec mode: add " +
-			"default_query_exec_mode=exec (or cache_describe) to DATABASE_URL, or connect directly")
+			"default_query_exec_mode=cache_describe to DATABASE_URL, or connect directly")
 	}
 	if cfg.AllowAsyncReplication {
 		return nil
@@ -72,50 +118,39 @@ func Preflight(ctx context.Context, pool *pgxpool.Pool, cfg PreflightConfig) err
 	return checkReplication(ctx, first)
 }
 
-// preflightConnectTimeout bounds the wait for the database at start: a
-// process started while its primary fails over (or restarts) waits for
-// it rather than exiting, as its pool would.
+// preflightConnectTimeout bounds the wait for the database at start.
 const preflightConnectTimeout = 30 * time.Second
-
-func connect(ctx context.Context, connConfig *pgx.ConnConfig) (*pgx.Conn, error) {
-	deadline := time.Now().Add(preflightConnectTimeout)
-	for {
-		conn, err := pgx.ConnectConfig(ctx, connConfig.Copy())
-		if err == nil {
-			return conn, nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, fmt.Errorf("preflight: connect: %w", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
 
 // checkTransactions runs a two-statement transaction and checks that the
 // second statement sees what the first did within it.
 func checkTransactions(ctx context.Context, conn *pgx.Conn) error {
 	const refused = "DATABASE_URL: the database cannot run a transaction of two statements on one session " +
 		"(is it a pooler in statement mode? use pool_mode = transaction or session)"
+	// PgBouncer in statement mode says so in its error; anything else
+	// (a server restarting behind the pooler) is worth another try.
+	failed := func(err error) error {
+		if strings.Contains(err.Error(), "statement pooling mode") {
+			return refuse("%s: %v", refused, err)
+		}
+		return fmt.Errorf("preflight: run a transaction: %w", err)
+	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("%s: %w", refused, err)
+		return failed(err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if _, err := tx.Exec(ctx, "SELECT set_config('rocketrides.preflight', 'same_session', true)", pgx.QueryExecModeSimpleProtocol); err != nil {
-		return fmt.Errorf("%s: %w", refused, err)
+		return failed(err)
 	}
 	var seen string
 	if err := tx.QueryRow(ctx, "SELECT current_setting('rocketrides.preflight', true)", pgx.QueryExecModeSimpleProtocol).Scan(&seen); err != nil {
-		return fmt.Errorf("%s: %w", refused, err)
+		return failed(err)
 	}
 	if seen != "same_session" {
-		return errors.New(refused)
+		return refuse("%s", refused)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("%s: %w", refused, err)
+		return failed(err)
 	}
 	return nil
 }
@@ -167,13 +202,17 @@ func checkReplication(ctx context.Context, conn *pgx.Conn) error {
 	}
 	const why = "a failover to it loses rides whose 201 the clients already have, and their charges stay at Stripe"
 	if len(async) > 0 {
-		return fmt.Errorf("%s: the primary streams to asynchronous standbys %s (synchronous_standby_names = %q); %s. "+
-			"Make them synchronous (synchronous_standby_names), or set %s=true to accept the loss "+
-			"(sync_state unknown: grant the role pg_monitor so that it can read pg_stat_replication)",
-			AllowAsyncReplicationSetting, strings.Join(async, ", "), standbyNames, why, AllowAsyncReplicationSetting)
+		hint := ""
+		if strings.Contains(strings.Join(async, ","), "(unknown)") {
+			hint = " (sync_state unknown: grant the role pg_monitor so that it can read pg_stat_replication)"
+		}
+		return &refusalError{transient: true, msg: fmt.Sprintf("%s: the primary streams to asynchronous standbys %s "+
+			"(synchronous_standby_names = %q); %s. Make them synchronous (synchronous_standby_names), or set %s=true "+
+			"to accept the loss%s", AllowAsyncReplicationSetting, strings.Join(async, ", "), standbyNames, why,
+			AllowAsyncReplicationSetting, hint)}
 	}
 	if syncCommit == "off" || syncCommit == "local" {
-		return fmt.Errorf("%s: synchronous_commit is %s for our sessions, so a commit returns before the standby has it; %s. "+
+		return refuse("%s: synchronous_commit is %s for our sessions, so a commit returns before the standby has it; %s. "+
 			"Set synchronous_commit to on (or remote_write, remote_apply), or set %s=true to accept the loss",
 			AllowAsyncReplicationSetting, syncCommit, why, AllowAsyncReplicationSetting)
 	}

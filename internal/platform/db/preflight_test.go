@@ -62,12 +62,12 @@ func TestPreflight(t *testing.T) {
 		require.NoError(t, preflight(t, dbtest.NewURL(t), db.PreflightConfig{}))
 	})
 
-	t.Run("AcceptsTransactionPoolerWithExecMode", func(t *testing.T) {
+	t.Run("AcceptsTransactionPoolerWithoutNamedStatements", func(t *testing.T) {
 		t.Parallel()
 		p := pooler(t, "transaction")
 		url := p.DatabaseURL(database(t, dbtest.NewURL(t)))
-		require.NoError(t, preflight(t, url+"&default_query_exec_mode=exec", db.PreflightConfig{}))
 		require.NoError(t, preflight(t, url+"&default_query_exec_mode=cache_describe", db.PreflightConfig{}))
+		require.NoError(t, preflight(t, url+"&default_query_exec_mode=describe_exec", db.PreflightConfig{}))
 	})
 
 	t.Run("RefusesNamedStatementsThroughTransactionPooler", func(t *testing.T) {
@@ -75,13 +75,13 @@ func TestPreflight(t *testing.T) {
 		p := pooler(t, "transaction")
 		err := preflight(t, p.DatabaseURL(database(t, dbtest.NewURL(t))), db.PreflightConfig{})
 		require.ErrorContains(t, err, "DATABASE_URL: the database is behind a pooler in transaction mode")
-		require.ErrorContains(t, err, "default_query_exec_mode=exec")
+		require.ErrorContains(t, err, "default_query_exec_mode=cache_describe")
 	})
 
 	t.Run("RefusesStatementPooler", func(t *testing.T) {
 		t.Parallel()
 		p := pooler(t, "statement")
-		err := preflight(t, p.DatabaseURL(database(t, dbtest.NewURL(t)))+"&default_query_exec_mode=exec", db.PreflightConfig{})
+		err := preflight(t, p.DatabaseURL(database(t, dbtest.NewURL(t)))+"&default_query_exec_mode=cache_describe", db.PreflightConfig{})
 		require.ErrorContains(t, err, "DATABASE_URL: the database cannot run a transaction of two statements on one session")
 		require.ErrorContains(t, err, "statement mode")
 	})
