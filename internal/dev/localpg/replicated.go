@@ -330,30 +330,40 @@ func (c Cluster) Crash() error {
 	return nil
 }
 
-// StallWALReceiver stops the standby's WAL receiver with SIGSTOP, so that
-// replication falls behind (asynchronous) or the primary's commits wait
-// (synchronous), until resume sends SIGCONT.
-func (c Cluster) StallWALReceiver() (resume func() error, err error) {
+// StallReplication stops the primary's WAL senders with SIGSTOP until
+// resume sends SIGCONT: replication falls behind (asynchronous) or the
+// primary's commits wait (synchronous). The senders, not the standby's
+// receiver, because WAL already sent would wait in the receiver's socket
+// buffer and survive the primary's crash.
+func (c Cluster) StallReplication() (resume func() error, err error) {
 	pid, err := c.postmasterPID()
 	if err != nil {
 		return nil, err
 	}
+	var stopped []int
+	resume = func() error {
+		var errs []error
+		for _, p := range stopped {
+			if err := syscall.Kill(p, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
+				errs = append(errs, fmt.Errorf("resume walsender %d: %w", p, err))
+			}
+		}
+		return errors.Join(errs...)
+	}
 	for _, child := range childPIDs(pid) {
 		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", child))
-		if err != nil || !strings.Contains(string(cmdline), "walreceiver") {
+		if err != nil || !strings.Contains(string(cmdline), "walsender") {
 			continue
 		}
 		if err := syscall.Kill(child, syscall.SIGSTOP); err != nil {
-			return nil, fmt.Errorf("stop walreceiver %d: %w", child, err)
+			return nil, errors.Join(fmt.Errorf("stop walsender %d: %w", child, err), resume())
 		}
-		return func() error {
-			if err := syscall.Kill(child, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
-				return fmt.Errorf("resume walreceiver %d: %w", child, err)
-			}
-			return nil
-		}, nil
+		stopped = append(stopped, child)
 	}
-	return nil, fmt.Errorf("no walreceiver process under postgres %d in %s", pid, c.DataDir)
+	if len(stopped) == 0 {
+		return nil, fmt.Errorf("no walsender process under postgres %d in %s", pid, c.DataDir)
+	}
+	return resume, nil
 }
 
 // postmasterPID reads postmaster.pid; zero when the server is not running.

@@ -18,12 +18,12 @@ import (
 // standby (localpg.Replicated) reached through a multi-host URL with
 // target_session_attrs=read-write, and at each of its Postgres moments:
 //
-//  1. stalls the standby's WAL receiver (SIGSTOP) for a random short
+//  1. stalls the primary's WAL senders (SIGSTOP) for a random short
 //     window, so that replication falls behind: asynchronously the
 //     primary keeps acknowledging commits the standby does not have;
 //     synchronously its commits wait;
 //  2. SIGKILLs the primary and every process it started, while stalled;
-//  3. lets the WAL receiver go and promotes the standby;
+//  3. promotes the standby;
 //  4. rebuilds the dead node as the new standby (pg_basebackup), so that
 //     the drill can fail over again.
 //
@@ -131,8 +131,8 @@ func (m *monkey) failOver(ctx context.Context, stop <-chan struct{}, pair *local
 		if !sleep(ctx, stop, time.Until(start.Add(offset))) {
 			return
 		}
-		primary, standby := pair.Primary(), pair.Standby()
-		resume, err := standby.StallWALReceiver()
+		primary := pair.Primary()
+		resume, err := primary.StallReplication()
 		if err != nil {
 			m.faults.problem("stall replication: %v", err)
 			continue
