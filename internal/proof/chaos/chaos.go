@@ -244,7 +244,10 @@ func (s *soak) setUp(ctx context.Context) error {
 			return err
 		}
 	}
-	if _, err := s.fleet.Start(ctx, "worker", "MAIL_DIR="+filepath.Join(s.dir, "mail")); err != nil {
+	// A failover leaves jobs running whose worker lost the database:
+	// rescued within seconds here, so that the drain sees them through.
+	if _, err := s.fleet.Start(ctx, "worker", "MAIL_DIR="+filepath.Join(s.dir, "mail"),
+		"WORKER_JOB_TIMEOUT=5s", "WORKER_RESCUE_STUCK_AFTER=10s"); err != nil {
 		return err
 	}
 

@@ -55,7 +55,7 @@ func (s *soak) startDatabase(ctx context.Context, dbName string) error {
 		if s.cfg.AsyncReplication {
 			mode = "asynchronous"
 		}
-		s.progress("starting a primary and a %s standby in %s", mode, s.dir)
+		s.progress("starting a primary and a standby (%s replication) in %s", mode, s.dir)
 		pair, err := localpg.NewReplicated(localpg.ReplicatedOptions{
 			Dir: filepath.Join(s.dir, "replicated"), Ports: ports, Async: s.cfg.AsyncReplication,
 		})
