@@ -341,7 +341,7 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 		if err := row.Scan(&k.ID, &k.CreatedAt, &k.IdempotencyKey, &k.LastRunAt, &k.LockedAt, &k.LockToken,
 			&k.RequestMethod, &k.RequestParams, &k.RequestPath, &k.OriginIP,
 			&k.ResponseCode, &k.ResponseBody, &k.RecoveryPoint, &k.UserID,
-			&k.FirstForeignAttemptAt, &k.UnknownOutcomes, &k.AttentionReason,
+			&k.FirstForeignAttemptAt, &k.UnknownOutcomes, &k.AttentionReason, &k.Identity,
 			&matches, &lockFresh); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				// No key: the reaper deleted it, before the claim's
