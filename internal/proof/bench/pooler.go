@@ -48,7 +48,9 @@ func (r *run) stepPooler(ctx context.Context) error {
 		conns, stop := r.watchConnections(ctx)
 		res, err := r.measure(ctx, r.rideLoad(fmt.Sprintf("pooler%d", i), 32, apis),
 			Figure{Step: "2c pooler", Name: "4 api processes, " + via, Unit: "rides/s", RatioOf: "4 direct"}, direct,
-			func(LoadResult, int64) string { return fmt.Sprintf("Postgres client connections to the api database: at most %d", conns()) })
+			func(LoadResult, int64) string {
+				return fmt.Sprintf("Postgres client connections to the api database: at most %d", conns())
+			})
 		stop()
 		for _, a := range apis {
 			err = errors.Join(err, a.Stop(ctx))
