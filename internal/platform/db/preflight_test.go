@@ -39,12 +39,13 @@ func TestPreflight(t *testing.T) {
 		dir, err := os.MkdirTemp(c.DataDir+"/..", "pgbouncer-"+mode+"-")
 		require.NoError(t, err)
 		require.NoError(t, os.Chmod(dir, 0o755))
-		p, err := localpg.EnsurePooler(ctx, localpg.PoolerOptions{Dir: dir, Port: freePort(t), UpstreamPort: c.Port, PoolMode: mode})
+		p, err := localpg.NewPooler(localpg.PoolerOptions{Dir: dir, Port: freePort(t), UpstreamPort: c.Port, PoolMode: mode})
 		require.NoError(t, err)
 		t.Cleanup(func() {
 			require.NoError(t, p.Stop(context.Background()))
 			require.NoError(t, os.RemoveAll(dir))
 		})
+		require.NoError(t, p.Start(ctx))
 		return p
 	}
 	database := func(t *testing.T, url string) string {
