@@ -119,3 +119,43 @@ func TestRideStatus(t *testing.T) {
 	).Scan(&hasStatus))
 	require.False(t, hasStatus)
 }
+
+// TestKeyIdentity migrates a key written before keys had an identity: it
+// keeps none (and with it its Stripe key), and every new key gets one.
+func TestKeyIdentity(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.NewURL(t)
+	migrateTo(t, url, 5)
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	insertKey := func(key string) {
+		t.Helper()
+		_, err := pool.Exec(ctx, `
+			INSERT INTO idempotency_keys (idempotency_key, request_method, request_params, request_path, origin_ip, user_id, recovery_point, locked_at)
+			VALUES ($1, 'POST', '{}', '/rides', '127.0.0.1', 1, 'started', NULL)`, key)
+		require.NoError(t, err)
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO users (id, email, stripe_customer_id, api_token_hash)
+	                         VALUES (1, 'user@example.com', 'cus_1', sha256('token'))`)
+	require.NoError(t, err)
+	insertKey("in-flight-during-upgrade")
+
+	migrateTo(t, url, 6)
+	insertKey("after-upgrade")
+	identities := map[string]*string{}
+	rows, err := pool.Query(ctx, `SELECT idempotency_key, identity::text FROM idempotency_keys`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var key string
+		var identity *string
+		require.NoError(t, rows.Scan(&key, &identity))
+		identities[key] = identity
+	}
+	require.NoError(t, rows.Err())
+	require.Nil(t, identities["in-flight-during-upgrade"], "an existing key keeps its old Stripe key")
+	require.NotNil(t, identities["after-upgrade"])
+	require.Len(t, *identities["after-upgrade"], 36)
+}

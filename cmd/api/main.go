@@ -40,12 +40,18 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	// is served here, an address for operators, and not at all when unset.
 	metricsAddr := env.String("METRICS_ADDR", "")
 	debugAddr := env.String("DEBUG_ADDR", "")
+	// Refused by default: see db.Preflight and docs/failures.md.
+	allowAsync := env.Bool(db.AllowAsyncReplicationSetting, false)
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
 
 	pool, err := db.Open(ctx, databaseURL, int32(maxConns))
 	if err != nil {
+		return nil, err
+	}
+	if err := db.Preflight(ctx, pool, db.PreflightConfig{AllowAsyncReplication: allowAsync}); err != nil {
+		pool.Close()
 		return nil, err
 	}
 	// Served at GET /metrics on METRICS_ADDR.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/testkit/proctest"
 )
 
@@ -19,8 +20,8 @@ func TestBuild(t *testing.T) {
 
 	setEnv := func(t *testing.T, env ...string) {
 		t.Helper()
-		// The pool connects lazily: nothing needs to listen here.
-		t.Setenv("DATABASE_URL", "postgres://127.0.0.1:1/none")
+		// A real database: the api checks it at start (db.Preflight).
+		t.Setenv("DATABASE_URL", dbtest.NewURL(t))
 		t.Setenv("STRIPE_API_KEY", "sk_test_api")
 		// Empty is unset, whatever the shell running the tests exports.
 		t.Setenv("HOST", "")
@@ -78,10 +79,16 @@ func TestBuild(t *testing.T) {
 		require.ErrorContains(t, err, "DATABASE_MAX_CONNS=-1: must not be negative")
 		require.ErrorContains(t, err, "IDEMPOTENCY_LOCK_TIMEOUT=0s: must be positive")
 	})
+
+	t.Run("RefusesAnAsyncReplicationSettingThatIsNotABool", func(t *testing.T) {
+		setEnv(t, "DATABASE_ALLOW_ASYNC_REPLICATION", "maybe")
+		_, err := build(t.Context(), &config.Env{}, logger)
+		require.ErrorContains(t, err, "DATABASE_ALLOW_ASYNC_REPLICATION=maybe")
+	})
 }
 
 // -help lists every setting api reads, a mistyped one stops it, and its
 // start line keeps secrets out.
 func TestSettings(t *testing.T) {
-	proctest.TestSettings(t, command, "DATABASE_URL", "postgres://127.0.0.1:1/none", "STRIPE_API_KEY", "sk_test_api", "HOST", "", "PORT", "0", "METRICS_ADDR", "")
+	proctest.TestSettings(t, command, "DATABASE_URL", dbtest.NewURL(t), "STRIPE_API_KEY", "sk_test_api", "HOST", "", "PORT", "0", "METRICS_ADDR", "")
 }

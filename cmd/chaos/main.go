@@ -6,6 +6,8 @@
 // run.
 //
 //	go run ./cmd/chaos -duration 60s
+//	go run ./cmd/chaos -failover -replication sync   # the failover drill
+//	go run ./cmd/chaos -pooler                       # through PgBouncer
 package main
 
 import (
@@ -27,7 +29,14 @@ func run() int {
 	clients := flag.Int("clients", 16, "clients posting rides at once")
 	seed := flag.Int64("seed", 0, "seed of the random choices (0: random)")
 	keep := flag.Bool("keep", false, "keep the scratch cluster running, and the logs, for inspection")
+	failover := flag.Bool("failover", false, "run against a primary and a standby, and fail over instead of restarting Postgres")
+	replication := flag.String("replication", "sync", "with -failover: the standby's replication, sync or async")
+	pooler := flag.Bool("pooler", false, "put PgBouncer (transaction mode) between Postgres and the api instances and completers")
 	flag.Parse()
+	if *replication != "sync" && *replication != "async" {
+		fmt.Fprintf(os.Stderr, "chaos: -replication %q: want sync or async\n", *replication)
+		return 2
+	}
 
 	// Ctrl-C stops the soak and tears everything down.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -38,6 +47,10 @@ func run() int {
 		Seed:     *seed,
 		Keep:     *keep,
 		Progress: os.Stderr,
+
+		Failover:         *failover,
+		AsyncReplication: *replication == "async",
+		Pooler:           *pooler,
 	})
 	fmt.Print(summary)
 	switch {

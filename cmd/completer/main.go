@@ -14,6 +14,7 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/completer"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
@@ -45,12 +46,18 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 		Logger:        logger,
 	}
 	metricsAddr := env.String("METRICS_ADDR", "")
+	// Refused by default, as in the api: see db.Preflight.
+	allowAsync := env.Bool(db.AllowAsyncReplicationSetting, false)
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
 
 	pool, reg, err := process.OpenDatabase(ctx, databaseURL)
 	if err != nil {
+		return nil, err
+	}
+	if err := db.Preflight(ctx, pool, db.PreflightConfig{AllowAsyncReplication: allowAsync}); err != nil {
+		pool.Close()
 		return nil, err
 	}
 	if cfg.Service, cfg.Keys, err = settings.NewService(pool, reg, logger); err != nil {

@@ -72,5 +72,5 @@ func TestBuild(t *testing.T) {
 // -help lists every setting completer reads, a mistyped one stops it, and its
 // start line keeps secrets out.
 func TestSettings(t *testing.T) {
-	proctest.TestSettings(t, command, "DATABASE_URL", "postgres://127.0.0.1:1/none", "STRIPE_API_KEY", "sk_test_completer")
+	proctest.TestSettings(t, command, "DATABASE_URL", dbtest.NewURL(t), "STRIPE_API_KEY", "sk_test_completer")
 }

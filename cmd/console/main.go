@@ -62,17 +62,27 @@ func command() *process.Config {
 type services struct {
 	databaseURL string
 	settings    rides.Settings
+	allowAsync  bool
 }
 
 func readServices(env *config.Env) services {
 	settings := rides.SettingsFromEnv(env)
 	settings.Actor = "console"
-	return services{databaseURL: env.Required("DATABASE_URL"), settings: settings}
+	return services{
+		databaseURL: env.Required("DATABASE_URL"),
+		settings:    settings,
+		// Refused by default, as in the api: see db.Preflight.
+		allowAsync: env.Bool(db.AllowAsyncReplicationSetting, false),
+	}
 }
 
 func (s services) open(ctx context.Context) (*pgxpool.Pool, *rides.Service, *idem.Store, error) {
 	pool, err := db.Open(ctx, s.databaseURL, 0)
 	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := db.Preflight(ctx, pool, db.PreflightConfig{AllowAsyncReplication: s.allowAsync}); err != nil {
+		pool.Close()
 		return nil, nil, nil, err
 	}
 	svc, keys, err := s.settings.NewService(pool, metrics.NewRegistry(), slog.Default())

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/testkit/proctest"
 )
 
@@ -17,8 +18,8 @@ func TestBuild(t *testing.T) {
 	logger := slog.New(slog.DiscardHandler)
 	setEnv := func(t *testing.T, env ...string) {
 		t.Helper()
-		// The pool connects lazily: nothing needs to listen here.
-		t.Setenv("DATABASE_URL", "postgres://127.0.0.1:1/none")
+		// A real database: the console checks it at start (db.Preflight).
+		t.Setenv("DATABASE_URL", dbtest.NewURL(t))
 		t.Setenv("STRIPE_API_KEY", "sk_test_console")
 		t.Setenv("HOST", "")
 		t.Setenv("SIMULATED_ERRORS", "")
@@ -58,7 +59,7 @@ func TestBuild(t *testing.T) {
 // SIMULATED_ERRORS=true), a mistyped one stops it, and its start line
 // keeps the password and the lab's token out.
 func TestSettings(t *testing.T) {
-	proctest.TestSettings(t, command, "DATABASE_URL", "postgres://127.0.0.1:1/none", "STRIPE_API_KEY", "sk_test_console",
+	proctest.TestSettings(t, command, "DATABASE_URL", dbtest.NewURL(t), "STRIPE_API_KEY", "sk_test_console",
 		"STRIPE_API_BASE", "http://127.0.0.1:1", "HOST", "", "PORT", "0", "SIMULATED_ERRORS", "true",
 		"CONSOLE_PASSWORD", "console-secret-password", "CONSOLE_LAB_TOKEN", "rr_console_lab_secret")
 }

@@ -25,6 +25,24 @@ commands:
   stop           stop the cluster (fast mode: open transactions roll back)
   restart        restart the cluster in fast mode, starting it if stopped
   status         print whether the cluster is running; exit status 3 if not
+
+  replica start [-async]   a primary and a streaming standby under
+                           .data/replicated, on LOCALPG_PORT+1 and +2;
+                           synchronous unless -async
+  replica url [dbname]     start the pair if needed, create dbname on the
+                           primary and print a multi-host URL that reaches
+                           whichever node is the primary
+                           (target_session_attrs=read-write)
+  replica promote          promote the standby (crash or stop the primary first)
+  replica crash            SIGKILL the primary and its processes
+  replica rebuild          copy the primary afresh into the other node
+                           (pg_basebackup) and start it as the standby
+  replica stop             stop both nodes
+
+  pooler start             PgBouncer in transaction mode on LOCALPG_PORT+3 in
+                           front of the project's cluster (.data/pgbouncer)
+  pooler url [dbname]      start it if needed and print dbname's URL through it
+  pooler stop              stop it
 `
 
 // notRunning is the exit status of status for a stopped cluster, the same
@@ -44,6 +62,12 @@ func run(ctx context.Context, args []string) int {
 		return 2
 	}
 	command, args := args[0], args[1:]
+	switch command {
+	case "replica":
+		return runReplica(ctx, args)
+	case "pooler":
+		return runPooler(ctx, args)
+	}
 	maxArgs := 0
 	if command == "url" {
 		maxArgs = 1
@@ -107,4 +131,94 @@ func withCluster(fn func(localpg.Cluster) error) error {
 		return err
 	}
 	return fn(c)
+}
+
+func runReplica(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	command, args := args[0], args[1:]
+	opts := localpg.ReplicatedOptions{}
+	if command == "start" && len(args) == 1 && args[0] == "-async" {
+		opts.Async, args = true, nil
+	}
+	if len(args) > 1 || (len(args) == 1 && command != "url") {
+		fmt.Fprintf(os.Stderr, "localpg replica %s: unexpected arguments %q\n\n%s", command, args, usage)
+		return 2
+	}
+	r, err := localpg.NewReplicated(opts)
+	if err == nil {
+		switch command {
+		case "start":
+			if err = r.Start(ctx); err == nil {
+				fmt.Fprintf(os.Stderr, "localpg: primary %s, standby %s\n", r.Primary().URL(), r.Standby().URL())
+			}
+		case "url":
+			name := "postgres"
+			if len(args) == 1 {
+				name = args[0]
+			}
+			if err = r.Start(ctx); err == nil {
+				if err = r.CreateDatabase(ctx, name); err == nil {
+					fmt.Println(r.DatabaseURL(name))
+				}
+			}
+		case "promote":
+			err = r.Promote(ctx)
+		case "crash":
+			err = r.Primary().Crash()
+		case "rebuild":
+			err = r.Rebuild(ctx)
+		case "stop":
+			err = r.Stop(ctx)
+		default:
+			fmt.Fprintf(os.Stderr, "localpg replica: unknown command %q\n\n%s", command, usage)
+			return 2
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "localpg replica %s: %v\n", command, err)
+		return 1
+	}
+	return 0
+}
+
+func runPooler(ctx context.Context, args []string) int {
+	if len(args) == 0 || len(args) > 2 || (len(args) == 2 && args[0] != "url") {
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	p, err := localpg.NewPooler(localpg.PoolerOptions{})
+	if err == nil {
+		switch args[0] {
+		case "start":
+			if _, err = localpg.Ensure(ctx, localpg.Options{}); err == nil {
+				err = p.Start(ctx)
+			}
+		case "url":
+			name := "postgres"
+			if len(args) == 2 {
+				name = args[1]
+			}
+			var c localpg.Cluster
+			if c, err = localpg.Ensure(ctx, localpg.Options{}); err == nil {
+				if err = c.CreateDatabase(ctx, name); err == nil {
+					if err = p.Start(ctx); err == nil {
+						fmt.Println(p.DatabaseURL(name))
+					}
+				}
+			}
+		case "stop":
+			err = p.Stop(ctx)
+		default:
+			fmt.Fprintf(os.Stderr, "localpg pooler: unknown command %q\n\n%s", args[0], usage)
+			return 2
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "localpg pooler %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
 }

@@ -32,6 +32,13 @@ const (
 	// out rather than being sent again later.
 	defaultShutdownTimeout = 30 * time.Second
 
+	// defaultJobTimeout (WORKER_JOB_TIMEOUT) bounds one attempt at a
+	// receipt, and defaultRescueStuckAfter (WORKER_RESCUE_STUCK_AFTER) is
+	// when a job left running by a worker that lost its database (a
+	// failover) is tried again, instead of River's default hour.
+	defaultJobTimeout       = time.Minute
+	defaultRescueStuckAfter = 5 * time.Minute
+
 	// defaultOnceTimeout (WORKER_ONCE_TIMEOUT) bounds -once, so that a
 	// script waiting for it is not held up by a mail server that hangs.
 	defaultOnceTimeout = 30 * time.Second
@@ -58,12 +65,17 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	// that may not run works nothing.
 	shutdownTimeout := env.Duration("WORKER_SHUTDOWN_TIMEOUT", defaultShutdownTimeout)
 	onceTimeout := env.Duration("WORKER_ONCE_TIMEOUT", defaultOnceTimeout)
+	jobTimeout := env.Duration("WORKER_JOB_TIMEOUT", defaultJobTimeout)
+	rescueAfter := env.Duration("WORKER_RESCUE_STUCK_AFTER", defaultRescueStuckAfter)
 	from := env.String("RECEIPT_FROM", receipt.DefaultFrom)
 	smtpURL := env.String("SMTP_URL", "")
 	mailDir := env.String("MAIL_DIR", "")
 	metricsAddr := env.String("METRICS_ADDR", "")
 	if err := env.Err(); err != nil {
 		return nil, err
+	}
+	if rescueAfter <= jobTimeout {
+		return nil, fmt.Errorf("WORKER_RESCUE_STUCK_AFTER=%s: must exceed WORKER_JOB_TIMEOUT (%s)", rescueAfter, jobTimeout)
 	}
 	mailer, err := newMailer(ctx, logger, smtpURL, mailDir, from)
 	if err != nil {
@@ -74,7 +86,9 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	if err != nil {
 		return nil, err
 	}
-	client, err := receipt.NewClient(&receipt.ClientConfig{Pool: pool, Mailer: mailer, Logger: logger})
+	client, err := receipt.NewClient(&receipt.ClientConfig{
+		Pool: pool, Mailer: mailer, Logger: logger, JobTimeout: jobTimeout, RescueStuckJobsAfter: rescueAfter,
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -139,6 +139,14 @@ type Key struct {
 	RecoveryPoint  RecoveryPoint `db:"recovery_point"`
 	UserID         int64         `db:"user_id"`
 
+	// Identity is the key's random identity, which no other key ever
+	// gets, even when a failover loses the tail of the database and the
+	// id sequence hands an id out again: what a foreign idempotency key
+	// (rides.StripeKey) is derived from, with the id. Nil for keys
+	// created before it existed (migration 000006), which keep deriving
+	// theirs from the id alone.
+	Identity *uuid.UUID `db:"identity"`
+
 	// FirstForeignAttemptAt is when the request first set out to make
 	// its foreign state mutation (see AdvanceToForeignCall), and
 	// UnknownOutcomes how many attempts since ended in an error that may
@@ -251,7 +259,7 @@ func (s *Store) LockTimeout() time.Duration { return s.lockTimeout }
 const keyColumns = `id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
 	request_method, request_params, request_path, origin_ip,
 	response_code, response_body, recovery_point, user_id,
-	first_foreign_attempt_at, unknown_outcomes, attention_reason, claims`
+	first_foreign_attempt_at, unknown_outcomes, attention_reason, claims, identity`
 
 // Claim is the first atomic phase of an idempotent request. It returns the
 // key locked for this request, or, if the key is already finished, the
@@ -350,7 +358,7 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 		if err := row.Scan(&k.ID, &k.CreatedAt, &k.IdempotencyKey, &k.LastRunAt, &k.LockedAt, &k.LockToken,
 			&k.RequestMethod, &k.RequestParams, &k.RequestPath, &k.OriginIP,
 			&k.ResponseCode, &k.ResponseBody, &k.RecoveryPoint, &k.UserID,
-			&k.FirstForeignAttemptAt, &k.UnknownOutcomes, &k.AttentionReason, &k.Claims,
+			&k.FirstForeignAttemptAt, &k.UnknownOutcomes, &k.AttentionReason, &k.Claims, &k.Identity,
 			&matches, &lockFresh); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				// No key: the reaper deleted it, before the claim's

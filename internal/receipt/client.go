@@ -42,6 +42,19 @@ type ClientConfig struct {
 	// DefaultMaxWorkers.
 	MaxWorkers int
 
+	// JobTimeout bounds one attempt at a receipt. Zero keeps River's
+	// default (a minute).
+	JobTimeout time.Duration
+
+	// RescueStuckJobsAfter is how long a job may stay running before
+	// River's rescuer takes it back for another attempt. A worker that
+	// lost its database mid-job (a failover) cannot mark the job done,
+	// and without a rescue it would wait River's default hour. Rescuing
+	// a job that is in fact still running is safe: a receipt already
+	// sent is found in ride_receipts. Zero keeps River's default; it
+	// must exceed JobTimeout.
+	RescueStuckJobsAfter time.Duration
+
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -75,9 +88,11 @@ func NewClient(config *ClientConfig) (*river.Client[pgx.Tx], error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
 	client, err := river.NewClient(riverpgxv5.New(config.Pool), &river.Config{
-		Logger:  logger,
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cmp.Or(config.MaxWorkers, DefaultMaxWorkers)}},
-		Workers: workers,
+		JobTimeout:           config.JobTimeout,
+		RescueStuckJobsAfter: config.RescueStuckJobsAfter,
+		Logger:               logger,
+		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cmp.Or(config.MaxWorkers, DefaultMaxWorkers)}},
+		Workers:              workers,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create river worker client: %w", err)

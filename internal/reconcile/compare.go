@@ -16,6 +16,10 @@ import (
 const (
 	metadataRideID           = "ride_id"
 	metadataIdempotencyKeyID = "idempotency_key_id"
+	// Only on charges of keys that have an identity (migration 000004):
+	// an id can name two requests after a failover lost one of them,
+	// the identity cannot.
+	metadataIdempotencyKeyIdentity = "idempotency_key_identity"
 )
 
 const statusSucceeded = "succeeded"
@@ -41,8 +45,11 @@ type ride struct {
 	Currency         string    `db:"currency"`
 	StripeChargeID   *string   `db:"stripe_charge_id"`
 	IdempotencyKeyID *int64    `db:"idempotency_key_id"`
-	UserID           int64     `db:"user_id"`
-	Customer         string    `db:"stripe_customer_id"`
+	// KeyIdentity is the identity of the ride's idempotency key, as text;
+	// nil for an older key, or a reaped one.
+	KeyIdentity *string `db:"idempotency_key_identity"`
+	UserID      int64   `db:"user_id"`
+	Customer    string  `db:"stripe_customer_id"`
 }
 
 // snapshot is everything one reconciliation compares.
@@ -185,6 +192,9 @@ func differences(r *ride, c *charge) []string {
 	// A reaped key leaves the ride without one; nothing to compare then.
 	if v, ok := c.Metadata[metadataIdempotencyKeyID]; ok && r.IdempotencyKeyID != nil && v != strconv.FormatInt(*r.IdempotencyKeyID, 10) {
 		diffs = append(diffs, fmt.Sprintf("idempotency_key_id: ride %d, charge metadata %s", *r.IdempotencyKeyID, v))
+	}
+	if v, ok := c.Metadata[metadataIdempotencyKeyIdentity]; ok && r.KeyIdentity != nil && v != *r.KeyIdentity {
+		diffs = append(diffs, fmt.Sprintf("idempotency_key_identity: ride's key %s, charge metadata %s", *r.KeyIdentity, v))
 	}
 	return diffs
 }

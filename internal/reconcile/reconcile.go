@@ -194,9 +194,11 @@ func (r *Reconciler) RunOnce(ctx context.Context) (*Report, error) {
 func (r *Reconciler) loadRides(ctx context.Context, since time.Time, rideIDs []int64, chargeIDs []string) ([]*ride, error) {
 	rows, err := r.pool.Query(ctx, `
 		SELECT rides.id, rides.created_at, rides.amount, rides.currency, rides.stripe_charge_id,
-		       rides.idempotency_key_id, rides.user_id, users.stripe_customer_id
+		       rides.idempotency_key_id, idempotency_keys.identity::text AS idempotency_key_identity,
+		       rides.user_id, users.stripe_customer_id
 		FROM rides
 		JOIN users ON users.id = rides.user_id
+		LEFT JOIN idempotency_keys ON idempotency_keys.id = rides.idempotency_key_id
 		WHERE rides.created_at >= $1
 		   OR rides.id = ANY($2)
 		   OR rides.stripe_charge_id = ANY($3)

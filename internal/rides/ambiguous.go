@@ -33,8 +33,14 @@ func (r *request) adoptForgottenCharge(ctx context.Context) (adopted bool, err e
 	if !r.stripeMayHaveForgotten() {
 		return false, nil
 	}
+	// By the identity where the key has one: after a failover lost a key,
+	// its id may name another request's charge too.
+	field, value := metadataKeyID, strconv.FormatInt(r.key.ID, 10)
+	if r.key.Identity != nil {
+		field, value = metadataKeyIdentity, r.key.Identity.String()
+	}
 	chargeID, found, err := r.payments.FindCharge(ctx, r.user.StripeCustomerID,
-		"idempotency_key_id", strconv.FormatInt(r.key.ID, 10), r.key.FirstForeignAttemptAt.Add(-time.Hour))
+		field, value, r.key.FirstForeignAttemptAt.Add(-time.Hour))
 	if err != nil {
 		return false, fmt.Errorf("look up earlier charge of ride %d: %w", r.ride.ID, err)
 	}

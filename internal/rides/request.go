@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/rocketrides/rocketrides/internal/audit"
@@ -168,15 +167,12 @@ func (r *request) charge(ctx context.Context) error {
 	}
 
 	chargeID, err := r.payments.Charge(ctx, payment.ChargeRequest{
-		Customer:    r.user.StripeCustomerID,
-		Amount:      r.ride.Amount,
-		Currency:    r.ride.Currency,
-		Description: fmt.Sprintf("Rocket Rides ride %d", r.ride.ID),
-		Metadata: map[string]string{
-			"ride_id":            strconv.FormatInt(r.ride.ID, 10),
-			"idempotency_key_id": strconv.FormatInt(r.key.ID, 10),
-		},
-		IdempotencyKey: StripeKey(r.key.ID),
+		Customer:       r.user.StripeCustomerID,
+		Amount:         r.ride.Amount,
+		Currency:       r.ride.Currency,
+		Description:    fmt.Sprintf("Rocket Rides ride %d", r.ride.ID),
+		Metadata:       chargeMetadata(r.ride.ID, r.key),
+		IdempotencyKey: StripeKey(r.key),
 	})
 	switch payment.OutcomeOf(err) {
 	case payment.Declined:

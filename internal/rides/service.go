@@ -11,8 +11,9 @@
 //
 // The Stripe charge is the one foreign state mutation. It happens between
 // transactions, never inside one, and carries the idempotency key
-// rocket-rides-<idempotency key id>, so that a request resumed after any
-// crash asks Stripe for the same charge again and is charged at most once.
+// rocket-rides-<idempotency key id>-<key identity> (StripeKey), so that a
+// request resumed after any crash asks Stripe for the same charge again
+// and is charged at most once.
 //
 // request.go is the state machine, one arm per recovery point;
 // ambiguous.go is what the charge step does when Stripe cannot say
@@ -60,10 +61,44 @@ var ErrSimulated = errors.New("simulated failure requested with raise_error")
 const Path = "/rides"
 
 // StripeKey is the idempotency key sent to Stripe for the charge of the
-// request with idempotency key id keyID. It is derived from our key row,
-// not from the client's key, so that it is unique across all users and the
-// same on every retry of the request.
-func StripeKey(keyID int64) string { return "rocket-rides-" + strconv.FormatInt(keyID, 10) }
+// request of key: rocket-rides-<key id>-<key identity>. It is derived from
+// our key row, not from the client's key, so that it is unique across all
+// users and the same on every retry of the request. The identity, a
+// random UUID, keeps it unique when a failover loses the database's last
+// commits and the id sequence hands a lost key's id to another request
+// (migration 000006). Keys created before the identity existed keep
+// rocket-rides-<key id>, the key Stripe may already hold their charge
+// under.
+func StripeKey(key *idem.Key) string {
+	id := "rocket-rides-" + strconv.FormatInt(key.ID, 10)
+	if key.Identity == nil {
+		return id
+	}
+	return id + "-" + key.Identity.String()
+}
+
+// Metadata keys a ride's charge carries. The identity is only sent for a
+// key that has one: a key charged before it existed sends the parameters
+// it was first charged with, or Stripe would refuse the retry as a reused
+// key.
+const (
+	metadataRideID      = "ride_id"
+	metadataKeyID       = "idempotency_key_id"
+	metadataKeyIdentity = "idempotency_key_identity"
+)
+
+// chargeMetadata names the ride and its request on the charge, so that a
+// charge can be found again (adoptForgottenCharge) and reconciled.
+func chargeMetadata(rideID int64, key *idem.Key) map[string]string {
+	m := map[string]string{
+		metadataRideID: strconv.FormatInt(rideID, 10),
+		metadataKeyID:  strconv.FormatInt(key.ID, 10),
+	}
+	if key.Identity != nil {
+		m[metadataKeyIdentity] = key.Identity.String()
+	}
+	return m
+}
 
 // Defaults of ServiceConfig.
 const (

@@ -265,6 +265,6 @@ func TestFaultsEndpoint(t *testing.T) {
 
 		resp := bundle.fake.do(t, http.MethodGet, "/_fake/stats", "", "", "")
 		require.Equal(t, http.StatusOK, resp.status)
-		require.JSONEq(t, `{"charges": 1, "customers": 1, "charge_requests": 3, "replays": 1}`, string(resp.body))
+		require.JSONEq(t, `{"charges": 1, "customers": 1, "charge_requests": 3, "replays": 1, "idempotency_mismatches": 0}`, string(resp.body))
 	})
 }

@@ -168,6 +168,7 @@ func (s *Server) claimKey(scope idempotencyScope, r *http.Request, requestID str
 				"Please try again later.", scope.key),
 		}
 	case record.method != r.Method || record.path != r.URL.Path:
+		s.stats.IdempotencyMismatches++
 		return nil, &apiError{
 			status: http.StatusBadRequest,
 			Type:   errorTypeIdempotency,
@@ -176,6 +177,7 @@ func (s *Server) claimKey(scope idempotencyScope, r *http.Request, requestID str
 				"different request.", record.method, record.path, r.Method, r.URL.Path, scope.key),
 		}
 	case !sameParams(record.params, r.Form):
+		s.stats.IdempotencyMismatches++
 		return nil, &apiError{
 			status: http.StatusBadRequest,
 			Type:   errorTypeIdempotency,

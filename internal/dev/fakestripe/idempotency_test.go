@@ -83,6 +83,7 @@ func TestIdempotency(t *testing.T) {
 		var idempotencyErr *stripe.IdempotencyError
 		require.ErrorAs(t, err, &idempotencyErr)
 		require.Len(t, bundle.fake.server.Charges(), 1)
+		require.Equal(t, 1, bundle.fake.server.Stats().IdempotencyMismatches)
 	})
 
 	t.Run("RejectsSameKeyOnDifferentEndpoint", func(t *testing.T) {
@@ -97,6 +98,7 @@ func TestIdempotency(t *testing.T) {
 		_, err = bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "shared"))
 		stripeErr := asStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeIdempotency, "")
 		require.Contains(t, stripeErr.Msg, "same endpoint")
+		require.Equal(t, 1, bundle.fake.server.Stats().IdempotencyMismatches)
 	})
 
 	t.Run("ScopesKeysPerAPIKey", func(t *testing.T) {

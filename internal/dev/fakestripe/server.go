@@ -150,6 +150,10 @@ type Stats struct {
 	// Replays counts responses replayed from an idempotency key, on any
 	// endpoint.
 	Replays int `json:"replays"`
+	// IdempotencyMismatches counts requests refused because their
+	// idempotency key was first used for another endpoint or other
+	// parameters: a client that reused a key for a different request.
+	IdempotencyMismatches int `json:"idempotency_mismatches"`
 }
 
 // Stats returns the current counts.

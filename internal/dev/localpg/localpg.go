@@ -85,6 +85,9 @@ type Cluster struct {
 	lockFile      string
 	runAs         *account // nil unless this process is root
 	sharedBuffers string
+	// extraConf is appended to configFile: the replication settings of a
+	// node of a Replicated pair.
+	extraConf string
 }
 
 // New resolves opts into a Cluster without initialising or starting

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 )
@@ -15,8 +16,11 @@ import (
 // FromEnv arms failpoints from $FAILPOINTS, a comma-separated list of
 // name=action, where action is:
 //
-//	kill   the process SIGKILLs itself: a crash with no cleanup at all
-//	error  the request fails there with an error
+//	kill       the process SIGKILLs itself: a crash with no cleanup at all
+//	error      the request fails there with an error
+//	sleep:<d>  the request pauses there for duration d (such as 2s): a
+//	           window for another fault, such as a database failover,
+//	           to land at that seam
 //
 // Only binaries built with -tags failpoints read it, so a production
 // binary cannot be made to crash by its environment.
@@ -27,15 +31,30 @@ func FromEnv() Func {
 		return nil
 	}
 	actions := map[string]string{}
+	pauses := map[string]time.Duration{}
 	for _, item := range strings.Split(spec, ",") {
 		name, action, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if d, isSleep := strings.CutPrefix(action, "sleep:"); ok && isSleep {
+			pause, err := time.ParseDuration(d)
+			if err != nil || pause <= 0 {
+				panic(fmt.Sprintf("FAILPOINTS: %q: sleep needs a positive duration", item))
+			}
+			actions[name], pauses[name] = "sleep", pause
+			continue
+		}
 		if !ok || (action != "kill" && action != "error") {
-			panic(fmt.Sprintf("FAILPOINTS: %q is not name=kill or name=error", item))
+			panic(fmt.Sprintf("FAILPOINTS: %q is not name=kill, name=error or name=sleep:<duration>", item))
 		}
 		actions[name] = action
 	}
-	return func(_ context.Context, name string) error {
+	return func(ctx context.Context, name string) error {
 		switch actions[name] {
+		case "sleep":
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(pauses[name]):
+			}
 		case "kill":
 			fmt.Fprintf(os.Stderr, "failpoint %s: killing process\n", name)
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

@@ -34,7 +34,7 @@ import (
 )
 
 // Steps are the run's steps in the order they run.
-var Steps = []string{"limit", "new", "instances", "replay", "hiding", "scale", "enqueuer", "completer", "reaper"}
+var Steps = []string{"limit", "new", "instances", "pooler", "replay", "hiding", "scale", "enqueuer", "completer", "reaper"}
 
 // DefaultPort is the bench cluster's port, next to the project cluster's
 // 54329 so that both can run at once.
@@ -141,7 +141,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := r.setup(ctx); err != nil {
 		return nil, err
 	}
-	for i, step := range []func(context.Context) error{r.stepLimit, r.stepNew, r.stepInstances, r.stepReplay,
+	for i, step := range []func(context.Context) error{r.stepLimit, r.stepNew, r.stepInstances, r.stepPooler, r.stepReplay,
 		r.stepHiding, r.stepScale, r.stepEnqueuer, r.stepCompleter, r.stepReaper} {
 		if len(cfg.Only) == 0 || slices.Contains(cfg.Only, Steps[i]) {
 			r.logf("step %s", Steps[i])

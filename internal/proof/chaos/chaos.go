@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/dev/localpg"
 	"github.com/rocketrides/rocketrides/internal/platform/project"
+	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
 	"github.com/rocketrides/rocketrides/internal/testkit/invariant"
 )
@@ -51,6 +53,20 @@ type Config struct {
 	DrainTimeout time.Duration
 	// Progress receives a line per event as the soak runs; nil discards.
 	Progress io.Writer
+
+	// Failover runs the soak against a replicated pair (a primary and a
+	// streaming standby) and, in place of the Postgres restarts, crashes
+	// the primary, promotes the standby and rebuilds a new standby, the
+	// failover drill (failover.go).
+	Failover bool
+	// AsyncReplication makes the pair's standby asynchronous, and lets
+	// the api and the completer start against it
+	// (DATABASE_ALLOW_ASYNC_REPLICATION). Only with Failover.
+	AsyncReplication bool
+	// Pooler puts PgBouncer in transaction mode between Postgres and the
+	// api instances and completers. The enqueuers (LISTEN) and the worker
+	// (River's listener) connect directly, as they must.
+	Pooler bool
 }
 
 // The soak's settings for the processes.
@@ -85,8 +101,17 @@ func Run(ctx context.Context, cfg Config) (summary Summary, err error) {
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
+	switch {
+	case cfg.AsyncReplication && !cfg.Failover:
+		return Summary{}, errors.New("chaos: asynchronous replication needs the failover drill")
+	case cfg.Pooler && cfg.Failover:
+		// PgBouncer 1.18 takes one host per database: following a
+		// failover would mean rewriting its configuration.
+		return Summary{}, errors.New("chaos: the pooler fronts one host; run it without the failover drill")
+	}
 	s := &soak{cfg: cfg, start: time.Now(), traffic: newTraffic(), faults: newFaults()}
-	s.summary = Summary{Duration: cfg.Duration, Clients: cfg.Clients, Seed: cfg.Seed}
+	s.summary = Summary{Duration: cfg.Duration, Clients: cfg.Clients, Seed: cfg.Seed,
+		Failover: cfg.Failover, AsyncReplication: cfg.AsyncReplication, Pooler: cfg.Pooler}
 	defer func() {
 		s.collect()
 		s.teardown()
@@ -116,7 +141,10 @@ type soak struct {
 	root       string
 	dir        string // .data/chaos-<ts>: cluster, logs, mail
 	cluster    *localpg.Cluster
+	pair       *localpg.Replicated // with Config.Failover, in place of cluster
+	pooler     *localpg.Pooler
 	dbURL      string
+	pooledURL  string // the api's and the completers' DATABASE_URL
 	pool       *pgxpool.Pool
 	fleet      *fleet.Fleet
 	stripe     *fleet.Process
@@ -144,25 +172,10 @@ func (s *soak) setUp(ctx context.Context) error {
 	}
 	s.summary.Dir = s.dir
 
-	port, err := fleet.FreePort()
-	if err != nil {
-		return err
-	}
-	s.progress("starting a scratch Postgres cluster in %s", s.dir)
-	// The cluster is torn down even when Ensure fails half way.
-	c, err := localpg.New(localpg.Options{DataDir: filepath.Join(s.dir, "postgres"), Port: port})
-	if err != nil {
-		return err
-	}
-	s.cluster = &c
-	if err := c.Start(ctx); err != nil {
-		return err
-	}
 	dbName := "rocketrides_chaos_" + ts
-	if err := c.CreateDatabase(ctx, dbName); err != nil {
+	if err := s.startDatabase(ctx, dbName); err != nil {
 		return err
 	}
-	s.dbURL = c.DatabaseURL(dbName)
 	s.summary.DatabaseURL = s.dbURL
 
 	s.progress("building the binaries")
@@ -191,8 +204,22 @@ func (s *soak) setUp(ctx context.Context) error {
 		return err
 	}
 
-	for range 3 {
-		api, err := s.fleet.Start(ctx, "api")
+	// The api instances and the completers reach Postgres through the
+	// pooler when there is one; with asynchronous replication they must
+	// be told that the loss it risks is accepted, or they refuse to start.
+	productEnv := []string{"DATABASE_URL=" + s.pooledURL}
+	if s.cfg.AsyncReplication {
+		productEnv = append(productEnv, "DATABASE_ALLOW_ASYNC_REPLICATION=true")
+	}
+	for i := range 3 {
+		env := productEnv
+		if s.cfg.Failover && i == 0 {
+			// One instance pauses every request between Stripe's answer
+			// and the phase that records the charge, so that the
+			// primary's crash finds charges in that window.
+			env = append(slices.Clone(env), "FAILPOINTS="+rides.FailAfterCharge+"=sleep:"+afterChargePause.String())
+		}
+		api, err := s.fleet.Start(ctx, "api", env...)
 		if err != nil {
 			return err
 		}
@@ -200,10 +227,10 @@ func (s *soak) setUp(ctx context.Context) error {
 	}
 	if s.fleet.Has("completer") {
 		for range 2 {
-			p, err := s.fleet.Start(ctx, "completer",
+			p, err := s.fleet.Start(ctx, "completer", append(slices.Clone(productEnv),
 				"COMPLETER_MIN_AGE="+completerMinAge.String(),
 				"COMPLETER_RETRY_INTERVAL="+completerRetryInterval.String(),
-				"COMPLETER_POLL_INTERVAL=500ms")
+				"COMPLETER_POLL_INTERVAL=500ms")...)
 			if err != nil {
 				return err
 			}
@@ -217,7 +244,10 @@ func (s *soak) setUp(ctx context.Context) error {
 			return err
 		}
 	}
-	if _, err := s.fleet.Start(ctx, "worker", "MAIL_DIR="+filepath.Join(s.dir, "mail")); err != nil {
+	// A failover leaves jobs running whose worker lost the database:
+	// rescued within seconds here, so that the drain sees them through.
+	if _, err := s.fleet.Start(ctx, "worker", "MAIL_DIR="+filepath.Join(s.dir, "mail"),
+		"WORKER_JOB_TIMEOUT=5s", "WORKER_RESCUE_STUCK_AFTER=10s"); err != nil {
 		return err
 	}
 
@@ -231,8 +261,8 @@ func (s *soak) setUp(ctx context.Context) error {
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return fmt.Errorf("open database pool: %w", err)
 	}
-	s.progress("running: 3 api, %d completers, 2 enqueuers, 1 worker, %d clients, seed %d",
-		len(s.completers), s.cfg.Clients, s.cfg.Seed)
+	s.progress("running: 3 api, %d completers, 2 enqueuers, 1 worker, %d clients, seed %d%s",
+		len(s.completers), s.cfg.Clients, s.cfg.Seed, s.summary.mode())
 	return nil
 }
 
@@ -275,7 +305,11 @@ func (s *soak) chaos(ctx context.Context) {
 	if s.cfg.Duration >= 45*time.Second {
 		restarts = append(restarts, s.cfg.Duration*3/4)
 	}
-	monkeys.Go(func() { newMonkey(3).restartPostgres(ctx, stopChaos, *s.cluster, time.Now(), restarts) })
+	if s.cfg.Failover {
+		monkeys.Go(func() { newMonkey(3).failOver(ctx, stopChaos, s.pair, s.traffic, time.Now(), restarts) })
+	} else {
+		monkeys.Go(func() { newMonkey(3).restartPostgres(ctx, stopChaos, *s.cluster, time.Now(), restarts) })
+	}
 	monkeys.Go(func() {
 		newMonkey(4).injectStripeFaults(ctx, stopChaos, s.stripe.URL, 1500*time.Millisecond, 4*time.Second)
 	})
@@ -320,6 +354,9 @@ func (s *soak) judge(ctx context.Context) error {
 		return err
 	}
 	s.summary.Report = report
+	if err := s.checkAcknowledged(ctx); err != nil {
+		return err
+	}
 	s.summary.Judged = true
 	return nil
 }
@@ -367,6 +404,7 @@ func (s *soak) collect() {
 	s.summary.APIKills = s.faults.apiKills
 	s.summary.CompleterKills = s.faults.completerKills
 	s.summary.PostgresRestarts = s.faults.pgRestarts
+	s.summary.Failovers = s.faults.failovers
 	s.summary.StripeFaults = s.faults.stripe
 	s.summary.StripeFaultRequests = s.faults.stripeRequests
 	s.summary.Problems = s.faults.problems
@@ -384,8 +422,14 @@ func (s *soak) teardown() {
 	if s.fleet != nil {
 		errs = append(errs, s.fleet.Stop(ctx))
 	}
+	if s.pooler != nil {
+		errs = append(errs, s.pooler.Stop(ctx))
+	}
 	if s.cluster != nil && !s.cfg.Keep {
 		errs = append(errs, s.cluster.Stop(ctx))
+	}
+	if s.pair != nil && !s.cfg.Keep {
+		errs = append(errs, s.pair.Stop(ctx))
 	}
 	if s.dir != "" && !s.cfg.Keep {
 		errs = append(errs, os.RemoveAll(s.dir))
@@ -395,6 +439,9 @@ func (s *soak) teardown() {
 	}
 	if s.cfg.Keep && s.cluster != nil {
 		s.summary.KeptCluster = *s.cluster
+	}
+	if s.cfg.Keep && s.pair != nil {
+		s.summary.KeptCluster = s.pair.Primary()
 	}
 }
 

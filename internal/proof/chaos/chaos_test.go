@@ -47,4 +47,51 @@ func TestSoak(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, leftovers)
 	})
+
+	// The failover drill, synchronous: the primary is SIGKILLed while
+	// replication is held back and charges wait between Stripe and the
+	// database; the standby is promoted and a new one built. Nothing a
+	// client was told may be lost, and no Stripe key may serve two
+	// requests.
+	t.Run("FailsOverWithoutLosingAcknowledgedKeys", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		summary, err := chaos.Run(ctx, chaos.Config{
+			Duration:     15 * time.Second,
+			Clients:      6,
+			Seed:         2,
+			DrainTimeout: time.Minute,
+			Progress:     t.Output(),
+			Failover:     true,
+		})
+		require.NoError(t, err)
+		t.Logf("\n%s", summary)
+		require.True(t, summary.OK(), "\n%s", summary)
+		require.NotEmpty(t, summary.Failovers)
+		require.Positive(t, summary.Acknowledged.Keys)
+		require.Zero(t, summary.Acknowledged.Missing)
+		require.Equal(t, summary.Report.KeysCreated, summary.Report.Charges, "one charge per ride")
+	})
+
+	// The soak through PgBouncer in transaction mode, Postgres restarted
+	// behind it.
+	t.Run("KeepsEveryPromiseThroughPgBouncer", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		summary, err := chaos.Run(ctx, chaos.Config{
+			Duration:     15 * time.Second,
+			Clients:      6,
+			Seed:         3,
+			DrainTimeout: time.Minute,
+			Progress:     t.Output(),
+			Pooler:       true,
+		})
+		require.NoError(t, err)
+		t.Logf("\n%s", summary)
+		require.True(t, summary.OK(), "\n%s", summary)
+		require.Positive(t, summary.PostgresRestarts)
+		require.Equal(t, summary.Report.KeysCreated, summary.Report.Charges, "one charge per ride")
+	})
 }

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -38,10 +39,53 @@ type traffic struct {
 	final     map[string]int // the answer each key ended with
 	abandoned int            // keys the client gave up on
 	odd       []string       // answers no correct server gives
+
+	// acknowledged holds every key whose client got a 2xx (or its final
+	// 402), with the charge the 201 named: the failover drill checks that
+	// each is still in the database and that no charge was handed to two
+	// keys.
+	acknowledged map[string]ack
+	// created are the times of the 201s, to time a failover.
+	created []time.Time
+}
+
+// ack is what a client was told about its key.
+type ack struct {
+	status   int
+	chargeID string
 }
 
 func newTraffic() *traffic {
-	return &traffic{answers: map[string]int{}, final: map[string]int{}}
+	return &traffic{answers: map[string]int{}, final: map[string]int{}, acknowledged: map[string]ack{}}
+}
+
+// acknowledge records a final answer the client received.
+func (tr *traffic) acknowledge(key string, status int, body []byte) {
+	var ride struct {
+		StripeChargeID *string `json:"stripe_charge_id"`
+	}
+	a := ack{status: status}
+	if status == http.StatusCreated && json.Unmarshal(body, &ride) == nil && ride.StripeChargeID != nil {
+		a.chargeID = *ride.StripeChargeID
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.acknowledged[key] = a
+	if status == http.StatusCreated {
+		tr.created = append(tr.created, time.Now())
+	}
+}
+
+// firstCreatedAfter is the time of the first 201 after t, or zero.
+func (tr *traffic) firstCreatedAfter(t time.Time) time.Time {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, c := range tr.created {
+		if c.After(t) {
+			return c
+		}
+	}
+	return time.Time{}
 }
 
 func (tr *traffic) record(answer string) {
@@ -100,7 +144,7 @@ func (r *rider) run(ctx context.Context, stop <-chan struct{}) {
 // retried with the same key, against any instance.
 func (r *rider) ride(ctx context.Context, token, key string) {
 	for attempt := 1; ; attempt++ {
-		status, replayed, err := r.post(ctx, r.apis[r.rng.IntN(len(r.apis))], token, key)
+		status, replayed, body, err := r.post(ctx, r.apis[r.rng.IntN(len(r.apis))], token, key)
 		answer := strconv.Itoa(status)
 		if err != nil {
 			answer = networkErrKind
@@ -116,6 +160,7 @@ func (r *rider) ride(ctx context.Context, token, key string) {
 		case ctx.Err() != nil:
 			return
 		case err == nil && (status == http.StatusCreated || status == http.StatusPaymentRequired):
+			r.traffic.acknowledge(key, status, body)
 			r.traffic.finish(answer, false, "")
 			return
 		case err == nil && status != http.StatusConflict && status < 500,
@@ -137,24 +182,25 @@ func (r *rider) ride(ctx context.Context, token, key string) {
 	}
 }
 
-func (r *rider) post(ctx context.Context, baseURL, token, key string) (status int, replayed bool, err error) {
+func (r *rider) post(ctx context.Context, baseURL, token, key string) (status int, replayed bool, body []byte, err error) {
 	ctx, cancel := context.WithTimeout(ctx, clientTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/rides", strings.NewReader(rideParams))
 	if err != nil {
-		return 0, false, err
+		return 0, false, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Idempotency-Key", key)
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	resp, err := r.http.Do(req)
 	if err != nil {
-		return 0, false, err
+		return 0, false, nil, err
 	}
 	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+	body, err = io.ReadAll(resp.Body)
+	if err != nil {
 		// The api died mid-answer: as good as no answer.
-		return 0, false, fmt.Errorf("read answer: %w", err)
+		return 0, false, nil, fmt.Errorf("read answer: %w", err)
 	}
-	return resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", nil
+	return resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", body, nil
 }

@@ -31,6 +31,7 @@ type faults struct {
 	apiKills       int
 	completerKills int
 	pgRestarts     int
+	failovers      []failover
 	stripe         map[string]int // injections by kind
 	stripeRequests map[string]int // charge requests targeted, by kind
 	problems       []string       // a monkey that failed: the soak is void

@@ -18,6 +18,8 @@ type Summary struct {
 	Duration time.Duration
 	Clients  int
 	Seed     int64
+	// Failover, AsyncReplication and Pooler are the Config's.
+	Failover, AsyncReplication, Pooler bool
 
 	// Requests counts every POST /rides sent, retries included; Answers
 	// counts them by status ("201", "201 replayed", "409", "503", ...,
@@ -38,6 +40,11 @@ type Summary struct {
 	APIKills         int
 	CompleterKills   int
 	PostgresRestarts int
+	// Failovers are the drill's failovers, as timed (Config.Failover).
+	Failovers []failover
+	// Acknowledged is what became of the keys whose clients got their
+	// final answer.
+	Acknowledged Acknowledged
 	// StripeFaults counts the injections by kind (FaultFailNext, ...),
 	// StripeFaultRequests the charge requests they targeted.
 	StripeFaults        map[string]int
@@ -64,10 +71,56 @@ type Summary struct {
 	KeptCluster localpg.Cluster
 }
 
+// Acknowledged compares what the clients were told with what is left.
+type Acknowledged struct {
+	// Keys whose client got a 201 or 402.
+	Keys int
+	// Missing are those the database no longer has: a failover lost
+	// them after the client was told.
+	Missing int
+	// ChargesSharedByKeys counts charges a 201 named for two or more
+	// keys: one Stripe idempotency key used for two requests, Stripe
+	// replaying the first one's charge to the second.
+	ChargesSharedByKeys int
+	// StripeKeyMismatches counts charges Stripe refused because their
+	// idempotency key had been used with other parameters: the same
+	// reuse, with a different ride or customer.
+	StripeKeyMismatches int
+	// Examples of each, for the summary.
+	Examples []string
+}
+
+// OK reports whether every promise held.
+func (a Acknowledged) OK() bool {
+	return a.Missing == 0 && a.ChargesSharedByKeys == 0 && a.StripeKeyMismatches == 0
+}
+
 // OK reports whether the soak ran as intended and every promise held.
 func (s Summary) OK() bool {
-	return s.Judged && s.Report.OK() && !s.ReconcilerFailed && len(s.Problems) == 0 && len(s.OddAnswers) == 0 &&
-		s.PostgresRestarts > 0 && s.Report.Keys > 0
+	return s.Judged && s.Report.OK() && s.Acknowledged.OK() && !s.ReconcilerFailed && len(s.Problems) == 0 &&
+		len(s.OddAnswers) == 0 && s.databaseFaulted() && s.Report.Keys > 0
+}
+
+// databaseFaulted reports whether the database went away at least once:
+// a restart, or with the drill a failover.
+func (s Summary) databaseFaulted() bool {
+	if s.Failover {
+		return len(s.Failovers) > 0
+	}
+	return s.PostgresRestarts > 0
+}
+
+// mode names what the soak ran against, beyond one Postgres.
+func (s Summary) mode() string {
+	switch {
+	case s.Failover && s.AsyncReplication:
+		return ", failover drill, asynchronous replication"
+	case s.Failover:
+		return ", failover drill, synchronous replication"
+	case s.Pooler:
+		return ", through PgBouncer (transaction mode)"
+	}
+	return ""
 }
 
 // String is the summary as cmd/chaos prints it.
@@ -76,12 +129,20 @@ func (s Summary) String() string {
 	line := func(name, format string, args ...any) {
 		fmt.Fprintf(&b, "  %-26s %s\n", name, fmt.Sprintf(format, args...))
 	}
-	fmt.Fprintf(&b, "chaos soak: %s, %d clients, seed %d\n", s.Duration, s.Clients, s.Seed)
+	fmt.Fprintf(&b, "chaos soak: %s, %d clients, seed %d%s\n", s.Duration, s.Clients, s.Seed, s.mode())
 	line("requests sent", "%d (%s)", s.Requests, counts(s.Answers))
 	line("keys", "%d (final answers: %s; given up by clients: %d)", s.Keys, counts(s.KeyOutcomes), s.KeysGivenUp)
 	line("api kills (SIGKILL)", "%d", s.APIKills)
 	line("completer kills (SIGKILL)", "%d", s.CompleterKills)
-	line("postgres restarts", "%d", s.PostgresRestarts)
+	if s.Failover {
+		line("failovers", "%d", len(s.Failovers))
+		for i, f := range s.Failovers {
+			line(fmt.Sprintf("  failover %d", i+1), "replication stalled %s; primary killed -> promoted %s, -> first 201 %s; new standby in %s",
+				f.stalled.Round(time.Millisecond), f.promoted.Round(time.Millisecond), f.firstOK.Round(time.Millisecond), f.rebuilt.Round(time.Millisecond))
+		}
+	} else {
+		line("postgres restarts", "%d", s.PostgresRestarts)
+	}
 	var faults []string
 	for _, kind := range []string{FaultFailNext, FaultDropAfterCommit, FaultLatency} {
 		if kind == FaultLatency {
@@ -102,8 +163,8 @@ func (s Summary) String() string {
 	for _, p := range s.Problems {
 		fmt.Fprintf(&b, "  problem: %s\n", p)
 	}
-	if s.Judged && s.PostgresRestarts == 0 {
-		b.WriteString("  problem: Postgres was never restarted\n")
+	if s.Judged && !s.databaseFaulted() {
+		b.WriteString("  problem: Postgres was never restarted or failed over\n")
 	}
 	if s.KeptCluster.DataDir != "" {
 		stop := filepath.Join(s.KeptCluster.BinDir, "pg_ctl") + " -D " + s.KeptCluster.DataDir + " stop"
@@ -139,6 +200,14 @@ func (s Summary) writeJudgement(b *strings.Builder, line func(name, format strin
 		reconciler = "not run (no cmd/reconciler)"
 	}
 	line("reconciler", "%s", reconciler)
+	a := s.Acknowledged
+	line("acknowledged keys", "%d (their clients got a 201 or 402)", a.Keys)
+	line("acknowledged keys missing", "%d%s", a.Missing, mustBeZero(a.Missing))
+	line("charges named to two keys", "%d%s", a.ChargesSharedByKeys, mustBeZero(a.ChargesSharedByKeys))
+	line("stripe key reused, refused", "%d%s", a.StripeKeyMismatches, mustBeZero(a.StripeKeyMismatches))
+	for _, e := range a.Examples {
+		fmt.Fprintf(b, "    - %s\n", e)
+	}
 	line("invariant violations", "%d%s", len(r.Violations), mustBeZero(len(r.Violations)))
 	for _, v := range r.Violations[:min(len(r.Violations), 20)] {
 		fmt.Fprintf(b, "    - %s\n", v)

@@ -120,7 +120,8 @@ func TestFleet(t *testing.T) {
 		b := setup(t)
 		_, err := b.fleet.Run(ctx, "localpg", nil, "no-such-command")
 		require.ErrorContains(t, err, "exit status 2")
-		require.ErrorContains(t, err, "usage: go run ./cmd/localpg")
+		require.ErrorContains(t, err, "last lines of")
+		require.ErrorContains(t, err, "pooler stop", "the tail of localpg's usage")
 	})
 
 	t.Run("RefusesUnknownCommand", func(t *testing.T) {

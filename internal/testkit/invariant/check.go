@@ -180,7 +180,7 @@ func (st *state) check(opts Options) Report {
 	}
 
 	succeeded := map[string]charge{}
-	byRequest := map[string][]charge{} // by metadata idempotency_key_id, else ride_id
+	byRequest := map[string][]charge{} // by metadata idempotency_key_identity, else idempotency_key_id, else ride_id
 	byKey := map[int64][]charge{}
 	for _, c := range st.charges {
 		if !c.Succeeded {
@@ -189,6 +189,16 @@ func (st *state) check(opts Options) Report {
 		}
 		r.Charges++
 		succeeded[c.ID] = c
+		// An id can name two requests once a failover has lost one of
+		// them; the identity names one. A charge whose identity is not
+		// its key's is the lost request's: no ride accounts for it.
+		if id, err := strconv.ParseInt(c.KeyID, 10, 64); err == nil && c.Identity != "" && keys[id] != nil &&
+			(keys[id].Identity == nil || *keys[id].Identity != c.Identity) {
+			r.ChargesWithoutRide++
+			r.add(ChargeWithoutRide, "charge %s names key %d, but its key identity %s is another request's (ride_id=%q)",
+				c.ID, id, c.Identity, c.RideID)
+			continue
+		}
 		request := "key " + c.KeyID
 		if c.KeyID == "" {
 			request = "ride " + c.RideID

@@ -113,6 +113,7 @@ type charge struct {
 	Status    string
 	RideID    string // metadata ride_id
 	KeyID     string // metadata idempotency_key_id
+	Identity  string // metadata idempotency_key_identity, on keys that have one
 	Customer  string
 	Succeeded bool
 }
@@ -133,6 +134,7 @@ func listCharges(ctx context.Context, sc *client.API, customer string, pageSize 
 			Status:    string(c.Status),
 			RideID:    c.Metadata["ride_id"],
 			KeyID:     c.Metadata["idempotency_key_id"],
+			Identity:  c.Metadata["idempotency_key_identity"],
 			Customer:  customer,
 			Succeeded: c.Status == stripe.ChargeStatusSucceeded,
 		}
@@ -154,6 +156,7 @@ type key struct {
 	ResponseCode    *int               `db:"response_code"`
 	ResponseBody    []byte             `db:"response_body"`
 	AttentionReason *string            `db:"attention_reason"`
+	Identity        *string            `db:"identity"`
 }
 
 // ride is a row of rides.
@@ -197,7 +200,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Duration) (*
 	if st.keys, err = collect[key](ctx, tx, `
 		SELECT id, user_id, recovery_point, locked_at IS NOT NULL AS locked,
 		       coalesce(locked_at > now() - make_interval(secs => $1), false) AS lock_live,
-		       response_code, response_body, attention_reason
+		       response_code, response_body, attention_reason, identity::text AS identity
 		FROM idempotency_keys ORDER BY id`, lockTimeout.Seconds()); err != nil {
 		return nil, fmt.Errorf("read idempotency keys: %w", err)
 	}

@@ -1,0 +1,417 @@
+package localpg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/project"
+)
+
+// ReplicatedOptions configure a replicated pair. The zero value is the
+// project's pair: synchronous, under .data/replicated, on the ports after
+// LOCALPG_PORT.
+type ReplicatedOptions struct {
+	// Dir holds the nodes' data directories, node-a and node-b, and the
+	// file that says which of them is the primary. Default:
+	// .data/replicated in the project root.
+	Dir string
+	// Ports of node-a and node-b on 127.0.0.1. Default: LOCALPG_PORT+1 and
+	// LOCALPG_PORT+2 (DefaultPort+1 and +2 without it).
+	Ports [2]int
+	// Async makes the standby asynchronous: the primary acknowledges a
+	// commit before the standby has it, so a failover loses the commits
+	// still in flight. Default: synchronous (synchronous_standby_names =
+	// '*', synchronous_commit = on), where a commit returns only once the
+	// standby has flushed it.
+	Async bool
+	// BinDir and User as in Options.
+	BinDir string
+	User   string
+}
+
+// Replicated is a primary and a streaming standby, each a Cluster of its
+// own, for the failover drill and for trying a failover by hand. Which
+// node is the primary is kept in a file next to them, so that a promote
+// survives the process that made it.
+type Replicated struct {
+	// Nodes are node-a and node-b.
+	Nodes [2]Cluster
+	// Async is the replication mode the nodes are configured with.
+	Async bool
+
+	dir      string
+	lockFile string
+}
+
+// primaryFile names the node (a or b) that is the primary.
+const primaryFile = "primary"
+
+// NewReplicated resolves opts into a pair without starting anything.
+func NewReplicated(opts ReplicatedOptions) (*Replicated, error) {
+	dir := opts.Dir
+	if dir == "" {
+		root, err := project.Root()
+		if err != nil {
+			return nil, fmt.Errorf("%w; set ReplicatedOptions.Dir", err)
+		}
+		dir = filepath.Join(root, ".data", "replicated")
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", dir, err)
+	}
+	ports := opts.Ports
+	if ports[0] == 0 || ports[1] == 0 {
+		base, err := basePort()
+		if err != nil {
+			return nil, err
+		}
+		ports = [2]int{base + 1, base + 2}
+	}
+	r := &Replicated{Async: opts.Async, dir: dir, lockFile: filepath.Join(dir, "replicated.lock")}
+	for i, name := range []string{"node-a", "node-b"} {
+		c, err := New(Options{DataDir: filepath.Join(dir, name), Port: ports[i], BinDir: opts.BinDir, User: opts.User})
+		if err != nil {
+			return nil, err
+		}
+		c.extraConf = replicationConf(opts.Async)
+		r.Nodes[i] = c
+	}
+	return r, nil
+}
+
+// basePort is $LOCALPG_PORT, else DefaultPort: the pair and the pooler
+// take the ports just above the project's cluster.
+func basePort() (int, error) {
+	var env config.Env
+	port := env.Int("LOCALPG_PORT", DefaultPort)
+	if err := env.Err(); err != nil {
+		return 0, err
+	}
+	if port > 65535-3 {
+		return 0, fmt.Errorf("LOCALPG_PORT=%d: must leave room for the three ports above it", port)
+	}
+	return port, nil
+}
+
+// replicationConf is what both nodes carry, so that either can be the
+// primary. wal_keep_size lets a standby stalled for a while catch up
+// without a rebuild.
+func replicationConf(async bool) string {
+	names := "'*'"
+	comment := "# Synchronous: a commit returns once a standby has flushed it, so a\n# failover loses nothing that was acknowledged.\n"
+	if async {
+		names = "''"
+		comment = "# Asynchronous: a commit returns before any standby has it; a failover\n# loses the commits still in flight.\n"
+	}
+	return `# A node of a replicated pair (localpg.Replicated).
+wal_level = replica
+max_wal_senders = 10
+hot_standby = on
+wal_keep_size = '256MB'
+` + comment + "synchronous_standby_names = " + names + "\nsynchronous_commit = on\n"
+}
+
+// EnsureReplicated starts the pair described by opts (see Start).
+func EnsureReplicated(ctx context.Context, opts ReplicatedOptions) (*Replicated, error) {
+	r, err := NewReplicated(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Start(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Start initialises and starts the primary, then builds the standby from
+// it with pg_basebackup unless it exists, and starts it. A node that is
+// not the primary and is not a standby either (the old primary after a
+// failover) is rebuilt.
+func (r *Replicated) Start(ctx context.Context) error {
+	unlock, err := r.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	primary, standby := r.roles()
+	if err := primary.Start(ctx); err != nil {
+		return fmt.Errorf("start primary: %w", err)
+	}
+	if _, err := os.Stat(filepath.Join(standby.DataDir, "standby.signal")); err != nil {
+		return r.rebuild(ctx)
+	}
+	if err := standby.Start(ctx); err != nil {
+		return fmt.Errorf("start standby: %w", err)
+	}
+	return waitStreaming(ctx, primary, r.Async)
+}
+
+// Primary is the node that takes writes (once started).
+func (r *Replicated) Primary() Cluster {
+	primary, _ := r.roles()
+	return primary
+}
+
+// Standby is the node that follows the primary.
+func (r *Replicated) Standby() Cluster {
+	_, standby := r.roles()
+	return standby
+}
+
+func (r *Replicated) roles() (primary, standby Cluster) {
+	b, err := os.ReadFile(filepath.Join(r.dir, primaryFile))
+	if err == nil && strings.TrimSpace(string(b)) == "b" {
+		return r.Nodes[1], r.Nodes[0]
+	}
+	return r.Nodes[0], r.Nodes[1]
+}
+
+// DatabaseURL is a multi-host URL of database name listing both nodes
+// with target_session_attrs=read-write: libpq and pgx try each host and
+// keep the one that takes writes, so a client reaches whichever node is
+// the primary, before and after a failover, without being reconfigured.
+func (r *Replicated) DatabaseURL(name string) string {
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.User(Superuser),
+		Host:     fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d", r.Nodes[0].Port, r.Nodes[1].Port),
+		Path:     "/" + name,
+		RawQuery: "sslmode=disable&target_session_attrs=read-write",
+	}
+	return u.String()
+}
+
+// CreateDatabase creates database name on the primary; the standby gets
+// it through replication.
+func (r *Replicated) CreateDatabase(ctx context.Context, name string) error {
+	return r.Primary().CreateDatabase(ctx, name)
+}
+
+// Promote makes the standby the primary (pg_ctl promote) and records it.
+// The old primary is expected to be dead: two primaries would each take
+// writes the other never sees. Call Rebuild afterwards to get a standby
+// again; until then a synchronous primary's commits wait for one.
+func (r *Replicated) Promote(ctx context.Context) error {
+	unlock, err := r.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	primary, standby := r.roles()
+	if running, err := primary.Running(ctx); err == nil && running {
+		return fmt.Errorf("primary in %s is still running: stop or crash it before promoting the standby", primary.DataDir)
+	}
+	if _, err := standby.pgCtl(ctx, "promote", "-w", "-t", strconv.Itoa(int(startTimeout.Seconds()))); err != nil {
+		return fmt.Errorf("promote standby in %s: %w%s", standby.DataDir, err, standby.logTail())
+	}
+	name := "a"
+	if standby.DataDir == r.Nodes[1].DataDir {
+		name = "b"
+	}
+	if err := os.WriteFile(filepath.Join(r.dir, primaryFile), []byte(name+"\n"), 0o644); err != nil {
+		return fmt.Errorf("record the new primary: %w", err)
+	}
+	return nil
+}
+
+// Rebuild throws the standby node's data away and copies it afresh from
+// the primary with pg_basebackup, then starts it as a standby: how the
+// old primary rejoins after a failover, so that a drill can fail over
+// again.
+func (r *Replicated) Rebuild(ctx context.Context) error {
+	unlock, err := r.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return r.rebuild(ctx)
+}
+
+func (r *Replicated) rebuild(ctx context.Context) error {
+	primary, standby := r.roles()
+	if err := standby.Crash(); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(standby.DataDir); err != nil {
+		return fmt.Errorf("remove old standby data in %s: %w", standby.DataDir, err)
+	}
+	if err := standby.prepare(); err != nil {
+		return err
+	}
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=%s application_name=standby", primary.Port, Superuser)
+	if _, err := standby.run(ctx, "pg_basebackup", "-D", standby.DataDir, "-d", conninfo,
+		"-X", "stream", "-c", "fast", "-R"); err != nil {
+		return fmt.Errorf("copy the primary into %s: %w", standby.DataDir, err)
+	}
+	if err := standby.Start(ctx); err != nil {
+		return fmt.Errorf("start standby: %w", err)
+	}
+	return waitStreaming(ctx, primary, r.Async)
+}
+
+// waitStreaming waits until a standby streams from primary: until then a
+// synchronous primary's commits wait, and an asynchronous one has nobody
+// to fail over to.
+func waitStreaming(ctx context.Context, primary Cluster, async bool) error {
+	// A synchronous standby shows as such a moment after it streams.
+	query := "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')"
+	if async {
+		query = "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"
+	}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		var n int
+		conn, err := connect(ctx, primary.URL())
+		if err == nil {
+			err = conn.QueryRow(ctx, query).Scan(&n)
+			_ = conn.Close(ctx)
+		}
+		if err == nil && n > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no standby streams from %s after %s (last error: %v)", primary.DataDir, startTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops both nodes.
+func (r *Replicated) Stop(ctx context.Context) error {
+	return errors.Join(r.Nodes[0].Stop(ctx), r.Nodes[1].Stop(ctx))
+}
+
+// Dir is the directory that holds both nodes.
+func (r *Replicated) Dir() string { return r.dir }
+
+func (r *Replicated) lock(ctx context.Context) (func(), error) {
+	c := Cluster{lockFile: r.lockFile}
+	return c.lock(ctx)
+}
+
+// Crash SIGKILLs the server and every process it started, as a machine
+// that loses power would stop them: nothing is flushed or said goodbye
+// to. Crashing a cluster that is not running is not an error.
+func (c Cluster) Crash() error {
+	pid, err := c.postmasterPID()
+	if err != nil || pid == 0 {
+		return err
+	}
+	// Children first, found while they are still the postmaster's: once
+	// it is gone they belong to init.
+	children := childPIDs(pid)
+	for _, p := range append(children, pid) {
+		if err := syscall.Kill(p, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("kill postgres process %d: %w", p, err)
+		}
+	}
+	// Wait for the postmaster to go, so that the port is free for
+	// whatever starts next.
+	for range 100 {
+		if syscall.Kill(pid, 0) != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// StallReplication stops the primary's WAL senders with SIGSTOP until
+// resume sends SIGCONT: replication falls behind (asynchronous) or the
+// primary's commits wait (synchronous). The senders, not the standby's
+// receiver, because WAL already sent would wait in the receiver's socket
+// buffer and survive the primary's crash.
+func (c Cluster) StallReplication() (resume func() error, err error) {
+	pid, err := c.postmasterPID()
+	if err != nil {
+		return nil, err
+	}
+	var stopped []int
+	resume = func() error {
+		var errs []error
+		for _, p := range stopped {
+			if err := syscall.Kill(p, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
+				errs = append(errs, fmt.Errorf("resume walsender %d: %w", p, err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	for _, child := range childPIDs(pid) {
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", child))
+		if err != nil || !strings.Contains(string(cmdline), "walsender") {
+			continue
+		}
+		if err := syscall.Kill(child, syscall.SIGSTOP); err != nil {
+			return nil, errors.Join(fmt.Errorf("stop walsender %d: %w", child, err), resume())
+		}
+		stopped = append(stopped, child)
+	}
+	if len(stopped) == 0 {
+		return nil, fmt.Errorf("no walsender process under postgres %d in %s", pid, c.DataDir)
+	}
+	return resume, nil
+}
+
+// postmasterPID reads postmaster.pid; zero when the server is not running.
+func (c Cluster) postmasterPID() (int, error) {
+	b, err := os.ReadFile(filepath.Join(c.DataDir, "postmaster.pid"))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read postmaster.pid: %w", err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		return 0, fmt.Errorf("parse postmaster.pid: %w", err)
+	}
+	if syscall.Kill(pid, 0) != nil {
+		return 0, nil // a stale file
+	}
+	return pid, nil
+}
+
+// childPIDs lists the processes whose parent is pid, from /proc.
+func childPIDs(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var children []int
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces, so cut after
+		// its closing parenthesis.
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) >= 2 && fields[1] == strconv.Itoa(pid) {
+			children = append(children, p)
+		}
+	}
+	return children
+}
