@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -400,6 +401,33 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 // record in reaped_keys: see phaseOnce and retire.
 var errReapedPredecessor = errors.New("idempotency key has a reaped predecessor")
 
+// The SQLSTATEs idempotency_key_fence raises (migration 000006).
+const (
+	fenceLockLost          = "RR001" // ErrLockLost
+	fenceReapedPredecessor = "RR002" // errReapedPredecessor
+	phaseCheckFailed       = "RR003" // a check of Tx.QueueOne
+)
+
+// fenceError is err, a phase's failure, as the fence's finding when the
+// fence is what failed: the fence raises, so its error comes back first
+// and every statement after it, COMMIT included, was skipped.
+func (s *Store) fenceError(key *Key, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code {
+	case fenceLockLost:
+		s.metrics.Outcome(metrics.OutcomeLockLost)
+		return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
+	case fenceReapedPredecessor:
+		return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, errReapedPredecessor)
+	case phaseCheckFailed:
+		return fmt.Errorf("phase at %s for key %d: %s", key.RecoveryPoint, key.ID, pgErr.Message)
+	}
+	return err
+}
+
 // retire ends a request whose key turned out, at its first phase, to have
 // a reaped predecessor: the key was claimed in the instant the reaper
 // deleted the earlier one. Nothing has run under it, so it is deleted,
@@ -464,8 +492,11 @@ type Outcome struct {
 	foreignCall bool
 	// attention, when set, is why the key is set aside (see SetAside).
 	attention string
-	// created, when set, is what the request created (see Created).
-	created *int64
+	// created, when set, is what the request created (see Created);
+	// createdFrom, when set, the sequence its id came from (see
+	// CreatedLast).
+	created     *int64
+	createdFrom *string
 	// reopen clears a set-aside and releases the key (see Reopen).
 	reopen bool
 }
@@ -475,6 +506,16 @@ type Outcome struct {
 // back after the key was reaped is told where to look (ExpiredError).
 func (o Outcome) Created(id int64) Outcome {
 	o.created = &id
+	return o
+}
+
+// CreatedLast is Created for a resource the phase itself inserted: its id
+// is the value the phase's transaction drew last from sequence (the
+// resource table's id sequence, say rides_id_seq). The phase need not
+// wait for the insert's answer to name what it created, so it still goes
+// to Postgres in one round trip.
+func (o Outcome) CreatedLast(sequence string) Outcome {
+	o.createdFrom = &sequence
 	return o
 }
 
@@ -511,23 +552,31 @@ type PhaseFunc func(ctx context.Context, tx *Tx) (Outcome, error)
 // Tx is the transaction of one atomic phase, pipelined. Statements are
 // queued and go to Postgres together, in order, when the phase needs an
 // answer (Flush) and at commit, so a phase costs as few round trips as its
-// data dependencies allow: two for each phase of a ride, where a
+// data dependencies allow: one for each phase of a ride (BEGIN, the
+// fence, the writes, the new recovery point and COMMIT), where a
 // statement-at-a-time transaction costs four or five. Each statement's
 // result reaches the callback set on its QueuedQuery; the first error
 // aborts the phase and rolls it back.
 type Tx struct {
 	conn  *pgx.Conn
 	batch *pgx.Batch
-	// fenced is set once the fence's answer is in: the key still carries
-	// this request's lock token and recovery point, and this transaction
-	// holds its row lock until it ends.
-	fenced bool
 }
 
 // Queue adds a statement to the phase, to be sent with the next Flush or
 // with the COMMIT.
 func (tx *Tx) Queue(sql string, args ...any) *pgx.QueuedQuery {
 	return tx.batch.Queue(sql, args...)
+}
+
+// QueueOne queues a data-modifying statement (an INSERT, UPDATE or DELETE
+// without RETURNING) that must change exactly one row; otherwise the phase
+// fails, saying what. Postgres makes the check and aborts the transaction
+// (idempotency_key_phase_check): the statement's answer comes back with
+// COMMIT's, too late for a check made on it here to stop the commit.
+func (tx *Tx) QueueOne(what, sql string, args ...any) {
+	tx.batch.Queue(`WITH changed AS (`+sql+` RETURNING 1)
+		SELECT idempotency_key_phase_check(count(*) = 1, $`+strconv.Itoa(len(args)+1)+`) FROM changed`,
+		append(args, what)...)
 }
 
 // Flush sends the queued statements in one round trip and hands each
@@ -572,50 +621,25 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 	defer rollback(ctx, conn.Conn()) // a no-op once committed
 
 	tx := &Tx{conn: conn.Conn(), batch: &pgx.Batch{}}
-	// The fence goes out with the phase's first statements. Those run
-	// whatever its answer, inside the transaction; the answer decides
-	// whether it commits.
+	// The fence goes out with the phase's statements, and COMMIT right
+	// after them: the fence raises when the key no longer carries this
+	// request's lock token and recovery point (see fenceError), which
+	// aborts the transaction, so nothing queued after it can commit
+	// whatever its answer. A phase therefore costs one round trip unless
+	// fn needs an answer on the way (Flush).
 	//
 	// From started, the fence also makes sure the key has no reaped
 	// predecessor. A claim whose insert ran in the very instant the reaper
 	// deleted the key's earlier row (the insert waits for the deleted row
 	// and then proceeds, its guard having read reaped_keys before the
 	// reaper committed) is caught here, before its request does anything:
-	// this statement reads after the reaper's commit. Other phases skip
-	// the look-up (the subquery's condition on $3 is false).
+	// the fence reads after the reaper's commit.
 	tx.Queue(`BEGIN`)
-	tx.Queue(`
-		SELECT NOT EXISTS (
-			SELECT 1 FROM reaped_keys r
-			WHERE $3 = 'started' AND r.user_id = k.user_id AND r.idempotency_key = k.idempotency_key)
-		FROM idempotency_keys k
-		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
-		FOR UPDATE OF k`,
-		key.ID, key.lockToken(), key.RecoveryPoint,
-	).QueryRow(func(row pgx.Row) error {
-		var unreaped bool
-		if err := row.Scan(&unreaped); errors.Is(err, pgx.ErrNoRows) {
-			s.metrics.Outcome(metrics.OutcomeLockLost)
-			return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
-		} else if err != nil {
-			return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, err)
-		}
-		if !unreaped {
-			return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, errReapedPredecessor)
-		}
-		tx.fenced = true
-		return nil
-	})
+	tx.Queue(`SELECT idempotency_key_fence($1, $2, $3)`, key.ID, key.lockToken(), key.RecoveryPoint)
 
 	out, err := fn(ctx, tx)
 	if err != nil {
-		return err
-	}
-	// COMMIT is never sent before the fence has answered.
-	if !tx.fenced {
-		if err := tx.Flush(ctx); err != nil {
-			return err
-		}
+		return s.fenceError(key, err)
 	}
 
 	switch {
@@ -651,7 +675,7 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 			    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END,
 			    first_foreign_attempt_at = CASE WHEN $7 THEN coalesce(first_foreign_attempt_at, now())
 			                                    ELSE first_foreign_attempt_at END,
-			    resource_id    = coalesce($8, resource_id),
+			    resource_id    = coalesce($8, currval($10::text::regclass), resource_id),
 			    attention_reason = NULL
 			WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
 			RETURNING id, recovery_point, claims, response_body, first_foreign_attempt_at
@@ -660,6 +684,7 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 		)
 		SELECT response_body, first_foreign_attempt_at FROM k`,
 		key.ID, key.lockToken(), key.RecoveryPoint, out.next, code, body, out.foreignCall, out.created, s.actor,
+		out.createdFrom,
 	).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&stored, &firstForeignAttemptAt); err != nil {
 			return fmt.Errorf("advance key %d from %s to %s: %w", key.ID, key.RecoveryPoint, out.next, err)
@@ -667,7 +692,7 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 		return nil
 	})
 	if err := tx.commit(ctx); err != nil {
-		return fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
+		return s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err))
 	}
 
 	// Committed: only now may the in-memory key follow.
@@ -711,7 +736,7 @@ func (s *Store) commitSetAside(ctx context.Context, tx *Tx, key *Key, reason str
 		return nil
 	})
 	if err := tx.commit(ctx); err != nil {
-		return fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
+		return s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err))
 	}
 	s.metrics.Outcome(metrics.OutcomeNeedsAttention)
 	key.AttentionReason = &reason

@@ -208,7 +208,7 @@ func (s *Store) commitReopen(ctx context.Context, tx *Tx, key *Key) error {
 		return nil
 	})
 	if err := tx.commit(ctx); err != nil {
-		return fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
+		return s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err))
 	}
 	key.AttentionReason, key.UnknownOutcomes = nil, 0
 	key.LockedAt, key.LockToken = nil, nil

@@ -119,26 +119,25 @@ func (r *request) phase(ctx context.Context, fn idem.PhaseFunc, after string) er
 }
 
 // createRide is the atomic phase from started to ride_created: the ride
-// and its audit record.
-func (r *request) createRide(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
-	ride, err := insertRide(ctx, tx, r.key.ID, r.user.ID, r.params)
-	if err != nil {
-		return idem.Outcome{}, err
-	}
+// and its audit record, sent with the phase's fence and COMMIT in one
+// round trip (the record and the key take the ride's id from its
+// sequence, inside the transaction).
+func (r *request) createRide(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+	// Read only once the phase commits (the next arm).
+	insertRide(tx, r.key.ID, r.user.ID, r.params, func(ride *Ride) { r.ride = ride })
 	if err := audit.Insert(tx, audit.Record{
-		Action:       audit.ActionRideCreated,
-		Data:         r.params,
-		OriginIP:     r.key.OriginIP,
-		ResourceID:   ride.ID,
-		ResourceType: "ride",
-		UserID:       r.user.ID,
+		Action:           audit.ActionRideCreated,
+		Data:             r.params,
+		OriginIP:         r.key.OriginIP,
+		ResourceSequence: rideSequence,
+		ResourceType:     "ride",
+		UserID:           r.user.ID,
 	}); err != nil {
 		return idem.Outcome{}, err
 	}
-	r.ride = ride // read only once the phase commits (the next arm)
 	// The key names its ride, so that its record still does once the key
 	// is reaped (a late retry is told which ride it made).
-	return idem.AdvanceToForeignCall(RideCreated).Created(ride.ID), nil
+	return idem.AdvanceToForeignCall(RideCreated).CreatedLast(rideSequence), nil
 }
 
 // charge is the foreign state mutation: it charges the ride at Stripe and
