@@ -596,8 +596,12 @@ func (tx *Tx) Flush(ctx context.Context) error {
 // phase again, a bounded number of times.
 func (s *Store) Phase(ctx context.Context, key *Key, fn PhaseFunc) error {
 	defer s.metrics.PhaseDone(string(key.RecoveryPoint), time.Now())
-	var err error
-	for attempt := 1; attempt <= s.phaseAttempts; attempt++ {
+	return s.retryPhase(ctx, key, fn, 1, nil)
+}
+
+// retryPhase runs fn from attempt on; err is the previous attempt's.
+func (s *Store) retryPhase(ctx context.Context, key *Key, fn PhaseFunc, attempt int, err error) error {
+	for ; attempt <= s.phaseAttempts; attempt++ {
 		err = s.phaseOnce(ctx, key, fn)
 		if errors.Is(err, errReapedPredecessor) {
 			return s.retire(ctx, key)
@@ -621,34 +625,181 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 	defer rollback(ctx, conn.Conn()) // a no-op once committed
 
 	tx := &Tx{conn: conn.Conn(), batch: &pgx.Batch{}}
-	// The fence goes out with the phase's statements, and COMMIT right
-	// after them: the fence raises when the key no longer carries this
-	// request's lock token and recovery point (see fenceError), which
-	// aborts the transaction, so nothing queued after it can commit
-	// whatever its answer. A phase therefore costs one round trip unless
-	// fn needs an answer on the way (Flush).
-	//
-	// From started, the fence also makes sure the key has no reaped
-	// predecessor. A claim whose insert ran in the very instant the reaper
-	// deleted the key's earlier row (the insert waits for the deleted row
-	// and then proceeds, its guard having read reaped_keys before the
-	// reaper committed) is caught here, before its request does anything:
-	// the fence reads after the reaper's commit.
-	tx.Queue(`BEGIN`)
-	tx.Queue(`SELECT idempotency_key_fence($1, $2, $3)`, key.ID, key.lockToken(), key.RecoveryPoint)
-
-	out, err := fn(ctx, tx)
+	q, err := s.queuePhase(ctx, tx, key, key.RecoveryPoint, fn)
 	if err != nil {
 		return s.fenceError(key, err)
 	}
+	if err := tx.Flush(ctx); err != nil {
+		return s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err))
+	}
+	q.settle()
+	return nil
+}
 
+// PhaseThen runs first and then second as two atomic phases of key, each
+// in its own transaction with its own COMMIT, both sent to Postgres in one
+// pipeline: no foreign state mutation separates them, so the second need
+// not wait for the first's answer. Every recovery point is still committed
+// on its own. Should the second fail, the first stays committed and the
+// key at the recovery point it reached, which is where a retry resumes.
+// (A pipeline stops at its first error, so a first that fails sends no
+// second.) If first finishes the key, sets it aside or reopens it, second
+// does not run.
+//
+// between, if not nil, runs once first is queued, before anything is sent:
+// should it fail, first goes alone and PhaseThen returns between's error
+// once first has committed. It is where a seam between the two commits
+// goes (package rides); a process that dies in it sends neither.
+//
+// A phase Postgres aborts for a concurrent transaction is run again as
+// Phase runs it, one phase at a time; the pipelined try counts as its
+// first attempt.
+func (s *Store) PhaseThen(ctx context.Context, key *Key, first PhaseFunc, between func(context.Context) error, second PhaseFunc) error {
+	start, from := time.Now(), key.RecoveryPoint
+	q, q2, err := s.phasesOnce(ctx, key, first, between, second)
+	switch {
+	case q == nil || !q.committed:
+		if errors.Is(err, errReapedPredecessor) {
+			return s.retire(ctx, key)
+		}
+		if !db.IsRetryable(err) {
+			return err
+		}
+		err = s.retryPhase(ctx, key, first, 2, err)
+		s.metrics.PhaseDone(string(from), start)
+		if err != nil {
+			return err
+		}
+		if key.LockToken == nil || key.AttentionReason != nil {
+			return nil // finished, set aside or reopened: nothing follows
+		}
+		if between != nil {
+			if err := between(ctx); err != nil {
+				return err
+			}
+		}
+		return s.Phase(ctx, key, second)
+	case err != nil && db.IsRetryable(err):
+		s.metrics.PhaseDone(string(from), start)
+		defer s.metrics.PhaseDone(string(key.RecoveryPoint), start)
+		return s.retryPhase(ctx, key, second, 2, err)
+	case err != nil:
+		s.metrics.PhaseDone(string(from), start)
+		return err
+	}
+	s.metrics.PhaseDone(string(from), start)
+	if q2 != nil {
+		s.metrics.PhaseDone(string(q.next), start)
+	}
+	return nil
+}
+
+// phasesOnce sends first and second in one pipeline (see PhaseThen). It
+// returns the phases it queued, nil for one it did not, with the error of
+// whichever failed.
+func (s *Store) phasesOnce(ctx context.Context, key *Key, first PhaseFunc, between func(context.Context) error, second PhaseFunc) (q1, q2 *queuedPhase, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
+	}
+	defer conn.Release()
+	defer rollback(ctx, conn.Conn()) // a no-op once committed
+
+	tx := &Tx{conn: conn.Conn(), batch: &pgx.Batch{}}
+	q1, err = s.queuePhase(ctx, tx, key, key.RecoveryPoint, first)
+	if err != nil {
+		return nil, nil, s.fenceError(key, err)
+	}
+	var stopped error // between's error, or second's own before it was sent
+	if q1.locked {
+		if between != nil {
+			stopped = between(ctx)
+		}
+		if stopped == nil {
+			// The second's BEGIN follows the first's COMMIT: every
+			// transaction in the pipeline is explicit, since a statement
+			// sent before a BEGIN in the same implicit block would be
+			// folded into the BEGIN's transaction.
+			q2, stopped = s.queuePhase(ctx, tx, key, q1.next, second)
+		}
+	}
+	// A second whose own code failed may have queued part of its
+	// transaction; it goes out without its COMMIT and is rolled back.
+	err = tx.Flush(ctx)
+	if !q1.committed {
+		return q1, nil, s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, cmp.Or(err, stopped)))
+	}
+	q1.settle()
+	switch {
+	case stopped != nil:
+		return q1, nil, s.fenceError(key, stopped)
+	case err != nil:
+		return q1, nil, s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err))
+	case q2 != nil:
+		q2.settle()
+	}
+	return q1, q2, nil
+}
+
+// queuedPhase is an atomic phase queued on a Tx, COMMIT included.
+type queuedPhase struct {
+	// next is the recovery point the phase moves the key to; locked says
+	// whether this request still holds the key after it (an intermediate
+	// recovery point, not finished, not set aside or reopened).
+	next   RecoveryPoint
+	locked bool
+	// committed is set when COMMIT has answered COMMIT.
+	committed bool
+	// settle makes the in-memory key follow; only once committed.
+	settle func()
+}
+
+// queuePhase queues, on tx, the atomic phase fn of key from recovery point
+// from: BEGIN, the fence, fn's statements, the statement that records the
+// outcome on the key, and COMMIT. Nothing is sent but what fn flushes.
+//
+// The fence goes out with the phase's statements, and COMMIT right after
+// them: the fence raises when the key no longer carries this request's
+// lock token and recovery point (see fenceError), which aborts the
+// transaction, so nothing queued after it can commit whatever its answer.
+// A phase therefore costs one round trip unless fn needs an answer on the
+// way (Flush).
+//
+// From started, the fence also makes sure the key has no reaped
+// predecessor. A claim whose insert ran in the very instant the reaper
+// deleted the key's earlier row (the insert waits for the deleted row and
+// then proceeds, its guard having read reaped_keys before the reaper
+// committed) is caught here, before its request does anything: the fence
+// reads after the reaper's commit.
+func (s *Store) queuePhase(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, fn PhaseFunc) (*queuedPhase, error) {
+	tx.Queue(`BEGIN`)
+	tx.Queue(`SELECT idempotency_key_fence($1, $2, $3)`, key.ID, key.lockToken(), from)
+	out, err := fn(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	var q *queuedPhase
 	switch {
 	case out.attention != "":
-		return s.commitSetAside(ctx, tx, key, out.attention)
+		q = s.queueSetAside(ctx, tx, key, from, out.attention)
 	case out.reopen:
-		return s.commitReopen(ctx, tx, key)
+		q = s.queueReopen(ctx, tx, key, from)
+	default:
+		q = s.queueAdvance(ctx, tx, key, from, out)
 	}
+	tx.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			return pgx.ErrTxCommitRollback
+		}
+		q.committed = true
+		return nil
+	})
+	return q, nil
+}
 
+// queueAdvance records out on key: its next recovery point, or its
+// response.
+func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, out Outcome) *queuedPhase {
 	var code *int
 	var body []byte
 	if out.next == Finished {
@@ -683,37 +834,34 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 			`+insertStep+` SELECT id, 'reached', recovery_point, $9, claims, NULL FROM k
 		)
 		SELECT response_body, first_foreign_attempt_at FROM k`,
-		key.ID, key.lockToken(), key.RecoveryPoint, out.next, code, body, out.foreignCall, out.created, s.actor,
+		key.ID, key.lockToken(), from, out.next, code, body, out.foreignCall, out.created, s.actor,
 		out.createdFrom,
 	).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&stored, &firstForeignAttemptAt); err != nil {
-			return fmt.Errorf("advance key %d from %s to %s: %w", key.ID, key.RecoveryPoint, out.next, err)
+			return fmt.Errorf("advance key %d from %s to %s: %w", key.ID, from, out.next, err)
 		}
 		return nil
 	})
-	if err := tx.commit(ctx); err != nil {
-		return s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err))
-	}
-
-	// Committed: only now may the in-memory key follow.
-	key.RecoveryPoint = out.next
-	key.AttentionReason = nil
-	key.FirstForeignAttemptAt = firstForeignAttemptAt
-	if out.next == Finished {
-		code := out.response.Code
-		// The stored body is what Postgres gives back (JSONB's own
-		// rendering), so this first response and every replay are the
-		// same bytes.
-		key.ResponseCode, key.ResponseBody = &code, stored
-		key.LockedAt, key.LockToken = nil, nil
-	}
-	annotate(ctx, key)
-	return nil
+	return &queuedPhase{next: out.next, locked: out.next != Finished, settle: func() {
+		// Committed: only now may the in-memory key follow.
+		key.RecoveryPoint = out.next
+		key.AttentionReason = nil
+		key.FirstForeignAttemptAt = firstForeignAttemptAt
+		if out.next == Finished {
+			code := out.response.Code
+			// The stored body is what Postgres gives back (JSONB's own
+			// rendering), so this first response and every replay are
+			// the same bytes.
+			key.ResponseCode, key.ResponseBody = &code, stored
+			key.LockedAt, key.LockToken = nil, nil
+		}
+		annotate(ctx, key)
+	}}
 }
 
-// commitSetAside ends a phase that sets key aside (see SetAside): the
-// flag, under the fence's row lock, then COMMIT.
-func (s *Store) commitSetAside(ctx context.Context, tx *Tx, key *Key, reason string) error {
+// queueSetAside ends a phase that sets key aside (see SetAside): the flag,
+// under the fence's row lock.
+func (s *Store) queueSetAside(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, reason string) *queuedPhase {
 	tx.Queue(`
 		WITH k AS (
 			UPDATE idempotency_keys
@@ -724,25 +872,23 @@ func (s *Store) commitSetAside(ctx context.Context, tx *Tx, key *Key, reason str
 			`+insertStep+` SELECT id, 'set_aside', recovery_point, $5, claims, $4 FROM k
 		)
 		SELECT count(*) FROM k`,
-		key.ID, key.lockToken(), key.RecoveryPoint, reason, s.actor,
+		key.ID, key.lockToken(), from, reason, s.actor,
 	).QueryRow(func(row pgx.Row) error {
 		var n int
 		if err := row.Scan(&n); err != nil {
-			return fmt.Errorf("set key %d aside at %s: %w", key.ID, key.RecoveryPoint, err)
+			return fmt.Errorf("set key %d aside at %s: %w", key.ID, from, err)
 		}
 		if n != 1 {
-			return fmt.Errorf("set key %d aside at %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
+			return fmt.Errorf("set key %d aside at %s: %w", key.ID, from, ErrLockLost)
 		}
 		return nil
 	})
-	if err := tx.commit(ctx); err != nil {
-		return s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err))
-	}
-	s.metrics.Outcome(metrics.OutcomeNeedsAttention)
-	key.AttentionReason = &reason
-	key.LockedAt, key.LockToken = nil, nil
-	annotate(ctx, key)
-	return nil
+	return &queuedPhase{next: from, settle: func() {
+		s.metrics.Outcome(metrics.OutcomeNeedsAttention)
+		key.AttentionReason = &reason
+		key.LockedAt, key.LockToken = nil, nil
+		annotate(ctx, key)
+	}}
 }
 
 // commit queues COMMIT and sends what is queued. A transaction that

@@ -28,7 +28,7 @@ const (
 	FailBeforeCharge       = "before_charge"        // charge, before Stripe is asked
 	FailAfterCharge        = "after_charge"         // charge: Stripe answered; the charge is not recorded yet
 	FailInRecordCharge     = "in_record_charge"     // recordCharge, inside its transaction
-	FailAfterChargeCreated = "after_charge_created" // charge or adoptForgottenCharge, after recordCharge
+	FailAfterChargeCreated = "after_charge_created" // charge or adoptForgottenCharge, after recordCharge (in charge, between its commit and stageReceipt's, one pipeline: when it fails only recordCharge is sent)
 	FailAfterFinished      = "after_finished"       // run or charge, after the phase that stores the response
 	FailBeforeResponse     = "before_response"      // Handler.create, before the response is written
 )
@@ -118,6 +118,17 @@ func (r *request) phase(ctx context.Context, fn idem.PhaseFunc, after string) er
 	return r.fail.At(ctx, after)
 }
 
+// phases runs first and then second as two atomic phases of the request's
+// key sent in one pipeline (idem.PhaseThen). The seam between fires between
+// their commits: when it fails, only first is sent. The seam after fires
+// once second has committed.
+func (r *request) phases(ctx context.Context, first idem.PhaseFunc, between string, second idem.PhaseFunc, after string) error {
+	if err := r.keys.PhaseThen(ctx, r.key, first, func(ctx context.Context) error { return r.fail.At(ctx, between) }, second); err != nil {
+		return err
+	}
+	return r.fail.At(ctx, after)
+}
+
 // createRide is the atomic phase from started to ride_created: the ride
 // and its audit record, sent with the phase's fence and COMMIT in one
 // round trip (the record and the key take the ride's id from its
@@ -199,7 +210,10 @@ func (r *request) charge(ctx context.Context) error {
 	if err := r.fail.At(ctx, FailAfterCharge); err != nil {
 		return err
 	}
-	return r.phase(ctx, r.recordCharge(chargeID), FailAfterChargeCreated)
+	// No foreign call separates recording the charge from finishing the
+	// request: the two phases go out in one pipeline, each still its own
+	// transaction (tx -> charge_created, tx -> finished).
+	return r.phases(ctx, r.recordCharge(chargeID), FailAfterChargeCreated, r.stageReceipt, FailAfterFinished)
 }
 
 // loadRide reads the ride of a request that resumes at ride_created.
