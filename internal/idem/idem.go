@@ -401,7 +401,7 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 // record in reaped_keys: see phaseOnce and retire.
 var errReapedPredecessor = errors.New("idempotency key has a reaped predecessor")
 
-// The SQLSTATEs idempotency_key_fence raises (migration 000006).
+// The SQLSTATEs idempotency_key_fence raises (migration 000007).
 const (
 	fenceLockLost          = "RR001" // ErrLockLost
 	fenceReapedPredecessor = "RR002" // errReapedPredecessor
