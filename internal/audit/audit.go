@@ -25,6 +25,13 @@ type Record struct {
 	ResourceID   int64
 	ResourceType string
 	UserID       int64
+
+	// ResourceSequence, set instead of ResourceID, names the sequence
+	// that gave the resource its id earlier in the same transaction: the
+	// record takes the value the transaction drew last from it (currval),
+	// so the insert of the resource and its record go out together,
+	// without waiting for the resource's id.
+	ResourceSequence string
 }
 
 // Queuer takes statements to send later, pipelined with others: an
@@ -40,10 +47,14 @@ func Insert(q Queuer, r Record) error {
 	if err != nil {
 		return fmt.Errorf("encode audit data for %s %d: %w", r.ResourceType, r.ResourceID, err)
 	}
+	var resourceID, sequence any = r.ResourceID, nil // nil: NULL
+	if r.ResourceSequence != "" {
+		resourceID, sequence = nil, r.ResourceSequence
+	}
 	q.Queue(`
 		INSERT INTO audit_records (action, data, origin_ip, resource_id, resource_type, user_id)
-		VALUES ($1, $2, $3, $4, $5, $6)`,
-		r.Action, data, r.OriginIP, r.ResourceID, r.ResourceType, r.UserID)
+		VALUES ($1, $2, $3, coalesce($4::bigint, currval($7::text::regclass)), $5, $6)`,
+		r.Action, data, r.OriginIP, resourceID, r.ResourceType, r.UserID, sequence)
 	return nil
 }
 

@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -408,6 +409,33 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 // record in reaped_keys: see phaseOnce and retire.
 var errReapedPredecessor = errors.New("idempotency key has a reaped predecessor")
 
+// The SQLSTATEs idempotency_key_fence raises (migration 000007).
+const (
+	fenceLockLost          = "RR001" // ErrLockLost
+	fenceReapedPredecessor = "RR002" // errReapedPredecessor
+	phaseCheckFailed       = "RR003" // a check of Tx.QueueOne
+)
+
+// fenceError is err, a phase's failure, as the fence's finding when the
+// fence is what failed: the fence raises, so its error comes back first
+// and every statement after it, COMMIT included, was skipped.
+func (s *Store) fenceError(key *Key, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code {
+	case fenceLockLost:
+		s.metrics.Outcome(metrics.OutcomeLockLost)
+		return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
+	case fenceReapedPredecessor:
+		return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, errReapedPredecessor)
+	case phaseCheckFailed:
+		return fmt.Errorf("phase at %s for key %d: %s", key.RecoveryPoint, key.ID, pgErr.Message)
+	}
+	return err
+}
+
 // retire ends a request whose key turned out, at its first phase, to have
 // a reaped predecessor: the key was claimed in the instant the reaper
 // deleted the earlier one. Nothing has run under it, so it is deleted,
@@ -472,8 +500,11 @@ type Outcome struct {
 	foreignCall bool
 	// attention, when set, is why the key is set aside (see SetAside).
 	attention string
-	// created, when set, is what the request created (see Created).
-	created *int64
+	// created, when set, is what the request created (see Created);
+	// createdFrom, when set, the sequence its id came from (see
+	// CreatedLast).
+	created     *int64
+	createdFrom *string
 	// reopen clears a set-aside and releases the key (see Reopen).
 	reopen bool
 }
@@ -483,6 +514,16 @@ type Outcome struct {
 // back after the key was reaped is told where to look (ExpiredError).
 func (o Outcome) Created(id int64) Outcome {
 	o.created = &id
+	return o
+}
+
+// CreatedLast is Created for a resource the phase itself inserted: its id
+// is the value the phase's transaction drew last from sequence (the
+// resource table's id sequence, say rides_id_seq). The phase need not
+// wait for the insert's answer to name what it created, so it still goes
+// to Postgres in one round trip.
+func (o Outcome) CreatedLast(sequence string) Outcome {
+	o.createdFrom = &sequence
 	return o
 }
 
@@ -519,23 +560,31 @@ type PhaseFunc func(ctx context.Context, tx *Tx) (Outcome, error)
 // Tx is the transaction of one atomic phase, pipelined. Statements are
 // queued and go to Postgres together, in order, when the phase needs an
 // answer (Flush) and at commit, so a phase costs as few round trips as its
-// data dependencies allow: two for each phase of a ride, where a
+// data dependencies allow: one for each phase of a ride (BEGIN, the
+// fence, the writes, the new recovery point and COMMIT), where a
 // statement-at-a-time transaction costs four or five. Each statement's
 // result reaches the callback set on its QueuedQuery; the first error
 // aborts the phase and rolls it back.
 type Tx struct {
 	conn  *pgx.Conn
 	batch *pgx.Batch
-	// fenced is set once the fence's answer is in: the key still carries
-	// this request's lock token and recovery point, and this transaction
-	// holds its row lock until it ends.
-	fenced bool
 }
 
 // Queue adds a statement to the phase, to be sent with the next Flush or
 // with the COMMIT.
 func (tx *Tx) Queue(sql string, args ...any) *pgx.QueuedQuery {
 	return tx.batch.Queue(sql, args...)
+}
+
+// QueueOne queues a data-modifying statement (an INSERT, UPDATE or DELETE
+// without RETURNING) that must change exactly one row; otherwise the phase
+// fails, saying what. Postgres makes the check and aborts the transaction
+// (idempotency_key_phase_check): the statement's answer comes back with
+// COMMIT's, too late for a check made on it here to stop the commit.
+func (tx *Tx) QueueOne(what, sql string, args ...any) {
+	tx.batch.Queue(`WITH changed AS (`+sql+` RETURNING 1)
+		SELECT idempotency_key_phase_check(count(*) = 1, $`+strconv.Itoa(len(args)+1)+`) FROM changed`,
+		append(args, what)...)
 }
 
 // Flush sends the queued statements in one round trip and hands each
@@ -555,8 +604,12 @@ func (tx *Tx) Flush(ctx context.Context) error {
 // phase again, a bounded number of times.
 func (s *Store) Phase(ctx context.Context, key *Key, fn PhaseFunc) error {
 	defer s.metrics.PhaseDone(string(key.RecoveryPoint), time.Now())
-	var err error
-	for attempt := 1; attempt <= s.phaseAttempts; attempt++ {
+	return s.retryPhase(ctx, key, fn, 1, nil)
+}
+
+// retryPhase runs fn from attempt on; err is the previous attempt's.
+func (s *Store) retryPhase(ctx context.Context, key *Key, fn PhaseFunc, attempt int, err error) error {
+	for ; attempt <= s.phaseAttempts; attempt++ {
 		err = s.phaseOnce(ctx, key, fn)
 		if errors.Is(err, errReapedPredecessor) {
 			return s.retire(ctx, key)
@@ -580,59 +633,181 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 	defer rollback(ctx, conn.Conn()) // a no-op once committed
 
 	tx := &Tx{conn: conn.Conn(), batch: &pgx.Batch{}}
-	// The fence goes out with the phase's first statements. Those run
-	// whatever its answer, inside the transaction; the answer decides
-	// whether it commits.
-	//
-	// From started, the fence also makes sure the key has no reaped
-	// predecessor. A claim whose insert ran in the very instant the reaper
-	// deleted the key's earlier row (the insert waits for the deleted row
-	// and then proceeds, its guard having read reaped_keys before the
-	// reaper committed) is caught here, before its request does anything:
-	// this statement reads after the reaper's commit. Other phases skip
-	// the look-up (the subquery's condition on $3 is false).
-	tx.Queue(`BEGIN`)
-	tx.Queue(`
-		SELECT NOT EXISTS (
-			SELECT 1 FROM reaped_keys r
-			WHERE $3 = 'started' AND r.user_id = k.user_id AND r.idempotency_key = k.idempotency_key)
-		FROM idempotency_keys k
-		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
-		FOR UPDATE OF k`,
-		key.ID, key.lockToken(), key.RecoveryPoint,
-	).QueryRow(func(row pgx.Row) error {
-		var unreaped bool
-		if err := row.Scan(&unreaped); errors.Is(err, pgx.ErrNoRows) {
-			s.metrics.Outcome(metrics.OutcomeLockLost)
-			return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
-		} else if err != nil {
-			return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, err)
-		}
-		if !unreaped {
-			return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, errReapedPredecessor)
-		}
-		tx.fenced = true
-		return nil
-	})
-
-	out, err := fn(ctx, tx)
+	q, err := s.queuePhase(ctx, tx, key, key.RecoveryPoint, fn)
 	if err != nil {
-		return err
+		return s.fenceError(key, err)
 	}
-	// COMMIT is never sent before the fence has answered.
-	if !tx.fenced {
-		if err := tx.Flush(ctx); err != nil {
+	if err := tx.Flush(ctx); err != nil {
+		return s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err))
+	}
+	q.settle()
+	return nil
+}
+
+// PhaseThen runs first and then second as two atomic phases of key, each
+// in its own transaction with its own COMMIT, both sent to Postgres in one
+// pipeline: no foreign state mutation separates them, so the second need
+// not wait for the first's answer. Every recovery point is still committed
+// on its own. Should the second fail, the first stays committed and the
+// key at the recovery point it reached, which is where a retry resumes.
+// (A pipeline stops at its first error, so a first that fails sends no
+// second.) If first finishes the key, sets it aside or reopens it, second
+// does not run.
+//
+// between, if not nil, runs once first is queued, before anything is sent:
+// should it fail, first goes alone and PhaseThen returns between's error
+// once first has committed. It is where a seam between the two commits
+// goes (package rides); a process that dies in it sends neither.
+//
+// A phase Postgres aborts for a concurrent transaction is run again as
+// Phase runs it, one phase at a time; the pipelined try counts as its
+// first attempt.
+func (s *Store) PhaseThen(ctx context.Context, key *Key, first PhaseFunc, between func(context.Context) error, second PhaseFunc) error {
+	start, from := time.Now(), key.RecoveryPoint
+	q, q2, err := s.phasesOnce(ctx, key, first, between, second)
+	switch {
+	case q == nil || !q.committed:
+		if errors.Is(err, errReapedPredecessor) {
+			return s.retire(ctx, key)
+		}
+		if !db.IsRetryable(err) {
 			return err
 		}
+		err = s.retryPhase(ctx, key, first, 2, err)
+		s.metrics.PhaseDone(string(from), start)
+		if err != nil {
+			return err
+		}
+		if key.LockToken == nil || key.AttentionReason != nil {
+			return nil // finished, set aside or reopened: nothing follows
+		}
+		if between != nil {
+			if err := between(ctx); err != nil {
+				return err
+			}
+		}
+		return s.Phase(ctx, key, second)
+	case err != nil && db.IsRetryable(err):
+		s.metrics.PhaseDone(string(from), start)
+		defer s.metrics.PhaseDone(string(key.RecoveryPoint), start)
+		return s.retryPhase(ctx, key, second, 2, err)
+	case err != nil:
+		s.metrics.PhaseDone(string(from), start)
+		return err
 	}
+	s.metrics.PhaseDone(string(from), start)
+	if q2 != nil {
+		s.metrics.PhaseDone(string(q.next), start)
+	}
+	return nil
+}
 
+// phasesOnce sends first and second in one pipeline (see PhaseThen). It
+// returns the phases it queued, nil for one it did not, with the error of
+// whichever failed.
+func (s *Store) phasesOnce(ctx context.Context, key *Key, first PhaseFunc, between func(context.Context) error, second PhaseFunc) (q1, q2 *queuedPhase, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
+	}
+	defer conn.Release()
+	defer rollback(ctx, conn.Conn()) // a no-op once committed
+
+	tx := &Tx{conn: conn.Conn(), batch: &pgx.Batch{}}
+	q1, err = s.queuePhase(ctx, tx, key, key.RecoveryPoint, first)
+	if err != nil {
+		return nil, nil, s.fenceError(key, err)
+	}
+	var stopped error // between's error, or second's own before it was sent
+	if q1.locked {
+		if between != nil {
+			stopped = between(ctx)
+		}
+		if stopped == nil {
+			// The second's BEGIN follows the first's COMMIT: every
+			// transaction in the pipeline is explicit, since a statement
+			// sent before a BEGIN in the same implicit block would be
+			// folded into the BEGIN's transaction.
+			q2, stopped = s.queuePhase(ctx, tx, key, q1.next, second)
+		}
+	}
+	// A second whose own code failed may have queued part of its
+	// transaction; it goes out without its COMMIT and is rolled back.
+	err = tx.Flush(ctx)
+	if !q1.committed {
+		return q1, nil, s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, cmp.Or(err, stopped)))
+	}
+	q1.settle()
+	switch {
+	case stopped != nil:
+		return q1, nil, s.fenceError(key, stopped)
+	case err != nil:
+		return q1, nil, s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err))
+	case q2 != nil:
+		q2.settle()
+	}
+	return q1, q2, nil
+}
+
+// queuedPhase is an atomic phase queued on a Tx, COMMIT included.
+type queuedPhase struct {
+	// next is the recovery point the phase moves the key to; locked says
+	// whether this request still holds the key after it (an intermediate
+	// recovery point, not finished, not set aside or reopened).
+	next   RecoveryPoint
+	locked bool
+	// committed is set when COMMIT has answered COMMIT.
+	committed bool
+	// settle makes the in-memory key follow; only once committed.
+	settle func()
+}
+
+// queuePhase queues, on tx, the atomic phase fn of key from recovery point
+// from: BEGIN, the fence, fn's statements, the statement that records the
+// outcome on the key, and COMMIT. Nothing is sent but what fn flushes.
+//
+// The fence goes out with the phase's statements, and COMMIT right after
+// them: the fence raises when the key no longer carries this request's
+// lock token and recovery point (see fenceError), which aborts the
+// transaction, so nothing queued after it can commit whatever its answer.
+// A phase therefore costs one round trip unless fn needs an answer on the
+// way (Flush).
+//
+// From started, the fence also makes sure the key has no reaped
+// predecessor. A claim whose insert ran in the very instant the reaper
+// deleted the key's earlier row (the insert waits for the deleted row and
+// then proceeds, its guard having read reaped_keys before the reaper
+// committed) is caught here, before its request does anything: the fence
+// reads after the reaper's commit.
+func (s *Store) queuePhase(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, fn PhaseFunc) (*queuedPhase, error) {
+	tx.Queue(`BEGIN`)
+	tx.Queue(`SELECT idempotency_key_fence($1, $2, $3)`, key.ID, key.lockToken(), from)
+	out, err := fn(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	var q *queuedPhase
 	switch {
 	case out.attention != "":
-		return s.commitSetAside(ctx, tx, key, out.attention)
+		q = s.queueSetAside(ctx, tx, key, from, out.attention)
 	case out.reopen:
-		return s.commitReopen(ctx, tx, key)
+		q = s.queueReopen(ctx, tx, key, from)
+	default:
+		q = s.queueAdvance(ctx, tx, key, from, out)
 	}
+	tx.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			return pgx.ErrTxCommitRollback
+		}
+		q.committed = true
+		return nil
+	})
+	return q, nil
+}
 
+// queueAdvance records out on key: its next recovery point, or its
+// response.
+func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, out Outcome) *queuedPhase {
 	var code *int
 	var body []byte
 	if out.next == Finished {
@@ -659,7 +834,7 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 			    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END,
 			    first_foreign_attempt_at = CASE WHEN $7 THEN coalesce(first_foreign_attempt_at, now())
 			                                    ELSE first_foreign_attempt_at END,
-			    resource_id    = coalesce($8, resource_id),
+			    resource_id    = coalesce($8, currval($10::text::regclass), resource_id),
 			    attention_reason = NULL
 			WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
 			RETURNING id, recovery_point, claims, response_body, first_foreign_attempt_at
@@ -667,36 +842,34 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 			`+insertStep+` SELECT id, 'reached', recovery_point, $9, claims, NULL FROM k
 		)
 		SELECT response_body, first_foreign_attempt_at FROM k`,
-		key.ID, key.lockToken(), key.RecoveryPoint, out.next, code, body, out.foreignCall, out.created, s.actor,
+		key.ID, key.lockToken(), from, out.next, code, body, out.foreignCall, out.created, s.actor,
+		out.createdFrom,
 	).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&stored, &firstForeignAttemptAt); err != nil {
-			return fmt.Errorf("advance key %d from %s to %s: %w", key.ID, key.RecoveryPoint, out.next, err)
+			return fmt.Errorf("advance key %d from %s to %s: %w", key.ID, from, out.next, err)
 		}
 		return nil
 	})
-	if err := tx.commit(ctx); err != nil {
-		return fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
-	}
-
-	// Committed: only now may the in-memory key follow.
-	key.RecoveryPoint = out.next
-	key.AttentionReason = nil
-	key.FirstForeignAttemptAt = firstForeignAttemptAt
-	if out.next == Finished {
-		code := out.response.Code
-		// The stored body is what Postgres gives back (JSONB's own
-		// rendering), so this first response and every replay are the
-		// same bytes.
-		key.ResponseCode, key.ResponseBody = &code, stored
-		key.LockedAt, key.LockToken = nil, nil
-	}
-	annotate(ctx, key)
-	return nil
+	return &queuedPhase{next: out.next, locked: out.next != Finished, settle: func() {
+		// Committed: only now may the in-memory key follow.
+		key.RecoveryPoint = out.next
+		key.AttentionReason = nil
+		key.FirstForeignAttemptAt = firstForeignAttemptAt
+		if out.next == Finished {
+			code := out.response.Code
+			// The stored body is what Postgres gives back (JSONB's own
+			// rendering), so this first response and every replay are
+			// the same bytes.
+			key.ResponseCode, key.ResponseBody = &code, stored
+			key.LockedAt, key.LockToken = nil, nil
+		}
+		annotate(ctx, key)
+	}}
 }
 
-// commitSetAside ends a phase that sets key aside (see SetAside): the
-// flag, under the fence's row lock, then COMMIT.
-func (s *Store) commitSetAside(ctx context.Context, tx *Tx, key *Key, reason string) error {
+// queueSetAside ends a phase that sets key aside (see SetAside): the flag,
+// under the fence's row lock.
+func (s *Store) queueSetAside(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, reason string) *queuedPhase {
 	tx.Queue(`
 		WITH k AS (
 			UPDATE idempotency_keys
@@ -707,25 +880,23 @@ func (s *Store) commitSetAside(ctx context.Context, tx *Tx, key *Key, reason str
 			`+insertStep+` SELECT id, 'set_aside', recovery_point, $5, claims, $4 FROM k
 		)
 		SELECT count(*) FROM k`,
-		key.ID, key.lockToken(), key.RecoveryPoint, reason, s.actor,
+		key.ID, key.lockToken(), from, reason, s.actor,
 	).QueryRow(func(row pgx.Row) error {
 		var n int
 		if err := row.Scan(&n); err != nil {
-			return fmt.Errorf("set key %d aside at %s: %w", key.ID, key.RecoveryPoint, err)
+			return fmt.Errorf("set key %d aside at %s: %w", key.ID, from, err)
 		}
 		if n != 1 {
-			return fmt.Errorf("set key %d aside at %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
+			return fmt.Errorf("set key %d aside at %s: %w", key.ID, from, ErrLockLost)
 		}
 		return nil
 	})
-	if err := tx.commit(ctx); err != nil {
-		return fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
-	}
-	s.metrics.Outcome(metrics.OutcomeNeedsAttention)
-	key.AttentionReason = &reason
-	key.LockedAt, key.LockToken = nil, nil
-	annotate(ctx, key)
-	return nil
+	return &queuedPhase{next: from, settle: func() {
+		s.metrics.Outcome(metrics.OutcomeNeedsAttention)
+		key.AttentionReason = &reason
+		key.LockedAt, key.LockToken = nil, nil
+		annotate(ctx, key)
+	}}
 }
 
 // commit queues COMMIT and sends what is queued. A transaction that

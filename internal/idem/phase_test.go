@@ -2,6 +2,7 @@ package idem_test
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -36,9 +37,9 @@ func (c *roundTrips) reset() { c.queries.Store(0); c.batches.Store(0) }
 func (c *roundTrips) total() int64 { return c.queries.Load() + c.batches.Load() }
 
 // TestPhaseRoundTrips pins what an atomic phase costs on the wire: the
-// fence goes out with the phase's first statements and COMMIT with its
-// last, so a phase is two round trips whether or not it needed an answer
-// in between.
+// fence raises rather than answers, so BEGIN, the fence, the phase's
+// writes, the new recovery point and COMMIT go out together, one round
+// trip; a phase that needs an answer on the way (Flush) pays one more.
 func TestPhaseRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -92,11 +93,14 @@ func TestPhaseRoundTrips(t *testing.T) {
 	run(claim("warm-up")) // prepares every statement once
 
 	key := claim("measured")
-	for _, phase := range []idem.PhaseFunc{writeOnly("halfway"), writeOnly("almost_done"), readThenWrite} {
+	for _, phase := range []struct {
+		fn    idem.PhaseFunc
+		trips int64
+	}{{writeOnly("halfway"), 1}, {writeOnly("almost_done"), 1}, {readThenWrite, 2}} {
 		from := key.RecoveryPoint
 		counter.reset()
-		require.NoError(t, store.Phase(ctx, key, phase))
-		require.Equal(t, int64(2), counter.total(), "round trips of the phase from %s", from)
+		require.NoError(t, store.Phase(ctx, key, phase.fn))
+		require.Equal(t, phase.trips, counter.total(), "round trips of the phase from %s", from)
 		require.Zero(t, counter.queries.Load(), "statements sent on their own")
 	}
 	require.Equal(t, idem.Finished, key.RecoveryPoint)
@@ -141,4 +145,81 @@ func TestClaimRoundTrips(t *testing.T) {
 	require.Equal(t, int64(1), counter.total(), "round trips of a new key's claim")
 
 	require.ErrorIs(t, claim("reaped"), idem.ErrKeyReused, "the guard holds: another request under a reaped key")
+}
+
+// TestPhaseThen pins two atomic phases with no foreign call between them:
+// one round trip, two commits, and a second that fails leaves the first
+// committed on its own.
+func TestPhaseThen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	counter := &roundTrips{}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	var userID int64
+	require.NoError(t, pool.QueryRow(ctx, `
+		INSERT INTO users (email, stripe_customer_id, api_token_hash)
+		VALUES ('then@example.com', 'cus_then', sha256('t')) RETURNING id`).Scan(&userID))
+	store, err := idem.New(&idem.Config{Pool: pool, LockTimeout: time.Minute})
+	require.NoError(t, err)
+	claim := func(key string) *idem.Key {
+		t.Helper()
+		k, _, err := store.Claim(ctx, idem.Request{UserID: userID, Key: key, Method: "POST", Path: "/rides",
+			Params: []byte(`{}`), OriginIP: netip.MustParseAddr("192.0.2.1")})
+		require.NoError(t, err)
+		return k
+	}
+	job := func(next idem.Outcome) idem.PhaseFunc {
+		return func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('then', '{}')`)
+			return next, nil
+		}
+	}
+	jobs := func() (n int) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM staged_jobs`).Scan(&n))
+		return n
+	}
+	points := func(key *idem.Key) []idem.RecoveryPoint {
+		steps, err := store.Steps(ctx, key.ID)
+		require.NoError(t, err)
+		var out []idem.RecoveryPoint
+		for _, s := range steps {
+			out = append(out, s.RecoveryPoint)
+		}
+		return out
+	}
+	require.NoError(t, store.PhaseThen(ctx, claim("warm-up"), job(idem.Advance("halfway")), nil,
+		job(idem.Respond(201, []byte(`{}`)))))
+
+	key := claim("measured")
+	counter.reset()
+	require.NoError(t, store.PhaseThen(ctx, key, job(idem.Advance("halfway")), nil, job(idem.Respond(201, []byte(`{}`)))))
+	require.Equal(t, int64(1), counter.total(), "round trips of the two phases")
+	require.Equal(t, idem.Finished, key.RecoveryPoint)
+	require.Equal(t, []idem.RecoveryPoint{idem.Started, "halfway", idem.Finished}, points(key), "a commit for each recovery point")
+
+	before := jobs()
+	key = claim("second-fails")
+	err = store.PhaseThen(ctx, key, job(idem.Advance("halfway")), nil, func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('then', '{}')`)
+		tx.QueueOne("no such job", `DELETE FROM staged_jobs WHERE job_name = 'none'`)
+		return idem.Respond(201, []byte(`{}`)), nil
+	})
+	require.ErrorContains(t, err, "no such job")
+	require.Equal(t, idem.RecoveryPoint("halfway"), key.RecoveryPoint, "the first committed on its own")
+	require.Equal(t, before+1, jobs(), "the second's writes rolled back")
+
+	key = claim("seam-fails")
+	err = store.PhaseThen(ctx, key, job(idem.Advance("halfway")),
+		func(context.Context) error { return errors.New("seam") }, job(idem.Respond(201, []byte(`{}`))))
+	require.ErrorContains(t, err, "seam")
+	require.Equal(t, idem.RecoveryPoint("halfway"), key.RecoveryPoint, "only the first was sent")
+	require.Equal(t, before+2, jobs())
 }

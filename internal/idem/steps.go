@@ -190,8 +190,8 @@ func (s *Store) Reopen(ctx context.Context, key *Key, fn func(ctx context.Contex
 	})
 }
 
-// commitReopen ends a phase that reopens key (see Reopen).
-func (s *Store) commitReopen(ctx context.Context, tx *Tx, key *Key) error {
+// queueReopen ends a phase that reopens key (see Reopen).
+func (s *Store) queueReopen(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint) *queuedPhase {
 	tx.Queue(`
 		WITH k AS (
 			UPDATE idempotency_keys
@@ -200,20 +200,18 @@ func (s *Store) commitReopen(ctx context.Context, tx *Tx, key *Key) error {
 			RETURNING id, recovery_point, claims
 		)
 		`+insertStep+` SELECT id, 'reopened', recovery_point, $4, claims, NULL FROM k`,
-		key.ID, key.lockToken(), key.RecoveryPoint, s.actor,
+		key.ID, key.lockToken(), from, s.actor,
 	).Exec(func(tag pgconn.CommandTag) error {
 		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("reopen key %d at %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
+			return fmt.Errorf("reopen key %d at %s: %w", key.ID, from, ErrLockLost)
 		}
 		return nil
 	})
-	if err := tx.commit(ctx); err != nil {
-		return fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
-	}
-	key.AttentionReason, key.UnknownOutcomes = nil, 0
-	key.LockedAt, key.LockToken = nil, nil
-	annotate(ctx, key)
-	return nil
+	return &queuedPhase{next: from, settle: func() {
+		key.AttentionReason, key.UnknownOutcomes = nil, 0
+		key.LockedAt, key.LockToken = nil, nil
+		annotate(ctx, key)
+	}}
 }
 
 // KeyByID returns key id; ErrKeyNotFound if there is none.

@@ -2,6 +2,7 @@ package rides_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"runtime"
 	"strings"
@@ -72,6 +73,54 @@ func TestCrashMatrix(t *testing.T) {
 					replay := b.PostRide(t, key, apitest.DefaultParams)
 					require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
 					require.Equal(t, string(resp.Body), string(replay.Body))
+				case "CompleterFinishes":
+					c, err := completer.New(&completer.Config{
+						Keys: b.Keys, Service: b.Service, MinAge: time.Nanosecond, RetryInterval: time.Nanosecond,
+					})
+					require.NoError(t, err)
+					_, failed, err := c.RunOnce(context.Background())
+					require.NoError(t, err)
+					require.Zero(t, failed)
+				}
+				requireInvariants(t, b, key)
+			})
+		}
+	}
+
+	// A seam between two atomic phases sent in one pipeline: a crash there
+	// (above) sends neither, a failure there sends only the first. The
+	// first's recovery point is then committed on its own, the key locked
+	// as a dead process would leave it, and the request recovers from it.
+	between := map[string]idem.RecoveryPoint{
+		rides.FailAfterChargeCreated: rides.ChargeCreated,
+	}
+	for seam, reached := range between {
+		for _, recovery := range []string{"ClientRetries", "CompleterFinishes"} {
+			t.Run(seam+"/FirstCommitsAlone/"+recovery, func(t *testing.T) {
+				t.Parallel()
+				b := apitest.New(t, apitest.Options{LockTimeout: lockTimeout})
+				key := apitest.NewKey()
+				var failed atomic.Bool
+				b.Fail(seam, func(context.Context) error {
+					if failed.Swap(true) {
+						return nil
+					}
+					return errors.New("injected failure between the commits")
+				})
+				resp := b.PostRide(t, key, apitest.DefaultParams)
+				require.Equal(t, http.StatusInternalServerError, resp.Status, "%s", resp.Body)
+				row := b.KeyRow(t, key)
+				require.Equal(t, reached, row.RecoveryPoint, "the first phase committed alone")
+				// Dead before it could unlock: the lock stays until stale.
+				_, err := b.Pool.Exec(context.Background(),
+					`UPDATE idempotency_keys SET locked_at = now(), lock_token = gen_random_uuid() WHERE id = $1`, row.ID)
+				require.NoError(t, err)
+				time.Sleep(lockTimeout + 50*time.Millisecond)
+
+				switch recovery {
+				case "ClientRetries":
+					resp := b.PostRide(t, key, apitest.DefaultParams)
+					require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
 				case "CompleterFinishes":
 					c, err := completer.New(&completer.Config{
 						Keys: b.Keys, Service: b.Service, MinAge: time.Nanosecond, RetryInterval: time.Nanosecond,

@@ -27,7 +27,7 @@ const (
 	FailBeforeCharge       = "before_charge"        // charge, before Stripe is asked
 	FailAfterCharge        = "after_charge"         // charge: Stripe answered; the charge is not recorded yet
 	FailInRecordCharge     = "in_record_charge"     // recordCharge, inside its transaction
-	FailAfterChargeCreated = "after_charge_created" // charge or adoptForgottenCharge, after recordCharge
+	FailAfterChargeCreated = "after_charge_created" // charge or adoptForgottenCharge, after recordCharge (in charge, between its commit and stageReceipt's, one pipeline: when it fails only recordCharge is sent)
 	FailAfterFinished      = "after_finished"       // run or charge, after the phase that stores the response
 	FailBeforeResponse     = "before_response"      // Handler.create, before the response is written
 )
@@ -117,27 +117,37 @@ func (r *request) phase(ctx context.Context, fn idem.PhaseFunc, after string) er
 	return r.fail.At(ctx, after)
 }
 
-// createRide is the atomic phase from started to ride_created: the ride
-// and its audit record.
-func (r *request) createRide(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
-	ride, err := insertRide(ctx, tx, r.key.ID, r.user.ID, r.params)
-	if err != nil {
-		return idem.Outcome{}, err
+// phases runs first and then second as two atomic phases of the request's
+// key sent in one pipeline (idem.PhaseThen). The seam between fires between
+// their commits: when it fails, only first is sent. The seam after fires
+// once second has committed.
+func (r *request) phases(ctx context.Context, first idem.PhaseFunc, between string, second idem.PhaseFunc, after string) error {
+	if err := r.keys.PhaseThen(ctx, r.key, first, func(ctx context.Context) error { return r.fail.At(ctx, between) }, second); err != nil {
+		return err
 	}
+	return r.fail.At(ctx, after)
+}
+
+// createRide is the atomic phase from started to ride_created: the ride
+// and its audit record, sent with the phase's fence and COMMIT in one
+// round trip (the record and the key take the ride's id from its
+// sequence, inside the transaction).
+func (r *request) createRide(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+	// Read only once the phase commits (the next arm).
+	insertRide(tx, r.key.ID, r.user.ID, r.params, func(ride *Ride) { r.ride = ride })
 	if err := audit.Insert(tx, audit.Record{
-		Action:       audit.ActionRideCreated,
-		Data:         r.params,
-		OriginIP:     r.key.OriginIP,
-		ResourceID:   ride.ID,
-		ResourceType: "ride",
-		UserID:       r.user.ID,
+		Action:           audit.ActionRideCreated,
+		Data:             r.params,
+		OriginIP:         r.key.OriginIP,
+		ResourceSequence: rideSequence,
+		ResourceType:     "ride",
+		UserID:           r.user.ID,
 	}); err != nil {
 		return idem.Outcome{}, err
 	}
-	r.ride = ride // read only once the phase commits (the next arm)
 	// The key names its ride, so that its record still does once the key
 	// is reaped (a late retry is told which ride it made).
-	return idem.AdvanceToForeignCall(RideCreated).Created(ride.ID), nil
+	return idem.AdvanceToForeignCall(RideCreated).CreatedLast(rideSequence), nil
 }
 
 // charge is the foreign state mutation: it charges the ride at Stripe and
@@ -196,7 +206,10 @@ func (r *request) charge(ctx context.Context) error {
 	if err := r.fail.At(ctx, FailAfterCharge); err != nil {
 		return err
 	}
-	return r.phase(ctx, r.recordCharge(chargeID), FailAfterChargeCreated)
+	// No foreign call separates recording the charge from finishing the
+	// request: the two phases go out in one pipeline, each still its own
+	// transaction (tx -> charge_created, tx -> finished).
+	return r.phases(ctx, r.recordCharge(chargeID), FailAfterChargeCreated, r.stageReceipt, FailAfterFinished)
 }
 
 // loadRide reads the ride of a request that resumes at ride_created.

@@ -67,17 +67,31 @@ type querier interface {
 const rideColumns = `id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
 	target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id`
 
-// insertRide creates the ride in an atomic phase and returns it as stored
-// (coordinates as rounded by their NUMERIC columns), so what the client
-// sees is what a later read returns. It flushes tx: the statements that
-// follow need the ride's id.
-func insertRide(ctx context.Context, tx *idem.Tx, keyID, userID int64, p Params) (*Ride, error) {
-	return flushOneRide(ctx, tx, fmt.Sprintf("for key %d", keyID), `
+// rideSequence gives rides their ids: what an atomic phase that inserted
+// a ride draws from it last is that ride's id (see insertRide).
+const rideSequence = "rides_id_seq"
+
+// insertRide queues the creation of the ride in an atomic phase. stored
+// receives the ride as stored (coordinates as rounded by their NUMERIC
+// columns), so what the client sees is what a later read returns; it is
+// called when the phase's statements have run, before the phase commits.
+// The phase need not wait for the ride's id: statements queued after this
+// one name the ride by rideSequence.
+func insertRide(tx *idem.Tx, keyID, userID int64, p Params, stored func(*Ride)) {
+	tx.Queue(`
 		INSERT INTO rides (idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
 		                   amount, currency, user_id, status)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending')
 		RETURNING `+rideColumns,
-		keyID, p.OriginLat, p.OriginLon, p.TargetLat, p.TargetLon, Price, Currency, userID)
+		keyID, p.OriginLat, p.OriginLon, p.TargetLat, p.TargetLon, Price, Currency, userID,
+	).Query(func(rows pgx.Rows) error {
+		ride, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Ride])
+		if err != nil {
+			return fmt.Errorf("insert ride for key %d: %w", keyID, err)
+		}
+		stored(ride)
+		return nil
+	})
 }
 
 // rideByKey finds the ride an idempotency key created.
@@ -132,34 +146,22 @@ func listRides(ctx context.Context, q querier, userID, startingAfter int64, stat
 // charge, and a charge for a ride settled otherwise (declined, failed)
 // contradicts it: the statement refuses both, failing the phase.
 func recordCharge(tx *idem.Tx, rideID int64, chargeID string) {
-	tx.Queue(`
+	tx.QueueOne(fmt.Sprintf("record charge %s on ride %d: the ride has another charge or was settled without one", chargeID, rideID), `
 		UPDATE rides SET stripe_charge_id = $2, status = 'succeeded'
 		WHERE id = $1::bigint
 		  AND status IN ('pending', 'needs_review', 'succeeded')
 		  AND (stripe_charge_id IS NULL OR stripe_charge_id = $2)`,
-		rideID, chargeID,
-	).Exec(func(tag pgconn.CommandTag) error {
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("record charge %s on ride %d: the ride has another charge or was settled without one", chargeID, rideID)
-		}
-		return nil
-	})
+		rideID, chargeID)
 }
 
 // settleRide queues moving the ride to status, a settlement without a
 // charge (declined, failed, needs_review). Only a ride whose status can
 // still change moves.
 func settleRide(tx *idem.Tx, rideID int64, status Status) {
-	tx.Queue(`
+	tx.QueueOne(fmt.Sprintf("settle ride %d as %s: the ride is settled already", rideID, status), `
 		UPDATE rides SET status = $2
 		WHERE id = $1::bigint AND status IN ('pending', 'needs_review')`,
-		rideID, string(status),
-	).Exec(func(tag pgconn.CommandTag) error {
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("settle ride %d as %s: the ride is settled already", rideID, status)
-		}
-		return nil
-	})
+		rideID, string(status))
 }
 
 // SettleReaped is what the reaper does, for rides, about the keys a batch

@@ -290,6 +290,26 @@ func TestRideScript(t *testing.T) {
 		require.Equal(t, pipelines, strings.Count(script, "\\endpipeline"))
 	})
 
+	// What a new ride costs on the wire, as the api sends it: the token's
+	// look-up, the claim, the ride phase, then recording the charge and
+	// finishing, two transactions in one pipeline.
+	t.Run("NewRideRoundTrips", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		trips := map[int]bool{}
+		for _, s := range b.capture.ride {
+			trips[s.trip] = true
+		}
+		require.Len(t, trips, 4, "round trips of a new ride, the token's look-up included")
+		commits := 0
+		for _, s := range b.capture.ride {
+			if strings.TrimSpace(s.sql) == "COMMIT" {
+				commits++
+			}
+		}
+		require.Equal(t, 3, commits, "every atomic phase after the claim commits on its own")
+	})
+
 	t.Run("LeavesTheRowsTheApiLeaves", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

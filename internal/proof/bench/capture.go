@@ -49,8 +49,8 @@ func apiHandler(pool *pgxpool.Pool, stripeURL string) (http.Handler, error) {
 }
 
 // statement is one statement the api sent, in round trip trip: alone, or
-// in a pipelined batch (each atomic phase sends two: BEGIN, the fence and
-// its first writes, then the rest, the new recovery point and COMMIT).
+// in a pipelined batch (an atomic phase sends one: BEGIN, the fence, its
+// writes, the new recovery point and COMMIT).
 type statement struct {
 	trip     int
 	pipeline bool
