@@ -1,2 +1,1 @@
-DROP TABLE idempotency_key_steps;
-ALTER TABLE idempotency_keys DROP COLUMN claims;
+ALTER TABLE idempotency_keys DROP COLUMN steps, DROP COLUMN claims;

@@ -42,14 +42,11 @@ var claimAbandonedSQL = `
 		FOR UPDATE SKIP LOCKED
 	), claimed AS (
 		UPDATE idempotency_keys k
-		SET locked_at = now(), last_run_at = now(), lock_token = gen_random_uuid(), claims = k.claims + 1
+		SET locked_at = now(), last_run_at = now(), lock_token = gen_random_uuid(), claims = k.claims + 1,
+		    steps = ` + step("CASE WHEN candidate.stale THEN 'took_over' ELSE 'resumed' END", "k.recovery_point", "$5", "k.claims + 1") + `
 		FROM candidate
 		WHERE k.id = candidate.id
-		RETURNING ` + keyColumnsOf("k") + `, candidate.stale
-	), step AS (
-		` + insertStep + `
-		SELECT id, CASE WHEN stale THEN 'took_over' ELSE 'resumed' END, recovery_point, $5, claims, NULL
-		FROM claimed
+		RETURNING ` + keyColumnsOf("k") + `
 	)
 	SELECT ` + keyColumns + ` FROM claimed`
 

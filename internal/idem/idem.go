@@ -290,14 +290,13 @@ func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool
 		WITH inserted AS (
 			INSERT INTO idempotency_keys
 				(user_id, idempotency_key, request_method, request_path, request_params,
-				 origin_ip, recovery_point, locked_at, lock_token)
-			SELECT $1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::inet, 'started', now(), $7::uuid
+				 origin_ip, recovery_point, locked_at, lock_token, steps)
+			SELECT $1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::inet, 'started', now(), $7::uuid,
+			       jsonb_build_array(`+stepObject("'claimed'", "'started'", "$8", "1")+`)
 			WHERE NOT EXISTS (
 				SELECT 1 FROM reaped_keys WHERE user_id = $1::bigint AND idempotency_key = $2::text)
 			ON CONFLICT (user_id, idempotency_key) DO NOTHING
 			RETURNING `+keyColumns+`
-		), step AS (
-			`+insertStep+` SELECT id, 'claimed', 'started', $8, 1, NULL FROM inserted
 		)
 		SELECT `+keyColumns+`, true AS inserted FROM inserted
 		UNION ALL
@@ -825,23 +824,19 @@ func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from Recover
 	// aside only when a person took the key to settle it (nothing else
 	// works such a key), so the phase also clears the flag.
 	tx.Queue(`
-		WITH k AS (
-			UPDATE idempotency_keys
-			SET recovery_point = $4,
-			    response_code  = $5,
-			    response_body  = $6,
-			    locked_at      = CASE WHEN $4 = 'finished' THEN NULL ELSE now() END,
-			    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END,
-			    first_foreign_attempt_at = CASE WHEN $7 THEN coalesce(first_foreign_attempt_at, now())
-			                                    ELSE first_foreign_attempt_at END,
-			    resource_id    = coalesce($8, currval($10::text::regclass), resource_id),
-			    attention_reason = NULL
-			WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
-			RETURNING id, recovery_point, claims, response_body, first_foreign_attempt_at
-		), step AS (
-			`+insertStep+` SELECT id, 'reached', recovery_point, $9, claims, NULL FROM k
-		)
-		SELECT response_body, first_foreign_attempt_at FROM k`,
+		UPDATE idempotency_keys
+		SET recovery_point = $4,
+		    response_code  = $5,
+		    response_body  = $6,
+		    locked_at      = CASE WHEN $4 = 'finished' THEN NULL ELSE now() END,
+		    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END,
+		    first_foreign_attempt_at = CASE WHEN $7 THEN coalesce(first_foreign_attempt_at, now())
+		                                    ELSE first_foreign_attempt_at END,
+		    resource_id    = coalesce($8, currval($10::text::regclass), resource_id),
+		    attention_reason = NULL,
+		    steps          = `+step("'reached'", "$4", "$9", "claims")+`
+		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
+		RETURNING response_body, first_foreign_attempt_at`,
 		key.ID, key.lockToken(), from, out.next, code, body, out.foreignCall, out.created, s.actor,
 		out.createdFrom,
 	).QueryRow(func(row pgx.Row) error {
@@ -873,11 +868,11 @@ func (s *Store) queueSetAside(ctx context.Context, tx *Tx, key *Key, from Recove
 	tx.Queue(`
 		WITH k AS (
 			UPDATE idempotency_keys
-			SET attention_reason = $4, locked_at = NULL, lock_token = NULL
+			SET attention_reason = $4, locked_at = NULL, lock_token = NULL,
+			    steps = steps || (`+stepObject("'set_aside'", "recovery_point", "$5", "claims")+`
+			                      || jsonb_build_object('detail', $4::text))
 			WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
-			RETURNING id, recovery_point, claims
-		), step AS (
-			`+insertStep+` SELECT id, 'set_aside', recovery_point, $5, claims, $4 FROM k
+			RETURNING 1
 		)
 		SELECT count(*) FROM k`,
 		key.ID, key.lockToken(), from, reason, s.actor,
@@ -957,15 +952,11 @@ func (s *Store) RecordUnknownOutcome(ctx context.Context, key *Key) (int, error)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	err := s.pool.QueryRow(ctx, `
-		WITH k AS (
-			UPDATE idempotency_keys
-			SET unknown_outcomes = unknown_outcomes + 1
-			WHERE id = $1 AND lock_token = $2
-			RETURNING id, recovery_point, claims, unknown_outcomes
-		), step AS (
-			`+insertStep+` SELECT id, 'unknown_outcome', recovery_point, $3, claims, NULL FROM k
-		)
-		SELECT unknown_outcomes FROM k`,
+		UPDATE idempotency_keys
+		SET unknown_outcomes = unknown_outcomes + 1,
+		    steps = `+step("'unknown_outcome'", "recovery_point", "$3", "claims")+`
+		WHERE id = $1 AND lock_token = $2
+		RETURNING unknown_outcomes`,
 		key.ID, key.lockToken(), s.actor,
 	).Scan(&key.UnknownOutcomes)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -987,13 +978,10 @@ func (s *Store) Unlock(ctx context.Context, key *Key) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := s.pool.Exec(ctx, `
-		WITH k AS (
-			UPDATE idempotency_keys
-			SET locked_at = NULL, lock_token = NULL
-			WHERE id = $1 AND lock_token = $2
-			RETURNING id, recovery_point, claims
-		)
-		`+insertStep+` SELECT id, 'unlocked', recovery_point, $3, claims, NULL FROM k`,
+		UPDATE idempotency_keys
+		SET locked_at = NULL, lock_token = NULL,
+		    steps = `+step("'unlocked'", "recovery_point", "$3", "claims")+`
+		WHERE id = $1 AND lock_token = $2`,
 		key.ID, key.lockToken(), s.actor,
 	); err != nil {
 		return fmt.Errorf("unlock idempotency key %d: %w", key.ID, err)

@@ -17,15 +17,15 @@ import (
 // A request's story is the steps its key took: every claim, every atomic
 // phase, every unknown outcome, set-aside and unlock, each with the time,
 // the process (Config.Actor) and the attempt (Key.Claims) it belongs to.
-// Each step is written by the statement that takes it, as one more
-// data-modifying CTE, so recording it costs the request no round trip.
-// The steps go with their key when the reaper deletes it (ON DELETE
-// CASCADE).
+// Each step is appended to the key's own row (idempotency_keys.steps) by
+// the statement that takes it, so recording it costs the request no round
+// trip, and no row or index entry of its own. The steps go with their key
+// when the reaper deletes it.
 
 // StepEvent is what happened to a key in a step.
 type StepEvent string
 
-// The events of idempotency_key_steps.
+// The events of a key's steps.
 const (
 	// StepClaimed: a new key, claimed by its first request.
 	StepClaimed StepEvent = "claimed"
@@ -50,7 +50,7 @@ const (
 	StepReopened StepEvent = "reopened"
 )
 
-// Step is a row of idempotency_key_steps.
+// Step is one of a key's steps.
 type Step struct {
 	KeyID         int64         `db:"idempotency_key_id"`
 	At            time.Time     `db:"at"`
@@ -61,26 +61,31 @@ type Step struct {
 	Detail        *string       `db:"detail"`
 }
 
-// insertStep begins the statement that records a step; the SELECT that
-// follows it supplies the key's id, the event, the recovery point, the
-// actor, the attempt and the detail.
-const insertStep = `INSERT INTO idempotency_key_steps
-			(idempotency_key_id, event, recovery_point, actor, attempt, detail)`
+// step is the expression that appends a step to a key's steps, for the
+// SET of the statement that takes it: event, point (the recovery point
+// after the step), actor and attempt are SQL expressions, parameters or
+// the row's own columns. Inside an UPDATE's SET every column is the row's
+// value before the update.
+func step(event, point, actor, attempt string) string {
+	return `steps || ` + stepObject(event, point, actor, attempt)
+}
+
+// stepObject is one step, as a key's steps hold it.
+func stepObject(event, point, actor, attempt string) string {
+	return `jsonb_build_object('at', clock_timestamp(), 'event', ` + event + `::text,
+		'recovery_point', ` + point + `::text, 'actor', ` + actor + `::text, 'attempt', ` + attempt + `)`
+}
 
 var actorPattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,29}$`)
 
 // takeSQL locks a key for a new claim and records the step ($3, the
 // event; $4, the actor) in the same statement.
 var takeSQL = `
-	WITH k AS (
-		UPDATE idempotency_keys
-		SET locked_at = now(), last_run_at = now(), lock_token = $2, claims = claims + 1
-		WHERE id = $1
-		RETURNING ` + keyColumns + `
-	), step AS (
-		` + insertStep + ` SELECT id, $3, recovery_point, $4, claims, NULL FROM k
-	)
-	SELECT ` + keyColumns + ` FROM k`
+	UPDATE idempotency_keys
+	SET locked_at = now(), last_run_at = now(), lock_token = $2, claims = claims + 1,
+	    steps = ` + step("$3", "recovery_point", "$4", "claims + 1") + `
+	WHERE id = $1
+	RETURNING ` + keyColumns
 
 // takeEvent is the step of claiming k as it stands: a lock still on it
 // is stale (the caller has checked), and taking it fences its holder off.
@@ -103,10 +108,17 @@ func keyColumnsOf(a string) string {
 // Steps returns the steps key keyID took, oldest first.
 func (s *Store) Steps(ctx context.Context, keyID int64) ([]Step, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT idempotency_key_id, at, event, recovery_point, actor, attempt, detail
-		FROM idempotency_key_steps
-		WHERE idempotency_key_id = $1
-		ORDER BY at`, keyID)
+		SELECT k.id AS idempotency_key_id,
+		       (s.step->>'at')::timestamptz AS at,
+		       s.step->>'event' AS event,
+		       s.step->>'recovery_point' AS recovery_point,
+		       s.step->>'actor' AS actor,
+		       (s.step->>'attempt')::int AS attempt,
+		       s.step->>'detail' AS detail
+		FROM idempotency_keys k
+		CROSS JOIN LATERAL jsonb_array_elements(k.steps) WITH ORDINALITY AS s(step, n)
+		WHERE k.id = $1
+		ORDER BY s.n`, keyID)
 	if err != nil {
 		return nil, fmt.Errorf("read steps of key %d: %w", keyID, err)
 	}
@@ -193,13 +205,10 @@ func (s *Store) Reopen(ctx context.Context, key *Key, fn func(ctx context.Contex
 // queueReopen ends a phase that reopens key (see Reopen).
 func (s *Store) queueReopen(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint) *queuedPhase {
 	tx.Queue(`
-		WITH k AS (
-			UPDATE idempotency_keys
-			SET attention_reason = NULL, unknown_outcomes = 0, locked_at = NULL, lock_token = NULL
-			WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
-			RETURNING id, recovery_point, claims
-		)
-		`+insertStep+` SELECT id, 'reopened', recovery_point, $4, claims, NULL FROM k`,
+		UPDATE idempotency_keys
+		SET attention_reason = NULL, unknown_outcomes = 0, locked_at = NULL, lock_token = NULL,
+		    steps = `+step("'reopened'", "recovery_point", "$4", "claims")+`
+		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3`,
 		key.ID, key.lockToken(), from, s.actor,
 	).Exec(func(tag pgconn.CommandTag) error {
 		if tag.RowsAffected() != 1 {
