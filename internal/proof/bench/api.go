@@ -92,7 +92,8 @@ func (r *run) figure(f Figure, res LoadResult, of float64, notes ...string) {
 
 func timeWait(_ LoadResult, tw int64) string { return fmt.Sprintf("TIME_WAIT sockets %+d", tw) }
 
-// stepNew measures new rides at each client count, then the api's memory.
+// stepNew measures new rides at each client count, what each cost the
+// api's CPU and Postgres's at 32 clients, then the api's memory.
 func (r *run) stepNew(ctx context.Context) error {
 	for _, clients := range r.sz.newClients {
 		l := r.rideLoad(fmt.Sprintf("new%d", clients), clients, r.apis[:1])
@@ -100,16 +101,47 @@ func (r *run) stepNew(ctx context.Context) error {
 		if clients < 32 {
 			l.Warmup, l.Duration, notes = r.sz.warmup/2, r.sz.short, nil
 		}
+		before, err := r.cpuUse(ctx)
+		if err != nil {
+			return err
+		}
 		res, err := r.measure(ctx, l, Figure{Step: "2 new rides", Name: "POST /rides, fresh key", Unit: "rides/s",
 			RatioOf: fmt.Sprintf("best pgbench (%d clients)", r.bestAt)}, r.limit[r.bestAt], notes...)
 		if err != nil {
 			return err
 		}
 		r.newRides[clients] = res
+		if clients == 32 {
+			after, err := r.cpuUse(ctx)
+			if err != nil {
+				return err
+			}
+			if err := r.cpuFigures(before, after); err != nil {
+				return err
+			}
+		}
 	}
 	r.peakRSS = procInt(fmt.Sprintf("/proc/%d/status", r.apis[0].Pid()), "VmHWM:") << 10
 	r.add(Figure{Step: "7 memory", Name: "api peak RSS (VmHWM)", Clients: r.sz.newClients[len(r.sz.newClients)-1],
 		Value: float64(r.peakRSS) / (1 << 20), Unit: "MiB", Note: "since the api started, through every client count"})
+	return nil
+}
+
+// cpuFigures adds the CPU the api and Postgres spent per ride between
+// before and after: the whole load, warm-up included, over every ride it
+// made.
+func (r *run) cpuFigures(before, after cpuUse) error {
+	user, system, postgres, rides := before.perRide(after)
+	if rides == 0 {
+		return fmt.Errorf("no rides made between two CPU samples")
+	}
+	r.apiCPU = user + system
+	r.add(Figure{Step: "2 new rides", Name: "api CPU per new ride", Clients: 32, Value: ms(r.apiCPU), Unit: "ms",
+		Note: fmt.Sprintf("user %.3f + system %.3f ms, over %d rides", user.Seconds()*1e3, system.Seconds()*1e3, rides)})
+	if postgres > 0 {
+		r.add(Figure{Step: "2 new rides", Name: "Postgres CPU per new ride", Clients: 32, Value: ms(postgres), Unit: "ms",
+			Note: "the postmaster and its children: backends, WAL writer, checkpointer"})
+	}
 	return nil
 }
 

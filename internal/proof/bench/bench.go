@@ -107,6 +107,7 @@ type run struct {
 	newRides                                                       map[int]LoadResult
 	replays, hiding, scaleNew, scaleReplay, reaperBase, reaperLoad LoadResult
 	peakRSS                                                        int64
+	apiCPU                                                         time.Duration // per new ride at 32 clients
 	expiredDone                                                    bool
 }
 
@@ -318,6 +319,8 @@ func (r *run) targets() {
 	during, before := ms(r.reaperLoad.P99), ms(r.reaperBase.P99)
 	add("api p99 while the reaper runs vs before", "<= 1.25 x", during > 0 && before > 0, during/before <= 1.25,
 		"%.1f / %.1f ms = %.2f", during, before, during/before)
+	cpu := float64(r.apiCPU) / float64(time.Millisecond)
+	add("api CPU per new ride at 32 clients", "<= 0.5 ms", r.apiCPU > 0, cpu <= 0.5, "%.2f ms", cpu)
 	mib := float64(r.peakRSS) / (1 << 20)
 	add("api peak RSS (VmHWM) through 128 clients", "<= 64 MiB", r.peakRSS > 0, mib <= 64, "%.1f MiB", mib)
 }
