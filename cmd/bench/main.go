@@ -26,13 +26,14 @@ func main() {
 	only := flag.String("only", "", "comma-separated steps to run (default all): "+strings.Join(bench.Steps, ","))
 	port := flag.Int("port", bench.DefaultPort, "port of the bench's own Postgres cluster")
 	keep := flag.Bool("keep", false, "leave the bench cluster running afterwards")
+	profile := flag.String("profile", "", "write a CPU profile of the api over new rides at 32 clients to this file (go tool pprof)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	root, err := project.Root()
 	var report *bench.Report
 	if err == nil {
-		report, err = bench.Run(ctx, bench.Config{Root: root, Port: *port, Quick: *quick, Keep: *keep, Log: os.Stderr,
+		report, err = bench.Run(ctx, bench.Config{Root: root, Port: *port, Quick: *quick, Keep: *keep, Profile: *profile, Log: os.Stderr,
 			Only: strings.FieldsFunc(*only, func(r rune) bool { return r == ',' }), Command: strings.Join(append([]string{"bench"}, os.Args[1:]...), " ")})
 	}
 	if report != nil {

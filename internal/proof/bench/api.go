@@ -105,12 +105,21 @@ func (r *run) stepNew(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		profiled := make(chan error, 1)
+		if clients == 32 {
+			go func() { profiled <- r.profile(ctx, l.Warmup+l.Duration) }()
+		} else {
+			profiled <- nil
+		}
 		res, err := r.measure(ctx, l, Figure{Step: "2 new rides", Name: "POST /rides, fresh key", Unit: "rides/s",
 			RatioOf: fmt.Sprintf("best pgbench (%d clients)", r.bestAt)}, r.limit[r.bestAt], notes...)
 		if err != nil {
 			return err
 		}
 		r.newRides[clients] = res
+		if err := <-profiled; err != nil {
+			return err
+		}
 		if clients == 32 {
 			after, err := r.cpuUse(ctx)
 			if err != nil {

@@ -48,6 +48,7 @@ type Config struct {
 	Quick   bool      // short steps and 100k keys instead of 5M: a smoke run
 	Only    []string  // run just these of Steps
 	Keep    bool      // leave the cluster running afterwards
+	Profile string    // if set, a CPU profile of the api over new rides at 32 clients goes to this file
 	Log     io.Writer // progress lines
 	Command string    // how the run was started, for the report
 }
@@ -108,6 +109,7 @@ type run struct {
 	replays, hiding, scaleNew, scaleReplay, reaperBase, reaperLoad LoadResult
 	peakRSS                                                        int64
 	apiCPU                                                         time.Duration // per new ride at 32 clients
+	debugAddr                                                      string        // the first api's pprof listener, with Config.Profile
 	expiredDone                                                    bool
 }
 
@@ -258,7 +260,14 @@ func (r *run) setup(ctx context.Context) error {
 		}
 		*id = u.ID
 	}
-	_, err = r.startAPI(ctx)
+	var debug []string
+	if r.cfg.Profile != "" {
+		if r.debugAddr, err = freeAddr(); err != nil {
+			return err
+		}
+		debug = append(debug, "DEBUG_ADDR="+r.debugAddr)
+	}
+	_, err = r.startAPI(ctx, debug...)
 	return err
 }
 

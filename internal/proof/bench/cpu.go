@@ -2,7 +2,11 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -98,4 +102,41 @@ func clusterPids(dataDir string) []int {
 		}
 	}
 	return pids
+}
+
+// profile writes a CPU profile of the first api over the next d to
+// Config.Profile, if that is set.
+func (r *run) profile(ctx context.Context, d time.Duration) error {
+	if r.cfg.Profile == "" {
+		return nil
+	}
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", r.debugAddr, int(d.Seconds()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile the api: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile the api: %s", resp.Status)
+	}
+	f, err := os.Create(r.cfg.Profile)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	return errors.Join(err, f.Close())
+}
+
+// freeAddr is a loopback address with a port nothing listens on.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
