@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"log/slog"
+	"net/http"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/testkit/proctest"
 )
@@ -52,6 +56,26 @@ func TestBuild(t *testing.T) {
 		require.Equal(t, 2, resolve([]string{"refund", "-key", "1", "-operator", "ada"}))
 		require.Equal(t, 2, resolve([]string{"adopt", "-operator", "ada"}))
 		require.Equal(t, 2, resolve([]string{"adopt", "-key", "1"}))
+	})
+
+	// The command settles as the console's buttons do, through the same
+	// service: Stripe holds no charge for this key set aside, so adopting
+	// is refused and closing it as failed is not, once.
+	t.Run("ResolveSettlesAKeySetAside", func(t *testing.T) {
+		b := apitest.New(t, apitest.Options{MaxChargeAttempts: 1})
+		b.Stripe.SetFaults(fakestripe.Faults{StoreFailureNext: 1})
+		key := apitest.NewKey()
+		resp := b.PostRide(t, key, apitest.DefaultParams)
+		require.Equal(t, http.StatusBadGateway, resp.Status, "%s", resp.Body)
+		id := strconv.FormatInt(b.KeyRow(t, key).ID, 10)
+		setEnv(t, "DATABASE_URL", b.Pool.Config().ConnString(), "STRIPE_API_BASE", b.StripeURL)
+
+		require.Equal(t, 1, resolve([]string{"adopt", "-key", id, "-operator", "ada"}), "Stripe holds no charge to adopt")
+		require.Equal(t, 0, resolve([]string{"close", "-key", id, "-operator", "ada"}))
+		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM rides r JOIN idempotency_keys k ON k.id = r.idempotency_key_id
+			WHERE k.idempotency_key = $1 AND r.status = 'failed' AND k.recovery_point = 'finished'`, key))
+		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM audit_records WHERE data->>'operator' = 'ada'`))
+		require.Equal(t, 1, resolve([]string{"close", "-key", id, "-operator", "ada"}), "a finished key has nothing to settle")
 	})
 }
 
