@@ -121,6 +121,9 @@ func compare(s snapshot, now time.Time, grace time.Duration) *Report {
 			rep.add(ChargeWithoutRide, c.ID, 0, "metadata ride_id %q is not a ride id", rawRideID)
 		case rides[rideID] == nil:
 			rep.add(ChargeWithoutRide, c.ID, 0, "metadata ride_id %d names no ride", rideID)
+		case madeForAnother(rides[rideID], c) != "":
+			rep.add(ChargeWithoutRide, c.ID, 0, "metadata ride_id %d names a ride another request made (%s): "+
+				"the ride this charge paid for is gone, and its id was handed out again", rideID, madeForAnother(rides[rideID], c))
 		default:
 			attributed[rideID] = append(attributed[rideID], c)
 		}
@@ -172,6 +175,27 @@ func compare(s snapshot, now time.Time, grace time.Duration) *Report {
 
 	rep.sort()
 	return rep
+}
+
+// madeForAnother says how charge c, whose metadata names ride r, shows it
+// was made by another request than the one that made r, or "" if it does
+// not: r's id was handed out again after the ride c paid for was lost, as
+// a failover that loses the database's last commits can. The charge is
+// then not r's at all, neither its payment nor a double charge on top.
+// The key's identity tells; a key's id can be handed out again too, so it
+// tells only where a mismatch shows. A ride whose key was reaped cannot
+// tell.
+func madeForAnother(r *ride, c *charge) string {
+	if v, ok := c.Metadata[metadataIdempotencyKeyIdentity]; ok && r.KeyIdentity != nil {
+		if v != *r.KeyIdentity {
+			return fmt.Sprintf("its key's identity is %s, the charge's %s", *r.KeyIdentity, v)
+		}
+		return ""
+	}
+	if v, ok := c.Metadata[metadataIdempotencyKeyID]; ok && r.IdempotencyKeyID != nil && v != strconv.FormatInt(*r.IdempotencyKeyID, 10) {
+		return fmt.Sprintf("its key is %d, the charge's %s", *r.IdempotencyKeyID, v)
+	}
+	return ""
 }
 
 // differences lists what ride r and the charge c it records disagree on.

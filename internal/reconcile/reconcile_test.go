@@ -419,6 +419,35 @@ func TestCompare(t *testing.T) {
 		}}, rep.Discrepancies)
 	})
 
+	// A failover lost the ride a charge paid for, and the ride's id went
+	// to another request's ride: the charge is money no ride accounts
+	// for, not a double charge of the ride that now has the id.
+	t.Run("ChargeOfALostRideWhoseIDWasHandedOutAgain", func(t *testing.T) {
+		t.Parallel()
+		identity, lost := "6f1c9a52-0000-4000-8000-000000000001", "6f1c9a52-0000-4000-8000-000000000002"
+		r := newRide()
+		r.KeyIdentity = &identity
+		paid := newCharge(chargeID)
+		paid.Metadata["idempotency_key_identity"] = identity
+		orphan := newCharge("ch_lost")
+		orphan.Created = now.Add(-2 * time.Hour)
+		orphan.Metadata["idempotency_key_identity"] = lost
+		rep := compare(snapshot{listed: []*charge{orphan, paid}, rides: []*ride{r}}, now, DefaultGrace)
+		require.Equal(t, []Discrepancy{{
+			Kind: ChargeWithoutRide, ChargeID: "ch_lost",
+			Detail: "metadata ride_id 1 names a ride another request made (its key's identity is " + identity +
+				", the charge's " + lost + "): the ride this charge paid for is gone, and its id was handed out again",
+		}}, rep.Discrepancies)
+
+		// Without identities, a key id that differs tells as much.
+		legacy := newCharge("ch_legacy")
+		legacy.Metadata["idempotency_key_id"] = "6"
+		rep = compare(snapshot{listed: []*charge{legacy, newCharge(chargeID)}, rides: []*ride{newRide()}}, now, DefaultGrace)
+		require.Len(t, rep.Discrepancies, 1)
+		require.Equal(t, ChargeWithoutRide, rep.Discrepancies[0].Kind)
+		require.Contains(t, rep.Discrepancies[0].Detail, "its key is 7, the charge's 6")
+	})
+
 	t.Run("RecordedChargeOutsideTheListIsFetched", func(t *testing.T) {
 		t.Parallel()
 		rep := compare(snapshot{rides: []*ride{newRide()}, fetched: map[string]*charge{chargeID: newCharge(chargeID)}}, now, DefaultGrace)
