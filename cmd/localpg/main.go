@@ -28,7 +28,9 @@ commands:
 
   replica start [-async]   a primary and a streaming standby under
                            .data/replicated, on LOCALPG_PORT+1 and +2;
-                           synchronous unless -async
+                           synchronous unless created with -async. The pair
+                           keeps that mode: to change it, stop the pair and
+                           remove .data/replicated
   replica url [dbname]     start the pair if needed, create dbname on the
                            primary and print a multi-host URL that reaches
                            whichever node is the primary

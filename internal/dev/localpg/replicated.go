@@ -27,11 +27,16 @@ type ReplicatedOptions struct {
 	// Ports of node-a and node-b on 127.0.0.1. Default: LOCALPG_PORT+1 and
 	// LOCALPG_PORT+2 (DefaultPort+1 and +2 without it).
 	Ports [2]int
-	// Async makes the standby asynchronous: the primary acknowledges a
-	// commit before the standby has it, so a failover loses the commits
-	// still in flight. Default: synchronous (synchronous_standby_names =
-	// '*', synchronous_commit = on), where a commit returns only once the
-	// standby has flushed it.
+	// Async makes a new pair's standby asynchronous: the primary
+	// acknowledges a commit before the standby has it, so a failover
+	// loses the commits still in flight. Default: synchronous
+	// (synchronous_standby_names = '*', synchronous_commit = on), where a
+	// commit returns only once the standby has flushed it.
+	//
+	// A pair keeps the mode it was created with, saved in Dir: without
+	// Async an existing pair runs in its own mode, and Async on a
+	// synchronous pair is refused. To change the mode, stop the pair and
+	// remove Dir.
 	Async bool
 	// BinDir and User as in Options.
 	BinDir string
@@ -45,7 +50,8 @@ type ReplicatedOptions struct {
 type Replicated struct {
 	// Nodes are node-a and node-b.
 	Nodes [2]Cluster
-	// Async is the replication mode the nodes are configured with.
+	// Async is the replication mode the nodes are configured with: the
+	// one the pair was created with.
 	Async bool
 
 	dir      string
@@ -54,6 +60,11 @@ type Replicated struct {
 
 // primaryFile names the node (a or b) that is the primary.
 const primaryFile = "primary"
+
+// modeFile holds the replication mode the pair was created with, sync or
+// async: every later command (url, rebuild) must configure the nodes and
+// wait for the standby the same way, whatever it is asked.
+const modeFile = "replication"
 
 // NewReplicated resolves opts into a pair without starting anything.
 func NewReplicated(opts ReplicatedOptions) (*Replicated, error) {
@@ -78,15 +89,83 @@ func NewReplicated(opts ReplicatedOptions) (*Replicated, error) {
 		ports = [2]int{base + 1, base + 2}
 	}
 	r := &Replicated{Async: opts.Async, dir: dir, lockFile: filepath.Join(dir, "replicated.lock")}
+	saved, found, err := r.savedMode()
+	if err != nil {
+		return nil, err
+	}
+	if found {
+		if err := r.checkMode(saved); err != nil {
+			return nil, err
+		}
+		r.Async = saved
+	}
 	for i, name := range []string{"node-a", "node-b"} {
 		c, err := New(Options{DataDir: filepath.Join(dir, name), Port: ports[i], BinDir: opts.BinDir, User: opts.User})
 		if err != nil {
 			return nil, err
 		}
-		c.extraConf = replicationConf(opts.Async)
+		c.extraConf = replicationConf(r.Async)
 		r.Nodes[i] = c
 	}
 	return r, nil
+}
+
+// savedMode reads modeFile: whether the pair in r.dir was created
+// asynchronous, and whether it was created at all.
+func (r *Replicated) savedMode() (async, found bool, err error) {
+	path := filepath.Join(r.dir, modeFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, fmt.Errorf("read the pair's replication mode: %w", err)
+	}
+	switch mode := strings.TrimSpace(string(b)); mode {
+	case "sync":
+		return false, true, nil
+	case "async":
+		return true, true, nil
+	default:
+		return false, false, fmt.Errorf("%s says %q: want sync or async", path, mode)
+	}
+}
+
+// checkMode refuses an asynchronous pair asked of a synchronous one.
+// Asking nothing (Async false) takes the pair as it is.
+func (r *Replicated) checkMode(savedAsync bool) error {
+	if r.Async && !savedAsync {
+		return r.modeConflict(savedAsync)
+	}
+	return nil
+}
+
+func (r *Replicated) modeConflict(savedAsync bool) error {
+	return fmt.Errorf("the pair in %s was created with %s replication, not %s: to change its mode, stop it and remove %s",
+		r.dir, modeName(savedAsync), modeName(r.Async), r.dir)
+}
+
+// saveMode records the pair's mode when the pair is created. It runs
+// under the pair's lock, so that of two processes creating the pair at
+// once in different modes, the second is refused.
+func (r *Replicated) saveMode() error {
+	saved, found, err := r.savedMode()
+	if err != nil {
+		return err
+	}
+	if found {
+		if saved != r.Async {
+			return r.modeConflict(saved)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", r.dir, err)
+	}
+	if err := os.WriteFile(filepath.Join(r.dir, modeFile), []byte(modeName(r.Async)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("record the pair's replication mode: %w", err)
+	}
+	return nil
 }
 
 // basePort is $LOCALPG_PORT, else DefaultPort: the pair and the pooler
@@ -106,6 +185,14 @@ func basePort() (int, error) {
 // replicationConf is what both nodes carry, so that either can be the
 // primary. wal_keep_size lets a standby stalled for a while catch up
 // without a rebuild.
+// modeName is how modeFile and the messages name a mode.
+func modeName(async bool) string {
+	if async {
+		return "async"
+	}
+	return "sync"
+}
+
 func replicationConf(async bool) string {
 	names := "'*'"
 	comment := "# Synchronous: a commit returns once a standby has flushed it, so a\n# failover loses nothing that was acknowledged.\n"
@@ -143,6 +230,9 @@ func (r *Replicated) Start(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	if err := r.saveMode(); err != nil {
+		return err
+	}
 	primary, standby := r.roles()
 	if err := primary.Start(ctx); err != nil {
 		return fmt.Errorf("start primary: %w", err)
@@ -265,8 +355,10 @@ func (r *Replicated) rebuild(ctx context.Context) error {
 func waitStreaming(ctx context.Context, primary Cluster, async bool) error {
 	// A synchronous standby shows as such a moment after it streams.
 	query := "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')"
+	standby := "synchronous standby"
 	if async {
 		query = "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"
+		standby = "standby"
 	}
 	deadline := time.Now().Add(startTimeout)
 	for {
@@ -280,7 +372,7 @@ func waitStreaming(ctx context.Context, primary Cluster, async bool) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no standby streams from %s after %s (last error: %v)", primary.DataDir, startTimeout, err)
+			return fmt.Errorf("no %s streams from %s after %s (last error: %v)", standby, primary.DataDir, startTimeout, err)
 		}
 		select {
 		case <-ctx.Done():

@@ -15,16 +15,74 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/project"
 )
 
-// TestReplicated fails a synchronous pair over twice: what the primary
-// committed is on the standby it promotes, and the multi-host URL follows
-// the primary without being changed.
+// TestReplicated runs replicated pairs of its own, each in a scratch
+// directory on ports of its own.
 func TestReplicated(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("initialises two clusters")
+		t.Skip("initialises two clusters per pair")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+
+	// A synchronous pair fails over twice: what the primary committed is
+	// on the standby it promotes, and the multi-host URL follows the
+	// primary without being changed.
+	t.Run("FailsOverWithoutLosingCommits", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		opts := scratchReplicated(t)
+		r, err := EnsureReplicated(ctx, opts)
+		require.NoError(t, err)
+		require.Equal(t, r.Nodes[0].DataDir, r.Primary().DataDir)
+		require.NoError(t, r.CreateDatabase(ctx, "drill"))
+		dbURL := r.DatabaseURL("drill")
+		execSQL(t, dbURL, "CREATE TABLE t (n int)")
+		require.Equal(t, "sync", syncState(t, dbURL))
+
+		// A pair keeps its mode: asking a synchronous one for an
+		// asynchronous standby is refused, not silently ignored.
+		_, err = NewReplicated(ReplicatedOptions{Dir: opts.Dir, Ports: opts.Ports, Async: true})
+		require.ErrorContains(t, err, "created with sync replication, not async: to change its mode, stop it and remove "+opts.Dir)
+
+		for i := range 2 {
+			execSQL(t, dbURL, "INSERT INTO t VALUES (1)")
+			wasPrimary := r.Primary()
+			require.NoError(t, wasPrimary.Crash())
+			require.NoError(t, r.Promote(ctx))
+			require.NotEqual(t, wasPrimary.DataDir, r.Primary().DataDir, "failover %d", i+1)
+			require.Equal(t, int64(i+1), queryInt(t, dbURL, "SELECT count(*) FROM t"), "every acknowledged commit survives")
+			require.NoError(t, r.Rebuild(ctx))
+			require.Equal(t, "sync", syncState(t, dbURL))
+		}
+	})
+
+	// An asynchronous pair stays asynchronous for the commands that do
+	// not say (localpg replica url, rebuild): a rebuild configures the
+	// new standby as the pair was created, and does not wait for it to
+	// become synchronous.
+	t.Run("KeepsTheModeItWasCreatedWith", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		opts := scratchReplicated(t)
+		opts.Async = true
+		r, err := EnsureReplicated(ctx, opts)
+		require.NoError(t, err)
+		require.Equal(t, "async", syncState(t, r.DatabaseURL("postgres")))
+
+		later, err := NewReplicated(ReplicatedOptions{Dir: opts.Dir, Ports: opts.Ports})
+		require.NoError(t, err)
+		require.True(t, later.Async, "the mode read back from the pair")
+		require.NoError(t, later.Start(ctx))
+		require.NoError(t, later.Rebuild(ctx))
+		require.Equal(t, "async", syncState(t, r.DatabaseURL("postgres")))
+	})
+}
+
+// scratchReplicated describes a throwaway synchronous pair under the
+// project's .data/, stopped and removed when the test ends.
+func scratchReplicated(t *testing.T) ReplicatedOptions {
+	t.Helper()
 	root, err := project.Root()
 	require.NoError(t, err)
 	var random [4]byte
@@ -40,25 +98,7 @@ func TestReplicated(t *testing.T) {
 		require.NoError(t, r.Stop(context.Background()))
 		require.NoError(t, os.RemoveAll(opts.Dir))
 	})
-
-	r, err := EnsureReplicated(ctx, opts)
-	require.NoError(t, err)
-	require.Equal(t, r.Nodes[0].DataDir, r.Primary().DataDir)
-	require.NoError(t, r.CreateDatabase(ctx, "drill"))
-	dbURL := r.DatabaseURL("drill")
-	execSQL(t, dbURL, "CREATE TABLE t (n int)")
-	require.Equal(t, "sync", syncState(t, dbURL))
-
-	for i := range 2 {
-		execSQL(t, dbURL, "INSERT INTO t VALUES (1)")
-		wasPrimary := r.Primary()
-		require.NoError(t, wasPrimary.Crash())
-		require.NoError(t, r.Promote(ctx))
-		require.NotEqual(t, wasPrimary.DataDir, r.Primary().DataDir, "failover %d", i+1)
-		require.Equal(t, int64(i+1), queryInt(t, dbURL, "SELECT count(*) FROM t"), "every acknowledged commit survives")
-		require.NoError(t, r.Rebuild(ctx))
-		require.Equal(t, "sync", syncState(t, dbURL))
-	}
+	return opts
 }
 
 // TestPooler starts PgBouncer in transaction mode in front of a scratch
