@@ -177,7 +177,7 @@ func (p *Pooler) Stop(ctx context.Context) error {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("stop pgbouncer %d: %w", pid, err)
 	}
-	for syscall.Kill(pid, 0) == nil {
+	for isPgbouncer(pid) {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("wait for pgbouncer %d to stop: %w", pid, ctx.Err())
@@ -190,16 +190,25 @@ func (p *Pooler) Stop(ctx context.Context) error {
 // Running reports whether pgbouncer runs.
 func (p *Pooler) Running() bool { return p.pid() != 0 }
 
+// pid is pgbouncer's from its pid file; zero when it is not running,
+// including when the file is stale (pgbouncer was killed) and its pid
+// now belongs to another process.
 func (p *Pooler) pid() int {
 	b, err := os.ReadFile(p.PidFile)
 	if err != nil {
 		return 0
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || syscall.Kill(pid, 0) != nil {
+	if err != nil || !isPgbouncer(pid) {
 		return 0
 	}
 	return pid
+}
+
+// isPgbouncer reports whether process pid runs pgbouncer.
+func isPgbouncer(pid int) bool {
+	bin, err := pgbouncerBinary()
+	return err == nil && runsBinary(pid, bin)
 }
 
 // writeConfig writes pgbouncer.ini and userlist.txt. Every database name

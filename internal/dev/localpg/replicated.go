@@ -298,7 +298,11 @@ func (r *Replicated) Promote(ctx context.Context) error {
 	}
 	defer unlock()
 	primary, standby := r.roles()
-	if running, err := primary.Running(ctx); err == nil && running {
+	running, err := primary.Running(ctx)
+	if err != nil {
+		return err
+	}
+	if running {
 		return fmt.Errorf("primary in %s is still running: stop or crash it before promoting the standby", primary.DataDir)
 	}
 	if _, err := standby.pgCtl(ctx, "promote", "-w", "-t", strconv.Itoa(int(startTimeout.Seconds()))); err != nil {
@@ -412,14 +416,15 @@ func (c Cluster) Crash() error {
 		}
 	}
 	// Wait for the postmaster to go, so that the port is free for
-	// whatever starts next.
+	// whatever starts next. Gone means reaped, not just dead: pg_ctl
+	// status (Running) takes a zombie for a running server.
 	for range 100 {
 		if syscall.Kill(pid, 0) != nil {
-			break
+			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return nil
+	return fmt.Errorf("postgres %d in %s still runs 2s after SIGKILL", pid, c.DataDir)
 }
 
 // StallReplication stops the primary's WAL senders with SIGSTOP until
@@ -458,7 +463,8 @@ func (c Cluster) StallReplication() (resume func() error, err error) {
 	return resume, nil
 }
 
-// postmasterPID reads postmaster.pid; zero when the server is not running.
+// postmasterPID reads postmaster.pid; zero when the server is not
+// running, including when the file is stale: a crash leaves it behind.
 func (c Cluster) postmasterPID() (int, error) {
 	b, err := os.ReadFile(filepath.Join(c.DataDir, "postmaster.pid"))
 	if errors.Is(err, os.ErrNotExist) {
@@ -472,10 +478,33 @@ func (c Cluster) postmasterPID() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("parse postmaster.pid: %w", err)
 	}
-	if syscall.Kill(pid, 0) != nil {
+	if !c.isPostmaster(pid) {
 		return 0, nil // a stale file
 	}
 	return pid, nil
+}
+
+// isPostmaster reports whether process pid runs this cluster's postgres.
+func (c Cluster) isPostmaster(pid int) bool {
+	return runsBinary(pid, filepath.Join(c.BinDir, "postgres"))
+}
+
+// runsBinary reports whether process pid is alive and runs binary. A pid
+// file outlives its process (a crash leaves it behind) and the kernel
+// hands its pid to whatever starts next: that the pid is alive does not
+// make it ours to signal. A zombie, which would still take a signal, has
+// no executable any more and does not count either.
+func runsBinary(pid int, binary string) bool {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return false // gone, a zombie, or another user's, which we did not start
+	}
+	// A binary upgraded under a running server shows as deleted.
+	exe = strings.TrimSuffix(exe, " (deleted)")
+	if real, err := filepath.EvalSymlinks(binary); err == nil {
+		binary = real
+	}
+	return exe == binary
 }
 
 // childPIDs lists the processes whose parent is pid, from /proc.

@@ -4,8 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -76,6 +80,46 @@ func TestReplicated(t *testing.T) {
 		require.NoError(t, later.Start(ctx))
 		require.NoError(t, later.Rebuild(ctx))
 		require.Equal(t, "async", syncState(t, r.DatabaseURL("postgres")))
+	})
+}
+
+// TestStalePidFile gives the pid of a killed server to another process,
+// as the kernel may once the server is gone: crashing or stopping by the
+// stale pid file must leave that process alone.
+func TestStalePidFile(t *testing.T) {
+	t.Parallel()
+
+	// stranger is a process that is neither postgres nor pgbouncer.
+	stranger := func(t *testing.T) *os.Process {
+		t.Helper()
+		cmd := exec.Command("sleep", "60")
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+		return cmd.Process
+	}
+
+	t.Run("CrashLeavesAStrangerAlone", func(t *testing.T) {
+		t.Parallel()
+		c, err := New(Options{DataDir: t.TempDir(), Port: freePort(t)})
+		require.NoError(t, err)
+		p := stranger(t)
+		pidFile := fmt.Sprintf("%d\n%s\n", p.Pid, c.DataDir)
+		require.NoError(t, os.WriteFile(filepath.Join(c.DataDir, "postmaster.pid"), []byte(pidFile), 0o600))
+		require.NoError(t, c.Crash())
+		require.NoError(t, p.Signal(syscall.Signal(0)), "the stranger still runs")
+	})
+
+	t.Run("PoolerStopLeavesAStrangerAlone", func(t *testing.T) {
+		t.Parallel()
+		pooler, err := NewPooler(PoolerOptions{Dir: t.TempDir(), Port: freePort(t), UpstreamPort: freePort(t)})
+		require.NoError(t, err)
+		p := stranger(t)
+		require.NoError(t, os.WriteFile(pooler.PidFile, []byte(strconv.Itoa(p.Pid)+"\n"), 0o644))
+		require.NoError(t, pooler.Stop(context.Background()))
+		require.NoError(t, p.Signal(syscall.Signal(0)), "the stranger still runs")
 	})
 }
 
