@@ -68,9 +68,11 @@ type Setting struct {
 }
 
 // Prefix is the name's first word with its underscore (COMPLETER_ of
-// COMPLETER_MIN_AGE), or "" for a one-word name such as PORT.
+// COMPLETER_MIN_AGE) when that word is one of the project's own
+// (Prefixes), or "": a one-word name such as PORT, and one whose first
+// word other software uses too (DATABASE_URL, LOG_LEVEL, STRIPE_API_KEY).
 func (s Setting) Prefix() string {
-	if i := strings.IndexByte(s.Name, '_'); i > 0 {
+	if i := strings.IndexByte(s.Name, '_'); i > 0 && slices.Contains(prefixes, s.Name[:i+1]) {
 		return s.Name[:i+1]
 	}
 	return ""

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +41,28 @@ func TestDeclarations(t *testing.T) {
 		require.Len(t, errs, 2, "API_PORT is another process's (make dev's); HOME and GOFLAGS have no project prefix")
 		require.ErrorContains(t, errs[0], "REAPER_MAX_AGES is not a setting of any Rocket Rides process; did you mean REAPER_MAX_AGE?")
 		require.ErrorContains(t, errs[1], "COMPLETER_MIN_AEG is not a setting of any Rocket Rides process; did you mean COMPLETER_MIN_AGE?")
+	})
+
+	// A shared environment holds other software's variables, whose first
+	// words some of our settings happen to start with too.
+	t.Run("LeavesOtherSoftwaresVariablesAlone", func(t *testing.T) {
+		t.Parallel()
+		errs := Unknown([]string{"DATABASE_PASSWORD=hunter2", "API_KEY=k", "LOG_FILE=/var/log/x", "MAX_JOBS=4",
+			"STRIPE_WEBHOOK_SECRET=whsec_1", "TEST_SHARD=1", "DEBUG_PORT=1", "HOSTNAME=box"})
+		require.Empty(t, errs)
+	})
+
+	t.Run("AnEmptyVariableIsUnset", func(t *testing.T) {
+		t.Parallel()
+		require.Empty(t, Unknown([]string{"REAPER_MAX_AGES=", "COMPLETER_MIN_AEG="}))
+	})
+
+	t.Run("EveryPrefixIsOneOfOurSettings", func(t *testing.T) {
+		t.Parallel()
+		for _, p := range Prefixes() {
+			require.True(t, slices.ContainsFunc(knownNames(), func(name string) bool { return strings.HasPrefix(name, p) }),
+				"%s starts none of the project's settings", p)
+		}
 	})
 
 	t.Run("RedactsSecrets", func(t *testing.T) {

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,29 +10,49 @@ import (
 // variables with the project's prefixes.
 const AllowUnknown = "ALLOW_UNKNOWN_SETTINGS"
 
+// prefixes are the first words that only this project's variables use:
+// its processes' names and its own words. A word that other software
+// uses too (DATABASE_, API_, LOG_, MAX_, STRIPE_, TEST_) is not one of
+// them, however many of our settings start with it: DATABASE_PASSWORD,
+// API_KEY or STRIPE_WEBHOOK_SECRET in a shared environment are someone
+// else's, not a mistyped setting of ours.
+var prefixes = []string{
+	"COMPLETER_",
+	"CONSOLE_",
+	"ENQUEUER_",
+	"FAKESTRIPE_",
+	"IDEMPOTENCY_",
+	"LOCALPG_",
+	"REAPED_",
+	"REAPER_",
+	"RECEIPT_",
+	"RECONCILER_",
+	"SEED_",
+	"SIMULATOR_",
+	"WORKER_",
+}
+
+// Prefixes returns the first words, with their underscore, that only the
+// project's variables use (REAPER_): those Unknown checks.
+func Prefixes() []string { return slices.Clone(prefixes) }
+
 // Unknown returns, for each variable in environ (NAME=value, as
-// os.Environ gives them) that has one of the project's prefixes but is
-// no setting of any of its processes, an error naming it and the nearest
-// known name: REAPER_MAX_AGES=24h would otherwise be ignored without a
-// word, and the reaper keep its 72h. A variable that another process
-// reads (a shared environment, such as make dev's) is known.
+// os.Environ gives them) that has one of the project's prefixes and a
+// value but is no setting of any of its processes, an error naming it
+// and the nearest known name: REAPER_MAX_AGES=24h would otherwise be
+// ignored without a word, and the reaper keep its 72h. A variable that
+// another process reads (a shared environment, such as make dev's) is
+// known; an empty one is unset, as Env reads it.
 //
 // The known names are those of every process of the project, listed in
 // known.go by the generator that writes docs/configuration.md, and those
 // declared in this binary.
 func Unknown(environ []string) []error {
 	known := knownNames()
-	prefixes := map[string]bool{}
-	for _, name := range known {
-		if p := (Setting{Name: name}).Prefix(); p != "" {
-			prefixes[p] = true
-		}
-	}
 	var errs []error
 	for _, kv := range environ {
-		name, _, _ := strings.Cut(kv, "=")
-		p := (Setting{Name: name}).Prefix()
-		if p == "" || !prefixes[p] || slices.Contains(known, name) {
+		name, value, _ := strings.Cut(kv, "=")
+		if value == "" || (Setting{Name: name}).Prefix() == "" || slices.Contains(known, name) {
 			continue
 		}
 		errs = append(errs, fmt.Errorf("%s is not a setting of any Rocket Rides process; did you mean %s? (%s=true starts anyway)",
@@ -41,9 +60,6 @@ func Unknown(environ []string) []error {
 	}
 	return errs
 }
-
-// CheckUnknown is Unknown as one error, or nil.
-func CheckUnknown(environ []string) error { return errors.Join(Unknown(environ)...) }
 
 // knownNames are every setting of the project's processes and every one
 // declared in this binary, sorted.
@@ -55,10 +71,6 @@ func knownNames() []string {
 	slices.Sort(names)
 	return slices.Compact(names)
 }
-
-// KnownNames returns every setting name the project defines, as known.go
-// lists them, sorted.
-func KnownNames() []string { return slices.Clone(projectSettings) }
 
 // nearest is the name among known closest to name by edit distance; the
 // first in order on a tie.

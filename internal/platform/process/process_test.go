@@ -206,6 +206,18 @@ func TestUnknownSettings(t *testing.T) {
 		require.NotContains(t, stderr.String(), "Started")
 	})
 
+	t.Run("OtherSoftwaresVariablesDoNotStopIt", func(t *testing.T) {
+		for _, name := range []string{"DATABASE_PASSWORD", "API_KEY", "LOG_FILE", "STRIPE_WEBHOOK_SECRET"} {
+			t.Setenv(name, "theirs")
+		}
+		// Empty is unset, as every setting reads it.
+		t.Setenv("REAPER_MAX_AGES", "")
+		var stdout, stderr bytes.Buffer
+		require.Zero(t, Run(t.Context(), &Config{Name: "test", Build: build}, nil, &stdout, &stderr), stderr.String())
+		require.NotContains(t, stderr.String(), "is not a setting")
+		require.Contains(t, stderr.String(), "Started")
+	})
+
 	t.Run("AllowUnknownStartsAndWarns", func(t *testing.T) {
 		t.Setenv("REAPER_MAX_AGES", "24h")
 		t.Setenv("ALLOW_UNKNOWN_SETTINGS", "true")

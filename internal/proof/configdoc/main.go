@@ -174,6 +174,15 @@ func describeProcesses(root string) ([]section, error) {
 	return out, nil
 }
 
+// prefixes are the project's prefixes as the reference lists them.
+func prefixes() string {
+	var words []string
+	for _, p := range config.Prefixes() {
+		words = append(words, "`"+p+"`")
+	}
+	return strings.Join(words, ", ")
+}
+
 // cell escapes s for a Markdown table cell.
 func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 
@@ -189,11 +198,14 @@ func reference(processes, others []section) []byte {
 	p("- An unset or empty variable takes its default. Durations are Go durations (`90s`, `5m`, `72h`).\n")
 	p("- A `0` is refused, naming the variable, unless the setting says what `0` means; negative\n")
 	p("  numbers and durations, and values such as `5 minutes`, are always refused.\n")
-	p("- A variable with one of the project's prefixes (`COMPLETER_`, `REAPER_`, `STRIPE_`, ...) that no\n")
-	p("  process defines stops the process at start, naming the nearest setting (`REAPER_MAX_AGES is not a\n")
-	p("  setting of any Rocket Rides process; did you mean REAPER_MAX_AGE?`). A variable another process\n")
-	p("  reads is fine, so one environment can serve them all. Where the environment is shared with other\n")
-	p("  software that uses such names, `ALLOW_UNKNOWN_SETTINGS=true` starts anyway and logs each at WARN.\n")
+	p("- A non-empty variable with one of the project's own prefixes that no process defines stops the\n")
+	p("  process at start, naming the nearest setting (`REAPER_MAX_AGES is not a setting of any Rocket\n")
+	p("  Rides process; did you mean REAPER_MAX_AGE?`). The prefixes are words only this project uses:\n")
+	p("  %s.\n", prefixes())
+	p("  A variable another process reads is fine, so one environment can serve them all, and so is one\n")
+	p("  whose first word other software uses too (`DATABASE_PASSWORD`, `API_KEY`, `STRIPE_WEBHOOK_SECRET`).\n")
+	p("  Where the environment is shared with software that uses the project's prefixes,\n")
+	p("  `ALLOW_UNKNOWN_SETTINGS=true` starts anyway and logs each at WARN.\n")
 	p("- At start each process logs one `Started` line with every setting in effect, secrets redacted\n")
 	p("  (`STRIPE_API_KEY` and tokens as `[redacted]`, the password in `DATABASE_URL` and `SMTP_URL` as `xxxxx`).\n\n")
 
