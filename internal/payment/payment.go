@@ -313,23 +313,13 @@ func (g *Gateway) CustomerExists(ctx context.Context, id string) (bool, error) {
 // so it identifies the charge whatever key it was made with.
 func (g *Gateway) FindCharge(ctx context.Context, customer, metadataKey, value string, since time.Time) (chargeID string, found bool, err error) {
 	defer g.record(metrics.StripeListCharges, time.Now(), &err)
-	params := &stripe.ChargeListParams{
-		Customer:     stripe.String(customer),
-		CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()},
-	}
-	params.Context = ctx
-	params.Limit = stripe.Int64(100)
-	iter := g.api.Charges.List(params)
-	for iter.Next() {
-		c := iter.Charge()
+	err = g.eachCharge(ctx, customer, since, func(c *stripe.Charge) bool {
 		if c.Status == stripe.ChargeStatusSucceeded && c.Metadata[metadataKey] == value {
-			return c.ID, true, nil
+			chargeID, found = c.ID, true
 		}
-	}
-	if err := iter.Err(); err != nil {
-		return "", false, classify(fmt.Sprintf("list charges of %s", customer), err)
-	}
-	return "", false, nil
+		return !found
+	})
+	return chargeID, found, err
 }
 
 // ChargesFor returns every charge of customer, created at or after since,
@@ -337,6 +327,18 @@ func (g *Gateway) FindCharge(ctx context.Context, customer, metadataKey, value s
 // for one request, as a person settling it needs to see it.
 func (g *Gateway) ChargesFor(ctx context.Context, customer, metadataKey, value string, since time.Time) (charges []*Charge, err error) {
 	defer g.record(metrics.StripeListCharges, time.Now(), &err)
+	err = g.eachCharge(ctx, customer, since, func(c *stripe.Charge) bool {
+		if c.Metadata[metadataKey] == value {
+			charges = append(charges, fromStripe(c))
+		}
+		return true
+	})
+	return charges, err
+}
+
+// eachCharge hands fn the charges of customer created at or after since,
+// page by page, until fn returns false.
+func (g *Gateway) eachCharge(ctx context.Context, customer string, since time.Time, fn func(*stripe.Charge) bool) error {
 	params := &stripe.ChargeListParams{
 		Customer:     stripe.String(customer),
 		CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()},
@@ -345,14 +347,14 @@ func (g *Gateway) ChargesFor(ctx context.Context, customer, metadataKey, value s
 	params.Limit = stripe.Int64(100)
 	iter := g.api.Charges.List(params)
 	for iter.Next() {
-		if c := iter.Charge(); c.Metadata[metadataKey] == value {
-			charges = append(charges, fromStripe(c))
+		if !fn(iter.Charge()) {
+			return nil
 		}
 	}
 	if err := iter.Err(); err != nil {
-		return nil, classify(fmt.Sprintf("list charges of %s", customer), err)
+		return classify(fmt.Sprintf("list charges of %s", customer), err)
 	}
-	return charges, nil
+	return nil
 }
 
 // TookMoney reports whether c moved money that was kept: succeeded and

@@ -16,7 +16,7 @@ import (
 const (
 	metadataRideID           = "ride_id"
 	metadataIdempotencyKeyID = "idempotency_key_id"
-	// Only on charges of keys that have an identity (migration 000004):
+	// Only on charges of keys that have an identity (migration 000006):
 	// an id can name two requests after a failover lost one of them,
 	// the identity cannot.
 	metadataIdempotencyKeyIdentity = "idempotency_key_identity"
@@ -112,6 +112,10 @@ func compare(s snapshot, now time.Time, grace time.Duration) *Report {
 		}
 		rawRideID := c.Metadata[metadataRideID]
 		rideID, err := strconv.ParseInt(rawRideID, 10, 64)
+		var another string // how c shows it was made for another request than its ride's
+		if r := rides[rideID]; err == nil && r != nil {
+			another = madeForAnother(r, c)
+		}
 		switch {
 		case !hasRide && ourCustomer:
 			rep.add(ChargeWithoutRide, c.ID, 0, "no ride_id in its metadata; customer %s is user %d", c.Customer, userID)
@@ -121,9 +125,9 @@ func compare(s snapshot, now time.Time, grace time.Duration) *Report {
 			rep.add(ChargeWithoutRide, c.ID, 0, "metadata ride_id %q is not a ride id", rawRideID)
 		case rides[rideID] == nil:
 			rep.add(ChargeWithoutRide, c.ID, 0, "metadata ride_id %d names no ride", rideID)
-		case madeForAnother(rides[rideID], c) != "":
+		case another != "":
 			rep.add(ChargeWithoutRide, c.ID, 0, "metadata ride_id %d names a ride another request made (%s): "+
-				"the ride this charge paid for is gone, and its id was handed out again", rideID, madeForAnother(rides[rideID], c))
+				"the ride this charge paid for is gone, and its id was handed out again", rideID, another)
 		default:
 			attributed[rideID] = append(attributed[rideID], c)
 		}
