@@ -196,12 +196,20 @@ func (s *procStack) chargeFor(t *testing.T, keyID int64) string {
 	t.Helper()
 	gateway, err := payment.New(&payment.Config{APIKey: stripeKey, BaseURL: s.stripe.URL})
 	require.NoError(t, err)
-	var customer string
+	var (
+		customer string
+		rideID   int64
+	)
 	require.NoError(t, s.pool.QueryRow(context.Background(), `
-		SELECT u.stripe_customer_id FROM users u JOIN idempotency_keys k ON k.user_id = u.id WHERE k.id = $1`, keyID).Scan(&customer))
+		SELECT u.stripe_customer_id, r.id FROM users u JOIN rides r ON r.user_id = u.id
+		WHERE r.idempotency_key_id = $1`, keyID).Scan(&customer, &rideID))
+	keys, err := idem.New(&idem.Config{Pool: s.pool, Actor: "test"})
+	require.NoError(t, err)
+	key, err := keys.KeyByID(context.Background(), keyID)
+	require.NoError(t, err)
 	id, err := gateway.Charge(context.Background(), payment.ChargeRequest{
 		Customer: customer, Amount: rides.Price, Currency: rides.Currency,
-		Metadata:       map[string]string{"idempotency_key_id": strconv.FormatInt(keyID, 10)},
+		Metadata:       rides.ChargeMetadata(rideID, key),
 		IdempotencyKey: "console-test-" + strconv.FormatInt(keyID, 10),
 	})
 	require.NoError(t, err)
@@ -423,7 +431,7 @@ func TestBrowser(t *testing.T) {
 		// Another request holds the key: the action is refused and says so.
 		keys, err := idem.New(&idem.Config{Pool: s.pool, Actor: "test"})
 		require.NoError(t, err)
-		_, err = keys.ClaimByID(context.Background(), held)
+		_, err = keys.ClaimByID(context.Background(), held, nil)
 		require.NoError(t, err)
 		require.NoError(t, chromedp.Run(ctx,
 			chromedp.Navigate(s.console.URL+"/keys/"+id(held)),

@@ -257,7 +257,7 @@ func TestConsole(t *testing.T) {
 		b := setup(t)
 		b.login(t)
 		_, id := b.flag(t)
-		_, err := b.Keys.ClaimByID(context.Background(), id)
+		_, err := b.Keys.ClaimByID(context.Background(), id, nil)
 		require.NoError(t, err)
 		resp := b.post(t, "/keys/"+strconv.FormatInt(id, 10)+"/release", b.console.URL, url.Values{"csrf": {b.csrf(t)}})
 		require.Equal(t, http.StatusSeeOther, resp.StatusCode)

@@ -97,7 +97,7 @@ type ExpiredError struct {
 	// ResponseCode is the status of the stored response; nil when the
 	// request never finished (it is then in abandoned_requests).
 	ResponseCode *int
-	// ResourceID is what the request created (see Outcome.Created), if
+	// ResourceID is what the request created (see Outcome.CreatedLast), if
 	// it got that far.
 	ResourceID *int64
 }
@@ -342,56 +342,35 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// FOR UPDATE serialises concurrent claims of the same key: the
 		// decision below is made while no one else can change the row.
-		var (
-			k         Key
-			matches   bool
-			lockFresh bool
-		)
-		row := tx.QueryRow(ctx, `
-			SELECT `+keyColumns+`,
-			       request_method = $3 AND request_path = $4 AND request_params = $5::jsonb,
-			       coalesce(locked_at > now() - $6::interval, false)
-			FROM idempotency_keys
-			WHERE user_id = $1 AND idempotency_key = $2
-			FOR UPDATE`,
-			req.UserID, req.Key, req.Method, req.Path, req.Params, s.lockTimeout)
-		if err := row.Scan(&k.ID, &k.CreatedAt, &k.IdempotencyKey, &k.LastRunAt, &k.LockedAt, &k.LockToken,
-			&k.RequestMethod, &k.RequestParams, &k.RequestPath, &k.OriginIP,
-			&k.ResponseCode, &k.ResponseBody, &k.RecoveryPoint, &k.UserID,
-			&k.FirstForeignAttemptAt, &k.UnknownOutcomes, &k.AttentionReason, &k.Claims, &k.Identity,
-			&matches, &lockFresh); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				// No key: the reaper deleted it, before the claim's
-				// insert or (vanishingly rarely) since.
-				var expired error
-				outcome, expired = s.reaped(ctx, tx, req)
-				return expired
-			}
-			return fmt.Errorf("lock idempotency key: %w", err)
-		}
-		annotate(ctx, &k)
+		l, err := s.lockKey(ctx, tx, `user_id = $2 AND idempotency_key = $3`,
+			`request_method = $4 AND request_path = $5 AND request_params = $6::jsonb`,
+			req.UserID, req.Key, req.Method, req.Path, req.Params)
 		switch {
-		case !matches:
+		case errors.Is(err, errNoKey):
+			// No key: the reaper deleted it, before the claim's insert or
+			// (vanishingly rarely) since.
+			var expired error
+			outcome, expired = s.reaped(ctx, tx, req)
+			return expired
+		case err != nil:
+			return err
+		}
+		annotate(ctx, &l.Key)
+		switch {
+		case !l.Matches:
 			outcome = metrics.OutcomeReuseMismatch
-			return fmt.Errorf("key %d: %w", k.ID, ErrKeyReused)
-		case k.RecoveryPoint == Finished:
-			key, replayed, outcome = &k, true, metrics.OutcomeReplay
+			return fmt.Errorf("key %d: %w", l.ID, ErrKeyReused)
+		case l.RecoveryPoint == Finished:
+			key, replayed, outcome = &l.Key, true, metrics.OutcomeReplay
 			return nil
-		case lockFresh:
+		case l.LockFresh:
 			outcome = metrics.OutcomeInFlightConflict
-			return fmt.Errorf("key %d: %w", k.ID, ErrInFlight)
-		case k.LockedAt != nil:
-			outcome = metrics.OutcomeLockTakeover
-		default:
-			outcome = metrics.OutcomeResumed
+			return fmt.Errorf("key %d: %w", l.ID, ErrInFlight)
 		}
-		rows, err := tx.Query(ctx, takeSQL, k.ID, newLockToken(), takeEvent(&k), s.actor)
+		outcome = takeOutcome(&l.Key)
+		key, err = s.take(ctx, tx, &l.Key)
 		if err != nil {
-			return fmt.Errorf("take over idempotency key %d: %w", k.ID, err)
-		}
-		key, err = collectKey(rows)
-		if err != nil {
-			return fmt.Errorf("take over idempotency key %d: %w", k.ID, err)
+			return err
 		}
 		return nil
 	})
@@ -402,6 +381,64 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 		return nil, false, err
 	}
 	return key, replayed, nil
+}
+
+// lockedKey is a key read FOR UPDATE by lockKey: the row, whether it was
+// claimed for the request at hand, and whether its lock is still live.
+type lockedKey struct {
+	Key
+	Matches   bool `db:"matches"`
+	LockFresh bool `db:"lock_fresh"`
+}
+
+// errNoKey is lockKey's finding that no key matches.
+var errNoKey = errors.New("no such idempotency key")
+
+// lockKey reads, in tx and FOR UPDATE, the key where finds, with matches
+// computed by the condition given; args are theirs, from $2 on ($1 is the
+// lock timeout). FOR UPDATE serialises claims of the same key: what the
+// caller decides from the row no one else can change until tx ends.
+func (s *Store) lockKey(ctx context.Context, tx pgx.Tx, where, matches string, args ...any) (*lockedKey, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT `+keyColumns+`, `+matches+` AS matches,
+		       coalesce(locked_at > now() - $1::interval, false) AS lock_fresh
+		FROM idempotency_keys
+		WHERE `+where+`
+		FOR UPDATE`, append([]any{s.lockTimeout}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("lock idempotency key: %w", err)
+	}
+	locked, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[lockedKey])
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("lock idempotency key: %w", err)
+	case len(locked) == 0:
+		return nil, errNoKey
+	}
+	return locked[0], nil
+}
+
+// take claims k, locked by lockKey and found free to take (released, or
+// its lock stale), for a new attempt: a fresh lock token, one more claim,
+// and the step that says which.
+func (s *Store) take(ctx context.Context, tx pgx.Tx, k *Key) (*Key, error) {
+	rows, err := tx.Query(ctx, takeSQL, k.ID, newLockToken(), takeEvent(k), s.actor)
+	if err != nil {
+		return nil, fmt.Errorf("take idempotency key %d: %w", k.ID, err)
+	}
+	key, err := collectKey(rows)
+	if err != nil {
+		return nil, fmt.Errorf("take idempotency key %d: %w", k.ID, err)
+	}
+	return key, nil
+}
+
+// takeOutcome is the metric of taking k.
+func takeOutcome(k *Key) metrics.Outcome {
+	if k.LockedAt != nil {
+		return metrics.OutcomeLockTakeover
+	}
+	return metrics.OutcomeResumed
 }
 
 // errReapedPredecessor is the fence's finding that a key at started has a
@@ -499,28 +536,23 @@ type Outcome struct {
 	foreignCall bool
 	// attention, when set, is why the key is set aside (see SetAside).
 	attention string
-	// created, when set, is what the request created (see Created);
-	// createdFrom, when set, the sequence its id came from (see
-	// CreatedLast).
-	created     *int64
+	// createdFrom, when set, is the sequence the id of what the request
+	// created came from (see CreatedLast).
 	createdFrom *string
 	// reopen clears a set-aside and releases the key (see Reopen).
 	reopen bool
 }
 
-// Created records on the key, with the phase, the id of what the request
-// created: the endpoint's resource, such as a ride. A client that comes
-// back after the key was reaped is told where to look (ExpiredError).
-func (o Outcome) Created(id int64) Outcome {
-	o.created = &id
-	return o
-}
-
-// CreatedLast is Created for a resource the phase itself inserted: its id
-// is the value the phase's transaction drew last from sequence (the
-// resource table's id sequence, say rides_id_seq). The phase need not
-// wait for the insert's answer to name what it created, so it still goes
-// to Postgres in one round trip.
+// CreatedLast records on the key, with the phase, the id of what the
+// request created: the endpoint's resource, such as a ride, which the
+// phase itself inserted. A client that comes back after the key was
+// reaped is told where to look (ExpiredError). The id is the value the
+// phase drew last from sequence (the resource table's id sequence, say
+// rides_id_seq): currval is the session's, so the phase must insert the
+// resource before it ends, or the key would name what another phase on
+// the same pooled connection inserted. The phase need not wait for the
+// insert's answer to name what it created, so it still goes to Postgres
+// in one round trip.
 func (o Outcome) CreatedLast(sequence string) Outcome {
 	o.createdFrom = &sequence
 	return o
@@ -653,17 +685,12 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 // second.) If first finishes the key, sets it aside or reopens it, second
 // does not run.
 //
-// between, if not nil, runs once first is queued, before anything is sent:
-// should it fail, first goes alone and PhaseThen returns between's error
-// once first has committed. It is where a seam between the two commits
-// goes (package rides); a process that dies in it sends neither.
-//
 // A phase Postgres aborts for a concurrent transaction is run again as
 // Phase runs it, one phase at a time; the pipelined try counts as its
 // first attempt.
-func (s *Store) PhaseThen(ctx context.Context, key *Key, first PhaseFunc, between func(context.Context) error, second PhaseFunc) error {
+func (s *Store) PhaseThen(ctx context.Context, key *Key, first, second PhaseFunc) error {
 	start, from := time.Now(), key.RecoveryPoint
-	q, q2, err := s.phasesOnce(ctx, key, first, between, second)
+	q, q2, err := s.phasesOnce(ctx, key, first, second)
 	switch {
 	case q == nil || !q.committed:
 		if errors.Is(err, errReapedPredecessor) {
@@ -679,11 +706,6 @@ func (s *Store) PhaseThen(ctx context.Context, key *Key, first PhaseFunc, betwee
 		}
 		if key.LockToken == nil || key.AttentionReason != nil {
 			return nil // finished, set aside or reopened: nothing follows
-		}
-		if between != nil {
-			if err := between(ctx); err != nil {
-				return err
-			}
 		}
 		return s.Phase(ctx, key, second)
 	case err != nil && db.IsRetryable(err):
@@ -704,7 +726,7 @@ func (s *Store) PhaseThen(ctx context.Context, key *Key, first PhaseFunc, betwee
 // phasesOnce sends first and second in one pipeline (see PhaseThen). It
 // returns the phases it queued, nil for one it did not, with the error of
 // whichever failed.
-func (s *Store) phasesOnce(ctx context.Context, key *Key, first PhaseFunc, between func(context.Context) error, second PhaseFunc) (q1, q2 *queuedPhase, err error) {
+func (s *Store) phasesOnce(ctx context.Context, key *Key, first, second PhaseFunc) (q1, q2 *queuedPhase, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
@@ -717,18 +739,13 @@ func (s *Store) phasesOnce(ctx context.Context, key *Key, first PhaseFunc, betwe
 	if err != nil {
 		return nil, nil, s.fenceError(key, err)
 	}
-	var stopped error // between's error, or second's own before it was sent
+	var stopped error // second's own, before it was sent
 	if q1.locked {
-		if between != nil {
-			stopped = between(ctx)
-		}
-		if stopped == nil {
-			// The second's BEGIN follows the first's COMMIT: every
-			// transaction in the pipeline is explicit, since a statement
-			// sent before a BEGIN in the same implicit block would be
-			// folded into the BEGIN's transaction.
-			q2, stopped = s.queuePhase(ctx, tx, key, q1.next, second)
-		}
+		// The second's BEGIN follows the first's COMMIT: every transaction
+		// in the pipeline is explicit, since a statement sent before a
+		// BEGIN in the same implicit block would be folded into the
+		// BEGIN's transaction.
+		q2, stopped = s.queuePhase(ctx, tx, key, q1.next, second)
 	}
 	// A second whose own code failed may have queued part of its
 	// transaction; it goes out without its COMMIT and is rolled back.
@@ -832,13 +849,12 @@ func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from Recover
 		    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END,
 		    first_foreign_attempt_at = CASE WHEN $7 THEN coalesce(first_foreign_attempt_at, now())
 		                                    ELSE first_foreign_attempt_at END,
-		    resource_id    = coalesce($8, currval($10::text::regclass), resource_id),
+		    resource_id    = coalesce(currval($9::text::regclass), resource_id),
 		    attention_reason = NULL,
-		    steps          = `+step("'reached'", "$4", "$9", "claims")+`
+		    steps          = `+step("'reached'", "$4", "$8", "claims")+`
 		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
 		RETURNING response_body, first_foreign_attempt_at`,
-		key.ID, key.lockToken(), from, out.next, code, body, out.foreignCall, out.created, s.actor,
-		out.createdFrom,
+		key.ID, key.lockToken(), from, out.next, code, body, out.foreignCall, s.actor, out.createdFrom,
 	).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&stored, &firstForeignAttemptAt); err != nil {
 			return fmt.Errorf("advance key %d from %s to %s: %w", key.ID, from, out.next, err)
@@ -865,27 +881,13 @@ func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from Recover
 // queueSetAside ends a phase that sets key aside (see SetAside): the flag,
 // under the fence's row lock.
 func (s *Store) queueSetAside(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, reason string) *queuedPhase {
-	tx.Queue(`
-		WITH k AS (
-			UPDATE idempotency_keys
-			SET attention_reason = $4, locked_at = NULL, lock_token = NULL,
-			    steps = steps || (`+stepObject("'set_aside'", "recovery_point", "$5", "claims")+`
-			                      || jsonb_build_object('detail', $4::text))
-			WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
-			RETURNING 1
-		)
-		SELECT count(*) FROM k`,
-		key.ID, key.lockToken(), from, reason, s.actor,
-	).QueryRow(func(row pgx.Row) error {
-		var n int
-		if err := row.Scan(&n); err != nil {
-			return fmt.Errorf("set key %d aside at %s: %w", key.ID, from, err)
-		}
-		if n != 1 {
-			return fmt.Errorf("set key %d aside at %s: %w", key.ID, from, ErrLockLost)
-		}
-		return nil
-	})
+	tx.QueueOne(fmt.Sprintf("set key %d aside at %s", key.ID, from), `
+		UPDATE idempotency_keys
+		SET attention_reason = $4, locked_at = NULL, lock_token = NULL,
+		    steps = steps || (`+stepObject("'set_aside'", "recovery_point", "$5", "claims")+`
+		                      || jsonb_build_object('detail', $4::text))
+		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3`,
+		key.ID, key.lockToken(), from, reason, s.actor)
 	return &queuedPhase{next: from, settle: func() {
 		s.metrics.Outcome(metrics.OutcomeNeedsAttention)
 		key.AttentionReason = &reason

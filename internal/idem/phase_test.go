@@ -2,7 +2,6 @@ package idem_test
 
 import (
 	"context"
-	"errors"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -195,19 +194,19 @@ func TestPhaseThen(t *testing.T) {
 		}
 		return out
 	}
-	require.NoError(t, store.PhaseThen(ctx, claim("warm-up"), job(idem.Advance("halfway")), nil,
+	require.NoError(t, store.PhaseThen(ctx, claim("warm-up"), job(idem.Advance("halfway")),
 		job(idem.Respond(201, []byte(`{}`)))))
 
 	key := claim("measured")
 	counter.reset()
-	require.NoError(t, store.PhaseThen(ctx, key, job(idem.Advance("halfway")), nil, job(idem.Respond(201, []byte(`{}`)))))
+	require.NoError(t, store.PhaseThen(ctx, key, job(idem.Advance("halfway")), job(idem.Respond(201, []byte(`{}`)))))
 	require.Equal(t, int64(1), counter.total(), "round trips of the two phases")
 	require.Equal(t, idem.Finished, key.RecoveryPoint)
 	require.Equal(t, []idem.RecoveryPoint{idem.Started, "halfway", idem.Finished}, points(key), "a commit for each recovery point")
 
 	before := jobs()
 	key = claim("second-fails")
-	err = store.PhaseThen(ctx, key, job(idem.Advance("halfway")), nil, func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+	err = store.PhaseThen(ctx, key, job(idem.Advance("halfway")), func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
 		tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('then', '{}')`)
 		tx.QueueOne("no such job", `DELETE FROM staged_jobs WHERE job_name = 'none'`)
 		return idem.Respond(201, []byte(`{}`)), nil
@@ -215,11 +214,4 @@ func TestPhaseThen(t *testing.T) {
 	require.ErrorContains(t, err, "no such job")
 	require.Equal(t, idem.RecoveryPoint("halfway"), key.RecoveryPoint, "the first committed on its own")
 	require.Equal(t, before+1, jobs(), "the second's writes rolled back")
-
-	key = claim("seam-fails")
-	err = store.PhaseThen(ctx, key, job(idem.Advance("halfway")),
-		func(context.Context) error { return errors.New("seam") }, job(idem.Respond(201, []byte(`{}`))))
-	require.ErrorContains(t, err, "seam")
-	require.Equal(t, idem.RecoveryPoint("halfway"), key.RecoveryPoint, "only the first was sent")
-	require.Equal(t, before+2, jobs())
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 )
@@ -52,7 +51,6 @@ const (
 
 // Step is one of a key's steps.
 type Step struct {
-	KeyID         int64         `db:"idempotency_key_id"`
 	At            time.Time     `db:"at"`
 	Event         StepEvent     `db:"event"`
 	RecoveryPoint RecoveryPoint `db:"recovery_point"`
@@ -108,8 +106,7 @@ func keyColumnsOf(a string) string {
 // Steps returns the steps key keyID took, oldest first.
 func (s *Store) Steps(ctx context.Context, keyID int64) ([]Step, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT k.id AS idempotency_key_id,
-		       (s.step->>'at')::timestamptz AS at,
+		SELECT (s.step->>'at')::timestamptz AS at,
 		       s.step->>'event' AS event,
 		       s.step->>'recovery_point' AS recovery_point,
 		       s.step->>'actor' AS actor,
@@ -141,44 +138,42 @@ var ErrKeyFinished = errors.New("idempotency key is finished")
 // console), with the same rules as a request's claim: a key someone else
 // holds under a live lock is refused (ErrInFlight), a stale lock is taken
 // over and its holder fenced off, and a finished key is refused
-// (ErrKeyFinished). The key comes back locked with a fresh token, for
-// Phase, or for Reopen; the caller unlocks it on failure.
-func (s *Store) ClaimByID(ctx context.Context, id int64) (*Key, error) {
-	var key *Key
+// (ErrKeyFinished). check, if not nil, sees the key first, locked: an
+// error from it refuses the claim, and nothing is written. The key comes
+// back locked with a fresh token, for Phase, or for Reopen; the caller
+// unlocks it on failure.
+func (s *Store) ClaimByID(ctx context.Context, id int64, check func(*Key) error) (*Key, error) {
+	var (
+		key     *Key
+		outcome *metrics.Outcome
+	)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var (
-			point     RecoveryPoint
-			locked    bool
-			lockFresh bool
-		)
-		err := tx.QueryRow(ctx, `
-			SELECT recovery_point, locked_at IS NOT NULL, coalesce(locked_at > now() - $2::interval, false)
-			FROM idempotency_keys WHERE id = $1
-			FOR UPDATE`, id, s.lockTimeout).Scan(&point, &locked, &lockFresh)
+		l, err := s.lockKey(ctx, tx, `id = $2`, `true`, id)
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
+		case errors.Is(err, errNoKey):
 			return fmt.Errorf("key %d: %w", id, ErrKeyNotFound)
 		case err != nil:
-			return fmt.Errorf("lock idempotency key %d: %w", id, err)
-		case point == Finished:
+			return err
+		case l.RecoveryPoint == Finished:
 			return fmt.Errorf("key %d: %w", id, ErrKeyFinished)
-		case lockFresh:
-			s.metrics.Outcome(metrics.OutcomeInFlightConflict)
+		case l.LockFresh:
+			outcome = new(metrics.OutcomeInFlightConflict)
 			return fmt.Errorf("key %d: %w", id, ErrInFlight)
 		}
-		event := StepResumed
-		if locked {
-			event = StepTookOver
+		if check != nil {
+			if err := check(&l.Key); err != nil {
+				return err
+			}
 		}
-		rows, err := tx.Query(ctx, takeSQL, id, newLockToken(), event, s.actor)
-		if err != nil {
-			return fmt.Errorf("claim idempotency key %d: %w", id, err)
+		key, err = s.take(ctx, tx, &l.Key)
+		if err == nil {
+			outcome = new(takeOutcome(&l.Key))
 		}
-		if key, err = collectKey(rows); err != nil {
-			return fmt.Errorf("claim idempotency key %d: %w", id, err)
-		}
-		return nil
+		return err
 	})
+	if outcome != nil {
+		s.metrics.Outcome(*outcome)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -204,18 +199,12 @@ func (s *Store) Reopen(ctx context.Context, key *Key, fn func(ctx context.Contex
 
 // queueReopen ends a phase that reopens key (see Reopen).
 func (s *Store) queueReopen(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint) *queuedPhase {
-	tx.Queue(`
+	tx.QueueOne(fmt.Sprintf("reopen key %d at %s", key.ID, from), `
 		UPDATE idempotency_keys
 		SET attention_reason = NULL, unknown_outcomes = 0, locked_at = NULL, lock_token = NULL,
 		    steps = `+step("'reopened'", "recovery_point", "$4", "claims")+`
 		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3`,
-		key.ID, key.lockToken(), from, s.actor,
-	).Exec(func(tag pgconn.CommandTag) error {
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("reopen key %d at %s: %w", key.ID, from, ErrLockLost)
-		}
-		return nil
-	})
+		key.ID, key.lockToken(), from, s.actor)
 	return &queuedPhase{next: from, settle: func() {
 		key.AttentionReason, key.UnknownOutcomes = nil, 0
 		key.LockedAt, key.LockToken = nil, nil

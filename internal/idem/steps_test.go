@@ -113,7 +113,7 @@ func TestSteps(t *testing.T) {
 			return idem.SetAside("look at Stripe"), nil
 		}))
 
-		taken, err := b.person.ClaimByID(ctx, key.ID)
+		taken, err := b.person.ClaimByID(ctx, key.ID, nil)
 		require.NoError(t, err)
 		require.NoError(t, b.person.Reopen(ctx, taken, nil))
 		row, err := b.api.KeyByID(ctx, key.ID)
@@ -140,30 +140,35 @@ func TestSteps(t *testing.T) {
 		ctx := context.Background()
 		key, _, err := b.api.Claim(ctx, b.req)
 		require.NoError(t, err)
-		_, err = b.person.ClaimByID(ctx, key.ID)
+		_, err = b.person.ClaimByID(ctx, key.ID, nil)
 		require.ErrorIs(t, err, idem.ErrInFlight)
 		require.NoError(t, b.api.Phase(ctx, key, func(context.Context, *idem.Tx) (idem.Outcome, error) {
 			return idem.Respond(201, []byte(`{}`)), nil
 		}))
-		_, err = b.person.ClaimByID(ctx, key.ID)
+		_, err = b.person.ClaimByID(ctx, key.ID, nil)
 		require.ErrorIs(t, err, idem.ErrKeyFinished)
-		_, err = b.person.ClaimByID(ctx, key.ID+1000)
+		_, err = b.person.ClaimByID(ctx, key.ID+1000, nil)
 		require.ErrorIs(t, err, idem.ErrKeyNotFound)
 	})
 
-	t.Run("ReapingAKeyDeletesItsSteps", func(t *testing.T) {
+	// A person's claim that check refuses writes nothing: no claim, no
+	// step, and whoever held a stale lock is not fenced off.
+	t.Run("ClaimByIDRefusedByItsCheckWritesNothing", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		ctx := context.Background()
 		key, _, err := b.api.Claim(ctx, b.req)
 		require.NoError(t, err)
-		require.NoError(t, b.api.Unlock(ctx, key))
-		_, err = b.pool.Exec(ctx, `UPDATE idempotency_keys SET created_at = now() - interval '1 day' WHERE id = $1`, key.ID)
+		_, err = b.pool.Exec(ctx, `UPDATE idempotency_keys SET locked_at = now() - interval '2 minutes' WHERE id = $1`, key.ID)
 		require.NoError(t, err)
-		reaped, err := b.api.Reap(ctx, time.Hour, 10, nil)
+		refused := errors.New("not this one")
+		_, err = b.person.ClaimByID(ctx, key.ID, func(*idem.Key) error { return refused })
+		require.ErrorIs(t, err, refused)
+		row, err := b.api.KeyByID(ctx, key.ID)
 		require.NoError(t, err)
-		require.Len(t, reaped, 1)
-		require.Empty(t, steps(t, b.api, key.ID))
+		require.Equal(t, 1, row.Claims)
+		require.Equal(t, key.LockToken, row.LockToken, "the holder keeps its lock")
+		require.Equal(t, []step{{idem.StepClaimed, idem.Started, "api", 1}}, steps(t, b.api, key.ID))
 	})
 
 	t.Run("RefusesBadActor", func(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/rocketrides/rocketrides/internal/idem"
@@ -33,12 +32,7 @@ func (r *request) adoptForgottenCharge(ctx context.Context) (adopted bool, err e
 	if !r.stripeMayHaveForgotten() {
 		return false, nil
 	}
-	// By the identity where the key has one: after a failover lost a key,
-	// its id may name another request's charge too.
-	field, value := metadataKeyID, strconv.FormatInt(r.key.ID, 10)
-	if r.key.Identity != nil {
-		field, value = metadataKeyIdentity, r.key.Identity.String()
-	}
+	field, value := chargeMatch(r.key)
 	chargeID, found, err := r.payments.FindCharge(ctx, r.user.StripeCustomerID,
 		field, value, r.key.FirstForeignAttemptAt.Add(-time.Hour))
 	if err != nil {
@@ -89,8 +83,9 @@ func (r *request) unknownOutcome(ctx context.Context, chargeErr error) error {
 // Stripe and cleared the flag; until then every retry gets
 // idem.ErrNeedsAttention without calling Stripe.
 func (r *request) setAside(ctx context.Context, n int) error {
-	reason := fmt.Sprintf("charge outcome still unknown after %d attempts; check Stripe for metadata idempotency_key_id=%d",
-		n, r.key.ID)
+	field, value := chargeMatch(r.key)
+	reason := fmt.Sprintf("charge outcome still unknown after %d attempts; check Stripe for metadata %s=%s (idempotency_key_id=%d)",
+		n, field, value, r.key.ID)
 	r.logger.ErrorContext(ctx, "Setting idempotency key aside for human attention",
 		slog.Int64("idempotency_key_id", r.key.ID),
 		slog.Int64("user_id", r.user.ID),

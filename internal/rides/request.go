@@ -129,7 +129,7 @@ func (r *request) phases(ctx context.Context, first idem.PhaseFunc, between stri
 	if r.fail != nil {
 		return r.phase(ctx, first, between)
 	}
-	return r.keys.PhaseThen(ctx, r.key, first, nil, second)
+	return r.keys.PhaseThen(ctx, r.key, first, second)
 }
 
 // createRide is the atomic phase from started to ride_created: the ride
@@ -185,7 +185,7 @@ func (r *request) charge(ctx context.Context) error {
 		Amount:         r.ride.Amount,
 		Currency:       r.ride.Currency,
 		Description:    fmt.Sprintf("Rocket Rides ride %d", r.ride.ID),
-		Metadata:       chargeMetadata(r.ride.ID, r.key),
+		Metadata:       ChargeMetadata(r.ride.ID, r.key),
 		IdempotencyKey: StripeKey(r.key),
 	})
 	switch payment.OutcomeOf(err) {

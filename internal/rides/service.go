@@ -87,9 +87,20 @@ const (
 	metadataKeyIdentity = "idempotency_key_identity"
 )
 
-// chargeMetadata names the ride and its request on the charge, so that a
+// chargeMatch is the metadata field and value that name key's request on
+// its charges, to find them at Stripe: the key's identity where it has
+// one, since after a failover lost a key its id may name another
+// request's charge too; otherwise the key's id.
+func chargeMatch(key *idem.Key) (field, value string) {
+	if key.Identity != nil {
+		return metadataKeyIdentity, key.Identity.String()
+	}
+	return metadataKeyID, strconv.FormatInt(key.ID, 10)
+}
+
+// ChargeMetadata names the ride and its request on the charge, so that a
 // charge can be found again (adoptForgottenCharge) and reconciled.
-func chargeMetadata(rideID int64, key *idem.Key) map[string]string {
+func ChargeMetadata(rideID int64, key *idem.Key) map[string]string {
 	m := map[string]string{
 		metadataRideID: strconv.FormatInt(rideID, 10),
 		metadataKeyID:  strconv.FormatInt(key.ID, 10),

@@ -7,9 +7,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/rocketrides/rocketrides/internal/audit"
 	"github.com/rocketrides/rocketrides/internal/idem"
@@ -41,10 +42,48 @@ import (
 type Settlement struct {
 	// KeyID is the idempotency key's id.
 	KeyID int64
-	// Operator names the person, for the audit record. Required.
+	// Operator names the person, for the audit record (ValidOperator).
 	Operator string
 	// OriginIP is where the person acted from, for the audit record.
+	// Required.
 	OriginIP netip.Addr
+}
+
+// MaxOperatorLength is the longest operator name, in characters.
+const MaxOperatorLength = 100
+
+// ErrInvalidSettlement: the settlement names no valid operator or origin;
+// the message says which. Nothing is claimed or written.
+var ErrInvalidSettlement = errors.New("invalid settlement")
+
+// ValidOperator checks an operator's name as the audit record keeps it:
+// 1 to MaxOperatorLength characters of valid UTF-8, not blank, with no
+// control or formatting characters (a NUL, a newline, a bidirectional
+// override). The console's login and the resolve command check it too,
+// so that a person learns at once, not at the first settlement.
+func ValidOperator(name string) error {
+	n := utf8.RuneCountInString(name)
+	switch {
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: the operator's name is not valid UTF-8", ErrInvalidSettlement)
+	case strings.TrimSpace(name) == "":
+		return fmt.Errorf("%w: the operator's name is required", ErrInvalidSettlement)
+	case n > MaxOperatorLength:
+		return fmt.Errorf("%w: the operator's name has %d characters, at most %d", ErrInvalidSettlement, n, MaxOperatorLength)
+	case strings.IndexFunc(name, func(r rune) bool { return unicode.Is(unicode.C, r) }) >= 0:
+		return fmt.Errorf("%w: the operator's name holds a control or formatting character", ErrInvalidSettlement)
+	}
+	return nil
+}
+
+func (st Settlement) validate() error {
+	if err := ValidOperator(st.Operator); err != nil {
+		return err
+	}
+	if !st.OriginIP.IsValid() {
+		return fmt.Errorf("%w: the origin IP is required", ErrInvalidSettlement)
+	}
+	return nil
 }
 
 // Errors of a settlement. Each leaves the key as it was.
@@ -70,7 +109,7 @@ const (
 )
 
 // Adopt settles a key set aside by adopting the charge Stripe holds for
-// it (found by the metadata idempotency_key_id): the ride succeeds with
+// it (found by its metadata: chargeMatch): the ride succeeds with
 // that charge, its receipt is staged and the request's 201 stored. It
 // returns the charge's id.
 func (s *Service) Adopt(ctx context.Context, st Settlement) (string, error) {
@@ -143,18 +182,21 @@ func (s *Service) CloseFailed(ctx context.Context, st Settlement) error {
 func (s *Service) settlement(ctx context.Context, st Settlement,
 	decide func(ctx context.Context, r *request, reason string, kept []*payment.Charge) error,
 ) error {
-	if strings.TrimSpace(st.Operator) == "" {
-		return errors.New("settle key: the operator's name is required")
+	if err := st.validate(); err != nil {
+		return err
 	}
-	key, err := s.keys.ClaimByID(ctx, st.KeyID)
+	// Checked under the claim's row lock, before the claim writes: a
+	// refusal leaves the key as it was, its holder (if any) not fenced off.
+	key, err := s.keys.ClaimByID(ctx, st.KeyID, func(key *idem.Key) error {
+		if key.AttentionReason == nil || key.RequestPath != Path || key.RecoveryPoint != RideCreated {
+			return fmt.Errorf("key %d at %s: %w", key.ID, key.RecoveryPoint, ErrNotSetAside)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	r := &request{Service: s, key: key}
-	if key.AttentionReason == nil || key.RequestPath != Path || key.RecoveryPoint != RideCreated {
-		_, err := r.stop(ctx, fmt.Errorf("key %d at %s: %w", key.ID, key.RecoveryPoint, ErrNotSetAside))
-		return err
-	}
 	reason := *key.AttentionReason
 	if r.user, err = user.ByID(ctx, s.pool, key.UserID); err != nil {
 		_, err := r.stop(ctx, fmt.Errorf("load user of key %d: %w", key.ID, err))
@@ -189,10 +231,11 @@ func (s *Service) settlement(ctx context.Context, st Settlement,
 }
 
 // StripeCharges returns what Stripe holds for key's request: the charges
-// of customer whose metadata names the key, in any status.
+// of customer whose metadata names the request (chargeMatch), in any
+// status.
 func (s *Service) StripeCharges(ctx context.Context, customer string, key *idem.Key) ([]*payment.Charge, error) {
-	charges, err := s.payments.ChargesFor(ctx, customer, "idempotency_key_id",
-		strconv.FormatInt(key.ID, 10), key.CreatedAt.Add(-time.Hour))
+	field, value := chargeMatch(key)
+	charges, err := s.payments.ChargesFor(ctx, customer, field, value, key.CreatedAt.Add(-time.Hour))
 	if err != nil {
 		return nil, fmt.Errorf("look up charges of key %d at Stripe: %w", key.ID, err)
 	}
@@ -209,14 +252,10 @@ func (r *request) auditSettlement(tx *idem.Tx, st Settlement, action, reason, ch
 	if chargeID != "" {
 		data["stripe_charge_id"] = chargeID
 	}
-	ip := st.OriginIP
-	if !ip.IsValid() {
-		ip = netip.IPv6Loopback()
-	}
 	return audit.Insert(tx, audit.Record{
 		Action:       action,
 		Data:         data,
-		OriginIP:     ip,
+		OriginIP:     st.OriginIP,
 		ResourceID:   r.ride.ID,
 		ResourceType: "ride",
 		UserID:       r.user.ID,

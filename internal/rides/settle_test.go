@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -48,14 +49,18 @@ func TestSettle(t *testing.T) {
 	settlement := func(b *testBundle) rides.Settlement {
 		return rides.Settlement{KeyID: b.keyID, Operator: "ada", OriginIP: netip.MustParseAddr("192.0.2.7")}
 	}
-	// chargeAtStripe makes the charge Stripe "did" make for the request:
-	// one whose metadata names the key, as the request's own would.
-	chargeAtStripe := func(t *testing.T, b *testBundle) string {
+	// chargeAtStripe makes a charge Stripe "did" make for the request:
+	// its metadata names the request, as the request's own would, under
+	// Stripe key suffix.
+	chargeAtStripe := func(t *testing.T, b *testBundle, suffix string) string {
 		t.Helper()
+		var rideID int64
+		require.NoError(t, b.Pool.QueryRow(context.Background(),
+			`SELECT id FROM rides WHERE idempotency_key_id = $1`, b.keyID).Scan(&rideID))
 		id, err := b.Gateway.Charge(context.Background(), payment.ChargeRequest{
 			Customer: b.User.StripeCustomerID, Amount: rides.Price, Currency: rides.Currency,
-			Metadata:       map[string]string{"idempotency_key_id": strconv.FormatInt(b.keyID, 10)},
-			IdempotencyKey: "settle-test-" + strconv.FormatInt(b.keyID, 10),
+			Metadata:       rides.ChargeMetadata(rideID, b.KeyRow(t, b.key)),
+			IdempotencyKey: "settle-test-" + strconv.FormatInt(b.keyID, 10) + suffix,
 		})
 		require.NoError(t, err)
 		return id
@@ -75,7 +80,7 @@ func TestSettle(t *testing.T) {
 	t.Run("AdoptRecordsTheChargeAndFinishesWithA201", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		chargeID := chargeAtStripe(t, b)
+		chargeID := chargeAtStripe(t, b, "")
 		adopted, err := b.console.Adopt(context.Background(), settlement(b))
 		require.NoError(t, err)
 		require.Equal(t, chargeID, adopted)
@@ -118,15 +123,28 @@ func TestSettle(t *testing.T) {
 	t.Run("AdoptRefusedWithTwoCharges", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		chargeAtStripe(t, b)
+		chargeAtStripe(t, b, "")
+		chargeAtStripe(t, b, "-second")
+		_, err := b.console.Adopt(context.Background(), settlement(b))
+		require.ErrorIs(t, err, rides.ErrSeveralCharges)
+	})
+
+	// After a failover lost a key, its id can come back on another
+	// request; that request's charge names the same id but another
+	// identity, and is not this request's to adopt.
+	t.Run("AdoptIgnoresAChargeOfAnotherRequestWithTheSameKeyID", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
 		_, err := b.Gateway.Charge(context.Background(), payment.ChargeRequest{
 			Customer: b.User.StripeCustomerID, Amount: rides.Price, Currency: rides.Currency,
-			Metadata:       map[string]string{"idempotency_key_id": strconv.FormatInt(b.keyID, 10)},
-			IdempotencyKey: "settle-test-second",
+			Metadata: map[string]string{"idempotency_key_id": strconv.FormatInt(b.keyID, 10),
+				"idempotency_key_identity": "00000000-0000-4000-8000-000000000000"},
+			IdempotencyKey: "settle-test-lost-" + strconv.FormatInt(b.keyID, 10),
 		})
 		require.NoError(t, err)
 		_, err = b.console.Adopt(context.Background(), settlement(b))
-		require.ErrorIs(t, err, rides.ErrSeveralCharges)
+		require.ErrorIs(t, err, rides.ErrNoCharge)
+		require.NoError(t, b.console.CloseFailed(context.Background(), settlement(b)))
 	})
 
 	t.Run("ReleaseLetsTheNextAttemptCharge", func(t *testing.T) {
@@ -147,7 +165,7 @@ func TestSettle(t *testing.T) {
 	t.Run("ReleaseRefusedWhenStripeHoldsACharge", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		chargeAtStripe(t, b)
+		chargeAtStripe(t, b, "")
 		require.ErrorIs(t, b.console.Release(context.Background(), settlement(b)), rides.ErrChargeFound)
 		status, _ := ride(t, b)
 		require.Equal(t, "needs_review", status)
@@ -170,7 +188,7 @@ func TestSettle(t *testing.T) {
 	t.Run("CloseFailedRefusedWhenStripeHoldsACharge", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		chargeAtStripe(t, b)
+		chargeAtStripe(t, b, "")
 		require.ErrorIs(t, b.console.CloseFailed(context.Background(), settlement(b)), rides.ErrChargeFound)
 		require.Equal(t, rides.RideCreated, b.KeyRow(t, b.key).RecoveryPoint)
 	})
@@ -178,7 +196,7 @@ func TestSettle(t *testing.T) {
 	t.Run("RefusedWhileAnotherHoldsTheKey", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.Keys.ClaimByID(context.Background(), b.keyID)
+		_, err := b.Keys.ClaimByID(context.Background(), b.keyID, nil)
 		require.NoError(t, err)
 		require.ErrorIs(t, b.console.CloseFailed(context.Background(), settlement(b)), idem.ErrInFlight)
 		_, err = b.console.Adopt(context.Background(), settlement(b))
@@ -200,16 +218,24 @@ func TestSettle(t *testing.T) {
 		pending := apitest.NewKey()
 		require.Equal(t, http.StatusInternalServerError, b.PostRide(t, pending, apitest.DefaultParams).Status)
 		st.KeyID = b.KeyRow(t, pending).ID
+		before := b.KeyRow(t, pending)
 		require.ErrorIs(t, b.console.CloseFailed(context.Background(), st), rides.ErrNotSetAside)
-		require.Nil(t, b.KeyRow(t, pending).LockedAt)
+		after := b.KeyRow(t, pending)
+		require.Nil(t, after.LockedAt)
+		require.Equal(t, before.Claims, after.Claims, "a refused settlement claims nothing")
 	})
 
 	t.Run("RefusedWithoutAnOperator", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		st := settlement(b)
-		st.Operator = " "
-		require.Error(t, b.console.Release(context.Background(), st))
+		for _, name := range []string{" ", "ada\x00", "ada\u202e", strings.Repeat("a", rides.MaxOperatorLength+1), "\xff"} {
+			st.Operator = name
+			require.ErrorIs(t, b.console.Release(context.Background(), st), rides.ErrInvalidSettlement, "%q", name)
+		}
+		st.Operator, st.OriginIP = "ada", netip.Addr{}
+		require.ErrorIs(t, b.console.Release(context.Background(), st), rides.ErrInvalidSettlement)
 		require.Equal(t, "needs_review", func() string { s, _ := ride(t, b); return s }())
+		require.Equal(t, 1, b.KeyRow(t, b.key).Claims, "nothing claimed")
 	})
 }

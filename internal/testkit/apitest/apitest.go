@@ -298,13 +298,15 @@ func NewKey() string { return uuid.NewString() }
 // KeyRow reads the idempotency key row of User's key.
 func (s *Stack) KeyRow(t testing.TB, key string) *idem.Key {
 	t.Helper()
-	var k idem.Key
-	err := s.Pool.QueryRow(context.Background(), `
-		SELECT id, recovery_point, locked_at, lock_token, response_code, response_body
-		FROM idempotency_keys WHERE user_id = $1 AND idempotency_key = $2`, s.User.ID, key,
-	).Scan(&k.ID, &k.RecoveryPoint, &k.LockedAt, &k.LockToken, &k.ResponseCode, &k.ResponseBody)
+	keys, err := s.Keys.FindKeys(context.Background(), key, 10)
 	require.NoError(t, err, "idempotency key %q", key)
-	return &k
+	for _, k := range keys {
+		if k.UserID == s.User.ID {
+			return k
+		}
+	}
+	require.FailNow(t, "no such idempotency key", "%q of user %d", key, s.User.ID)
+	return nil
 }
 
 // Count runs a count(*) query.
