@@ -78,6 +78,12 @@ func TestClusterLifecycle(t *testing.T) {
 	running, err := c.Running(ctx)
 	require.NoError(t, err)
 	require.True(t, running, "running after Ensure")
+	procs, err := c.Processes()
+	require.NoError(t, err)
+	require.Greater(t, len(procs), 1, "the postmaster and its children")
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", procs[0]))
+	require.NoError(t, err)
+	require.Equal(t, "postgres", filepath.Base(exe), "the postmaster first")
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
@@ -110,6 +116,9 @@ func TestClusterLifecycle(t *testing.T) {
 		running, err := c.Running(ctx)
 		require.NoError(t, err)
 		require.False(t, running, "running after Stop")
+		procs, err := c.Processes()
+		require.NoError(t, err)
+		require.Empty(t, procs, "processes after Stop")
 		require.NoError(t, c.Stop(ctx), "Stop of a stopped cluster")
 
 		_, err = Ensure(ctx, opts)

@@ -403,14 +403,14 @@ func (r *Replicated) lock(ctx context.Context) (func(), error) {
 // that loses power would stop them: nothing is flushed or said goodbye
 // to. Crashing a cluster that is not running is not an error.
 func (c Cluster) Crash() error {
-	pid, err := c.postmasterPID()
-	if err != nil || pid == 0 {
+	procs, err := c.Processes()
+	if err != nil || len(procs) == 0 {
 		return err
 	}
 	// Children first, found while they are still the postmaster's: once
 	// it is gone they belong to init.
-	children := childPIDs(pid)
-	for _, p := range append(children, pid) {
+	pid := procs[0]
+	for _, p := range append(procs[1:], pid) {
 		if err := syscall.Kill(p, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("kill postgres process %d: %w", p, err)
 		}
@@ -433,9 +433,12 @@ func (c Cluster) Crash() error {
 // receiver, because WAL already sent would wait in the receiver's socket
 // buffer and survive the primary's crash.
 func (c Cluster) StallReplication() (resume func() error, err error) {
-	pid, err := c.postmasterPID()
+	procs, err := c.Processes()
 	if err != nil {
 		return nil, err
+	}
+	if len(procs) == 0 {
+		return nil, fmt.Errorf("postgres in %s is not running", c.DataDir)
 	}
 	var stopped []int
 	resume = func() error {
@@ -447,7 +450,7 @@ func (c Cluster) StallReplication() (resume func() error, err error) {
 		}
 		return errors.Join(errs...)
 	}
-	for _, child := range childPIDs(pid) {
+	for _, child := range procs[1:] {
 		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", child))
 		if err != nil || !strings.Contains(string(cmdline), "walsender") {
 			continue
@@ -458,9 +461,20 @@ func (c Cluster) StallReplication() (resume func() error, err error) {
 		stopped = append(stopped, child)
 	}
 	if len(stopped) == 0 {
-		return nil, fmt.Errorf("no walsender process under postgres %d in %s", pid, c.DataDir)
+		return nil, fmt.Errorf("no walsender process under postgres %d in %s", procs[0], c.DataDir)
 	}
 	return resume, nil
+}
+
+// Processes are the server's processes, the postmaster first, then its
+// children: backends, WAL writer, checkpointer, WAL senders. None when
+// the server is not running.
+func (c Cluster) Processes() ([]int, error) {
+	pid, err := c.postmasterPID()
+	if err != nil || pid == 0 {
+		return nil, err
+	}
+	return append([]int{pid}, childPIDs(pid)...), nil
 }
 
 // postmasterPID reads postmaster.pid; zero when the server is not

@@ -101,39 +101,47 @@ func (r *run) stepNew(ctx context.Context) error {
 		if clients < 32 {
 			l.Warmup, l.Duration, notes = r.sz.warmup/2, r.sz.short, nil
 		}
-		before, err := r.cpuUse(ctx)
-		if err != nil {
-			return err
+		measure := func() (LoadResult, error) {
+			return r.measure(ctx, l, Figure{Step: "2 new rides", Name: "POST /rides, fresh key", Unit: "rides/s",
+				RatioOf: fmt.Sprintf("best pgbench (%d clients)", r.bestAt)}, r.limit[r.bestAt], notes...)
 		}
-		profiled := make(chan error, 1)
+		var res LoadResult
+		var err error
 		if clients == 32 {
-			go func() { profiled <- r.profile(ctx, l.Warmup+l.Duration) }()
+			res, err = r.withCosts(ctx, l.Warmup+l.Duration, measure)
 		} else {
-			profiled <- nil
+			res, err = measure()
 		}
-		res, err := r.measure(ctx, l, Figure{Step: "2 new rides", Name: "POST /rides, fresh key", Unit: "rides/s",
-			RatioOf: fmt.Sprintf("best pgbench (%d clients)", r.bestAt)}, r.limit[r.bestAt], notes...)
 		if err != nil {
 			return err
 		}
 		r.newRides[clients] = res
-		if err := <-profiled; err != nil {
-			return err
-		}
-		if clients == 32 {
-			after, err := r.cpuUse(ctx)
-			if err != nil {
-				return err
-			}
-			if err := r.cpuFigures(before, after); err != nil {
-				return err
-			}
-		}
 	}
 	r.peakRSS = procInt(fmt.Sprintf("/proc/%d/status", r.apis[0].Pid()), "VmHWM:") << 10
 	r.add(Figure{Step: "7 memory", Name: "api peak RSS (VmHWM)", Clients: r.sz.newClients[len(r.sz.newClients)-1],
 		Value: float64(r.peakRSS) / (1 << 20), Unit: "MiB", Note: "since the api started, through every client count"})
 	return nil
+}
+
+// withCosts runs measure, a load that lasts d, between two samples of
+// the CPU the api and Postgres have used and, with Config.Profile, under a
+// CPU profile of the api; then it adds what each ride cost (cpuFigures).
+func (r *run) withCosts(ctx context.Context, d time.Duration, measure func() (LoadResult, error)) (LoadResult, error) {
+	before, err := r.cpuUse(ctx)
+	if err != nil {
+		return LoadResult{}, err
+	}
+	profiled := make(chan error, 1)
+	go func() { profiled <- r.profile(ctx, d) }()
+	res, err := measure()
+	if err = errors.Join(err, <-profiled); err != nil {
+		return res, err
+	}
+	after, err := r.cpuUse(ctx)
+	if err != nil {
+		return res, err
+	}
+	return res, r.cpuFigures(before, after)
 }
 
 // cpuFigures adds the CPU the api and Postgres spent per ride between

@@ -262,9 +262,11 @@ func (r *run) setup(ctx context.Context) error {
 	}
 	var debug []string
 	if r.cfg.Profile != "" {
-		if r.debugAddr, err = freeAddr(); err != nil {
+		port, err := fleet.FreePort()
+		if err != nil {
 			return err
 		}
+		r.debugAddr = fmt.Sprintf("127.0.0.1:%d", port)
 		debug = append(debug, "DEBUG_ADDR="+r.debugAddr)
 	}
 	_, err = r.startAPI(ctx, debug...)

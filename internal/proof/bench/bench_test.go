@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -146,6 +147,18 @@ func TestGeneratedKey(t *testing.T) {
 		}
 		require.True(t, found)
 	}
+}
+
+// TestProcCPU: the CPU of a child that exited and was waited for stays
+// in its parent's count, so that a Postgres backend closing during a load
+// does not take its CPU out of the cluster's total.
+func TestProcCPU(t *testing.T) {
+	t.Parallel()
+	_, _, before := procCPU(os.Getpid())
+	burn := exec.Command("sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done")
+	require.NoError(t, burn.Run())
+	_, _, after := procCPU(os.Getpid())
+	require.Greater(t, after, before, "the child's CPU, counted once it was reaped")
 }
 
 func TestCount(t *testing.T) {

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -26,10 +24,21 @@ type cpuUse struct {
 // cpuUse samples r's api and cluster now.
 func (r *run) cpuUse(ctx context.Context) (cpuUse, error) {
 	var u cpuUse
-	u.apiUser, u.apiSystem = procCPU(r.apis[0].Pid())
-	for _, pid := range clusterPids(r.cluster.DataDir) {
-		user, system := procCPU(pid)
+	u.apiUser, u.apiSystem, _ = procCPU(r.apis[0].Pid())
+	procs, err := r.cluster.Processes()
+	if err != nil {
+		return u, err
+	}
+	for i, pid := range procs {
+		user, system, reaped := procCPU(pid)
 		u.postgres += user + system
+		if i == 0 {
+			// The postmaster's reaped children: backends closed and
+			// autovacuum workers finished during the load. Without
+			// them, a process that exits between two samples takes its
+			// CPU out of the total.
+			u.postgres += reaped
+		}
 	}
 	if err := r.db.QueryRow(ctx, `SELECT count(*) FROM rides`).Scan(&u.rides); err != nil {
 		return u, fmt.Errorf("count rides: %w", err)
@@ -51,18 +60,21 @@ func (u cpuUse) perRide(later cpuUse) (apiUser, apiSystem, postgres time.Duratio
 // Linux fixes at 100 on every architecture Go runs on.
 const clockTick = 10 * time.Millisecond
 
-// procCPU is the user and system CPU time process pid has used, from
-// /proc/<pid>/stat; zero if it cannot be read.
-func procCPU(pid int) (user, system time.Duration) {
+// procCPU is the user and system CPU time process pid has used, and the
+// user and system time of its children that exited and were waited for,
+// from /proc/<pid>/stat; zero if it cannot be read.
+func procCPU(pid int) (user, system, reaped time.Duration) {
 	f := statFields(pid)
-	if len(f) < 13 {
-		return 0, 0
+	if len(f) < 15 {
+		return 0, 0, 0
 	}
 	// statFields starts at the third field, state: utime and stime are
-	// the 14th and 15th.
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u) * clockTick, time.Duration(s) * clockTick
+	// the 14th and 15th, cutime and cstime the 16th and 17th.
+	tick := func(i int) time.Duration {
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		return time.Duration(n) * clockTick
+	}
+	return tick(11), tick(12), tick(13) + tick(14)
 }
 
 // statFields is /proc/<pid>/stat from its third field on: the second,
@@ -74,34 +86,6 @@ func statFields(pid int) []string {
 	}
 	s := string(data)
 	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-}
-
-// clusterPids is the postmaster of the cluster in dataDir and its
-// children; none if dataDir is "" (a cluster the bench did not start).
-func clusterPids(dataDir string) []int {
-	if dataDir == "" {
-		return nil
-	}
-	data, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
-	if err != nil {
-		return nil
-	}
-	postmaster, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(data), "\n", 2)[0]))
-	if err != nil {
-		return nil
-	}
-	pids := []int{postmaster}
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(filepath.Base(p))
-		if err != nil {
-			continue
-		}
-		if f := statFields(pid); len(f) > 1 && f[1] == strconv.Itoa(postmaster) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 // profile writes a CPU profile of the first api over the next d to
@@ -129,14 +113,4 @@ func (r *run) profile(ctx context.Context, d time.Duration) error {
 	}
 	_, err = io.Copy(f, resp.Body)
 	return errors.Join(err, f.Close())
-}
-
-// freeAddr is a loopback address with a port nothing listens on.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
