@@ -14,6 +14,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -110,6 +111,7 @@ type run struct {
 	peakRSS                                                        int64
 	apiCPU                                                         time.Duration // per new ride at 32 clients
 	debugAddr                                                      string        // the first api's pprof listener, with Config.Profile
+	profileOut                                                     *os.File      // Config.Profile, until the profile is written
 	expiredDone                                                    bool
 }
 
@@ -120,6 +122,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("unknown step %q (steps: %s)", s, strings.Join(Steps, ", "))
 		}
 	}
+	// A profile asked for is a profile the run can write, known before
+	// the minutes of the steps before it.
+	var profileOut *os.File
+	if cfg.Profile != "" {
+		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, "new") {
+			return nil, errors.New("-profile profiles the api over the new step, which -only leaves out")
+		}
+		f, err := os.Create(cfg.Profile)
+		if err != nil {
+			return nil, fmt.Errorf("-profile: %w", err)
+		}
+		profileOut = f
+	}
 	cfg.DataDir = cmp.Or(cfg.DataDir, filepath.Join(cfg.Root, ".data", "bench"))
 	cfg.Port, cfg.Log = cmp.Or(cfg.Port, DefaultPort), cmp.Or(cfg.Log, io.Discard)
 	r := &run{cfg: cfg, sz: sizesFor(cfg.Quick), start: time.Now(), runID: strings.ToLower(rand.Text()[:8]),
@@ -127,7 +142,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		report: &Report{Command: cfg.Command, Started: time.Now().UTC(), Quick: cfg.Quick, Machine: Machine{
 			CPUs: runtime.NumCPU(), MemoryGiB: float64(procInt("/proc/meminfo", "MemTotal:")) / (1 << 20),
 			// pgxpool's default, which the api keeps without DATABASE_MAX_CONNS.
-			APIPoolSize: max(4, runtime.NumCPU()), LoadAverageStart: loadAverage()}}}
+			APIPoolSize: max(4, runtime.NumCPU()), LoadAverageStart: loadAverage()}}, profileOut: profileOut}
+	defer func() {
+		// Not written: the run stopped before the new step. An empty
+		// file would only make pprof fail later; there is nothing in it
+		// to lose.
+		if r.profileOut != nil {
+			_ = r.profileOut.Close()
+			_ = os.Remove(cfg.Profile)
+		}
+	}()
 	// Two runs on one cluster would drop each other's databases.
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err

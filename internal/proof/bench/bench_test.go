@@ -149,6 +149,31 @@ func TestGeneratedKey(t *testing.T) {
 	}
 }
 
+// TestRunRefusesProfile: a -profile the run could not write, or would
+// never write, is refused before anything runs.
+func TestRunRefusesProfile(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Unwritable", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		_, err := Run(context.Background(), Config{Root: dir, Profile: filepath.Join(dir, "missing", "cpu.pprof")})
+		require.ErrorContains(t, err, "-profile: open "+filepath.Join(dir, "missing", "cpu.pprof"))
+		_, err = os.Stat(filepath.Join(dir, ".data"))
+		require.ErrorIs(t, err, os.ErrNotExist, "nothing ran")
+	})
+
+	t.Run("WithoutTheNewStep", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		profile := filepath.Join(dir, "cpu.pprof")
+		_, err := Run(context.Background(), Config{Root: dir, Profile: profile, Only: []string{"limit", "replay"}})
+		require.ErrorContains(t, err, "-profile profiles the api over the new step, which -only leaves out")
+		_, err = os.Stat(profile)
+		require.ErrorIs(t, err, os.ErrNotExist, "no empty profile left behind")
+	})
+}
+
 // TestProcCPU: the CPU of a child that exited and was waited for stays
 // in its parent's count, so that a Postgres backend closing during a load
 // does not take its CPU out of the cluster's total.

@@ -89,9 +89,9 @@ func statFields(pid int) []string {
 }
 
 // profile writes a CPU profile of the first api over the next d to
-// Config.Profile, if that is set.
+// Config.Profile, if that is set, which Run created.
 func (r *run) profile(ctx context.Context, d time.Duration) error {
-	if r.cfg.Profile == "" {
+	if r.profileOut == nil {
 		return nil
 	}
 	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", r.debugAddr, int(d.Seconds()))
@@ -107,10 +107,13 @@ func (r *run) profile(ctx context.Context, d time.Duration) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("profile the api: %s", resp.Status)
 	}
-	f, err := os.Create(r.cfg.Profile)
-	if err != nil {
-		return err
+	f := r.profileOut
+	r.profileOut = nil
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		return errors.Join(fmt.Errorf("write the profile to %s: %w", f.Name(), err), f.Close())
 	}
-	_, err = io.Copy(f, resp.Body)
-	return errors.Join(err, f.Close())
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write the profile to %s: %w", f.Name(), err)
+	}
+	return nil
 }
