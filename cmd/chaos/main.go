@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -33,8 +34,10 @@ func run() int {
 	replication := flag.String("replication", "sync", "with -failover: the standby's replication, sync or async")
 	pooler := flag.Bool("pooler", false, "put PgBouncer (transaction mode) between Postgres and the api instances and completers")
 	flag.Parse()
-	if *replication != "sync" && *replication != "async" {
-		fmt.Fprintf(os.Stderr, "chaos: -replication %q: want sync or async\n", *replication)
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := checkFlags(set, *failover, *pooler, *replication, flag.Args()); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 2
 	}
 
@@ -61,4 +64,24 @@ func run() int {
 		return 1
 	}
 	return 0
+}
+
+// checkFlags refuses a command line whose flags contradict each other
+// before anything starts; set holds the flags given. -replication sync is
+// refused without -failover too: it says something only the drill can
+// honour.
+func checkFlags(set map[string]bool, failover, pooler bool, replication string, args []string) error {
+	switch {
+	case len(args) > 0:
+		return fmt.Errorf("unexpected arguments %q", args)
+	case replication != "sync" && replication != "async":
+		return fmt.Errorf("-replication %q: want sync or async", replication)
+	case set["replication"] && !failover:
+		return fmt.Errorf("-replication %s needs -failover: only the failover drill runs a standby", replication)
+	case pooler && failover:
+		// PgBouncer 1.18 takes one host per database: following a
+		// failover would mean rewriting its configuration.
+		return errors.New("-pooler and -failover do not go together: the pooler fronts one host, the drill fails over to another")
+	}
+	return nil
 }
