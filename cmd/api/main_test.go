@@ -72,6 +72,14 @@ func TestBuild(t *testing.T) {
 		require.ErrorContains(t, err, "HOST=0.0.0.0:5000: not an IP address or host name")
 	})
 
+	// Refused at start, not when the listener fails to open.
+	t.Run("RefusesAMalformedAddressNamingIt", func(t *testing.T) {
+		setEnv(t, "METRICS_ADDR", "garbage", "DEBUG_ADDR", "6060")
+		_, err := build(t.Context(), &config.Env{}, logger)
+		require.ErrorContains(t, err, "METRICS_ADDR=garbage: not an address")
+		require.ErrorContains(t, err, "DEBUG_ADDR=6060: not an address")
+	})
+
 	t.Run("RefusesNegatives", func(t *testing.T) {
 		setEnv(t, "PORT", "-1", "DATABASE_MAX_CONNS", "-1", "IDEMPOTENCY_LOCK_TIMEOUT", "0s")
 		_, err := build(t.Context(), &config.Env{}, logger)

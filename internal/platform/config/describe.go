@@ -24,7 +24,7 @@ func (s Setting) Show(value string) string {
 		return ""
 	case s.Secret:
 		return redacted
-	case s.Type == TypeURL:
+	case s.Type == TypeURL || s.Type == TypeConnString:
 		return redactURL(value)
 	}
 	return value
@@ -39,11 +39,17 @@ var passwordWord = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[
 func redactURL(v string) string {
 	v = passwordWord.ReplaceAllString(v, "${1}xxxxx")
 	u, err := url.Parse(v)
-	if err != nil || u.Scheme == "" {
-		if err != nil && strings.Contains(v, "@") {
-			// Unparseable, yet it may hold user:password@.
+	if err != nil || u.Opaque != "" {
+		if strings.Contains(v, "@") {
+			// Unparseable, or no URL at all (mailer:pw@mail:587 parses
+			// as the scheme mailer), yet it may hold user:password@.
 			return redacted
 		}
+		return v
+	}
+	if _, ok := u.User.Password(); !ok {
+		// As it was set: nothing to mask, and a value refused for its
+		// form is shown as written (http://, not http:).
 		return v
 	}
 	return u.Redacted()

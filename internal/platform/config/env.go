@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -90,25 +91,94 @@ func (e *Env) read(name string, zero bool, def string, types ...Type) string {
 // Reads returns the settings read so far, in the order first read.
 func (e *Env) Reads() []Read { return slices.Clone(e.reads) }
 
-// String returns $name, or def when it is unset or empty.
+// String returns $name, or def when it is unset or empty. A URL, a
+// connection string or an address is refused, naming the variable, when
+// it does not have the form its type says (METRICS_ADDR=9100 would
+// otherwise start the process and fail once it listens, naming nothing).
 func (e *Env) String(name, def string) string {
-	if v := e.read(name, false, def, TypeString, TypeURL, TypeAddress); v != "" {
-		return v
+	v := e.read(name, false, def, TypeString, TypeURL, TypeConnString, TypeAddress)
+	if v == "" {
+		return def
 	}
-	return def
+	return e.checkForm(name, v)
 }
 
 // Required returns $name, or records an error naming it when it is unset
-// or empty.
+// or empty. A URL or a connection string is checked as String checks it.
 func (e *Env) Required(name string) string {
-	v := e.read(name, false, "", TypeString, TypeURL)
+	v := e.read(name, false, "", TypeString, TypeURL, TypeConnString)
 	if s, ok := Lookup(name); ok && !s.Required {
 		e.errs = append(e.errs, fmt.Errorf("%s is read as required but not declared Required", name))
 	}
-	if v == "" && !e.describe {
-		e.errs = append(e.errs, fmt.Errorf("%s must be set", name))
+	if v == "" {
+		if !e.describe {
+			e.errs = append(e.errs, fmt.Errorf("%s must be set", name))
+		}
+		return ""
+	}
+	return e.checkForm(name, v)
+}
+
+// checkForm returns $name's value v, or records an error naming it and
+// returns "" when v does not have the form of the setting's type.
+func (e *Env) checkForm(name, v string) string {
+	s, _ := Lookup(name) // an undeclared setting is refused by read
+	var why string
+	switch s.Type {
+	case TypeAddress:
+		why = addressForm(v)
+	case TypeURL:
+		why = urlForm(v)
+	case TypeConnString:
+		why = connStringForm(v)
+	}
+	if why != "" {
+		e.fail(name, v, why)
+		return ""
 	}
 	return v
+}
+
+// addressForm says what is wrong with v as the host:port of a listener,
+// or "". The host may be empty (:9100, every interface); the port must
+// be a number, 0 asking for any free one.
+func addressForm(v string) string {
+	const want = "not an address such as 127.0.0.1:9100 or :9100 (host:port, the port from 0 to 65535)"
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return want
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > math.MaxUint16 {
+		return want
+	}
+	return ""
+}
+
+// urlForm says what is wrong with v as a URL, or "": it needs a scheme
+// and a host (http://127.0.0.1:5000, smtp://user:pw@mail:587).
+func urlForm(v string) string {
+	u, err := url.Parse(v)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return "not a URL with a scheme and a host, such as http://127.0.0.1:5000"
+	}
+	return ""
+}
+
+// keyValue is the start of a key=value connection string (host=db ...).
+var keyValue = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
+
+// connStringForm says what is wrong with v as a Postgres connection
+// string, or "": a postgres:// (or postgresql://) URL, whose host may be
+// empty (a Unix socket, or libpq's default), or key=value pairs. pgx
+// parses it in full when the process opens the database.
+func connStringForm(v string) string {
+	if keyValue.MatchString(v) {
+		return ""
+	}
+	if u, err := url.Parse(v); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		return ""
+	}
+	return "not a postgres:// URL or a key=value connection string (host=... dbname=...)"
 }
 
 // Duration parses $name as a positive Go duration ("90s", "5m"), or
@@ -281,11 +351,12 @@ func (e *Env) Err() error {
 	return errors.Join(e.errs...)
 }
 
-// fail records that $name=value is refused, and why. A secret's value is
-// not repeated.
+// fail records that $name=value is refused, and why. The value is
+// repeated as the start line would show it: a secret's not at all, a
+// URL's password masked.
 func (e *Env) fail(name, value, why string) {
-	if s, ok := Lookup(name); ok && s.Secret {
-		value = redacted
+	if s, ok := Lookup(name); ok {
+		value = s.Show(value)
 	}
 	e.errs = append(e.errs, fmt.Errorf("%s=%s: %s", name, value, why))
 }

@@ -25,6 +25,9 @@ var _ = config.Declare(
 	config.Setting{Name: "ENV_TEST_ON", Type: config.TypeBool, Help: "a switch"},
 	config.Setting{Name: "ENV_TEST_PORT", Type: config.TypePort, Zero: "any free port", Help: "a port"},
 	config.Setting{Name: "ENV_TEST_HOST", Type: config.TypeHost, Help: "a host"},
+	config.Setting{Name: "ENV_TEST_ADDR", Type: config.TypeAddress, Help: "an address"},
+	config.Setting{Name: "ENV_TEST_LINK", Type: config.TypeURL, Help: "a URL"},
+	config.Setting{Name: "ENV_TEST_DSN", Type: config.TypeConnString, Help: "a connection string"},
 )
 
 func TestEnv(t *testing.T) {
@@ -128,6 +131,64 @@ func TestEnv(t *testing.T) {
 			require.Empty(t, env.Host("ENV_TEST_HOST", "127.0.0.1"))
 			require.ErrorContains(t, env.Err(), "ENV_TEST_HOST="+host+": not an IP address or host name", host)
 		}
+	})
+
+	t.Run("ReadsAddressesURLsAndConnectionStrings", func(t *testing.T) {
+		var env config.Env
+		require.Empty(t, env.String("ENV_TEST_ADDR", ""), "unset means none")
+		for _, addr := range []string{"127.0.0.1:9100", ":9100", "[::1]:0", "localhost:65535"} {
+			t.Setenv("ENV_TEST_ADDR", addr)
+			require.Equal(t, addr, env.String("ENV_TEST_ADDR", ""))
+		}
+		for _, u := range []string{"http://127.0.0.1:5000", "https://api.stripe.com", "smtp://mailer:pw@mail:587"} {
+			t.Setenv("ENV_TEST_LINK", u)
+			require.Equal(t, u, env.String("ENV_TEST_LINK", ""))
+		}
+		for _, dsn := range []string{"postgres://rr@db:5432/rides", "postgresql:///rides?host=/tmp", "host=db user=rr dbname=rides", " host = db"} {
+			t.Setenv("ENV_TEST_DSN", dsn)
+			require.Equal(t, dsn, env.String("ENV_TEST_DSN", ""))
+		}
+		require.NoError(t, env.Err())
+	})
+
+	t.Run("RefusesAMalformedAddressOrURLNamingIt", func(t *testing.T) {
+		for _, addr := range []string{"garbage", "9100", "127.0.0.1:65536", "127.0.0.1:-1", "127.0.0.1:metrics", "http://127.0.0.1:9100"} {
+			t.Setenv("ENV_TEST_ADDR", addr)
+			var env config.Env
+			require.Empty(t, env.String("ENV_TEST_ADDR", ""))
+			require.ErrorContains(t, env.Err(), "ENV_TEST_ADDR="+addr+": not an address such as 127.0.0.1:9100", addr)
+		}
+		for _, u := range []string{"garbage", "127.0.0.1:5000", "localhost:5000", "http://", "/v1"} {
+			t.Setenv("ENV_TEST_LINK", u)
+			var env config.Env
+			require.Empty(t, env.String("ENV_TEST_LINK", "http://default"))
+			require.ErrorContains(t, env.Err(), "ENV_TEST_LINK="+u+": not a URL with a scheme and a host", u)
+		}
+		for _, dsn := range []string{"garbage", "db:5432", "mysql://db/rides"} {
+			t.Setenv("ENV_TEST_DSN", dsn)
+			var env config.Env
+			require.Empty(t, env.String("ENV_TEST_DSN", ""))
+			require.ErrorContains(t, env.Err(), "ENV_TEST_DSN="+dsn+": not a postgres:// URL or a key=value connection string", dsn)
+		}
+		t.Setenv("ENV_TEST_URL", "garbage")
+		var env config.Env
+		require.Empty(t, env.Required("ENV_TEST_URL"))
+		require.ErrorContains(t, env.Err(), "ENV_TEST_URL=garbage: not a URL")
+	})
+
+	t.Run("MasksThePasswordOfARefusedURL", func(t *testing.T) {
+		t.Setenv("ENV_TEST_LINK", "smtp://mailer:hunter2@")
+		t.Setenv("ENV_TEST_DSN", "mysql://rr:hunter2@db/rides")
+		t.Setenv("ENV_TEST_URL", "mailer:hunter2@@mail:587")
+		var env config.Env
+		env.String("ENV_TEST_LINK", "")
+		env.String("ENV_TEST_DSN", "")
+		env.Required("ENV_TEST_URL")
+		err := env.Err()
+		require.ErrorContains(t, err, "ENV_TEST_LINK=smtp://mailer:xxxxx@: not a URL")
+		require.ErrorContains(t, err, "ENV_TEST_DSN=mysql://rr:xxxxx@db/rides: not a postgres:// URL")
+		require.ErrorContains(t, err, "ENV_TEST_URL=[redacted]: not a URL")
+		require.NotContains(t, err.Error(), "hunter2")
 	})
 
 	t.Run("NamesEveryBadSetting", func(t *testing.T) {

@@ -14,15 +14,16 @@ type Type string
 
 // The types of setting, each with the Env methods that read it.
 const (
-	TypeString   Type = "string"   // String, Required
-	TypeURL      Type = "URL"      // String, Required; a password in it is redacted in logs
-	TypeAddress  Type = "address"  // String: host:port of a listener, unset meaning none
-	TypeDuration Type = "duration" // Duration, DurationOrZero: a Go duration such as 90s or 5m
-	TypeInt      Type = "integer"  // Int, IntOrZero
-	TypeFraction Type = "fraction" // Fraction, FractionOrZero: a share such as 0.25
-	TypeBool     Type = "boolean"  // Bool: true or false
-	TypePort     Type = "port"     // Port: a TCP port, 0 for any free one
-	TypeHost     Type = "host"     // Host: an IP address or host name, without a port
+	TypeString     Type = "string"            // String, Required
+	TypeURL        Type = "URL"               // String, Required: with a scheme and a host; a password in it is redacted in logs
+	TypeConnString Type = "connection string" // String, Required: a postgres:// URL or key=value pairs; a password in it is redacted in logs
+	TypeAddress    Type = "address"           // String: host:port of a listener, unset meaning none
+	TypeDuration   Type = "duration"          // Duration, DurationOrZero: a Go duration such as 90s or 5m
+	TypeInt        Type = "integer"           // Int, IntOrZero
+	TypeFraction   Type = "fraction"          // Fraction, FractionOrZero: a share such as 0.25
+	TypeBool       Type = "boolean"           // Bool: true or false
+	TypePort       Type = "port"              // Port: a TCP port, 0 for any free one
+	TypeHost       Type = "host"              // Host: an IP address or host name, without a port
 )
 
 // Setting declares one environment variable: what it is and what it
@@ -55,8 +56,8 @@ type Setting struct {
 	Required bool
 
 	// Secret settings never reach a log line or -help's output with
-	// their value. (TypeURL values are logged with the password
-	// redacted instead.)
+	// their value. (TypeURL and TypeConnString values are logged with the
+	// password redacted instead.)
 	Secret bool
 
 	// Trades, for a setting that changes one of the project's
@@ -120,15 +121,15 @@ func (s Setting) validate() error {
 		return fmt.Errorf("config: %s: Help is required", s.Name)
 	case (s.Trades == "") != (s.Failures == ""):
 		return fmt.Errorf("config: %s: Trades and Failures go together", s.Name)
-	case s.Required && s.Type != TypeString && s.Type != TypeURL:
-		return fmt.Errorf("config: %s: only a string or URL setting can be required", s.Name)
+	case s.Required && s.Type != TypeString && s.Type != TypeURL && s.Type != TypeConnString:
+		return fmt.Errorf("config: %s: only a string, URL or connection string setting can be required", s.Name)
 	case s.Type == TypePort && s.Zero == "":
 		return fmt.Errorf("config: %s: a port says what 0 means (Zero)", s.Name)
 	case s.Zero != "" && s.Type != TypePort && s.Type != TypeDuration && s.Type != TypeInt && s.Type != TypeFraction:
 		return fmt.Errorf("config: %s: Zero is for numbers", s.Name)
 	}
 	switch s.Type {
-	case TypeString, TypeURL, TypeAddress, TypeDuration, TypeInt, TypeFraction, TypeBool, TypePort, TypeHost:
+	case TypeString, TypeURL, TypeConnString, TypeAddress, TypeDuration, TypeInt, TypeFraction, TypeBool, TypePort, TypeHost:
 		return nil
 	}
 	return fmt.Errorf("config: %s: unknown Type %q", s.Name, s.Type)

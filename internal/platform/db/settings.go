@@ -5,7 +5,7 @@ import "github.com/rocketrides/rocketrides/internal/platform/config"
 // Variables are the database's settings, read by every process that opens
 // it.
 var Variables = config.Declare(
-	config.Setting{Name: "DATABASE_URL", Type: config.TypeURL, Required: true,
+	config.Setting{Name: "DATABASE_URL", Type: config.TypeConnString, Required: true,
 		Help: "the Postgres database: a postgres:// URL or a key=value connection string (make dev and make test start a project-local cluster when unset)"},
 	config.Setting{Name: "DATABASE_MAX_CONNS", Type: config.TypeInt, Unit: "connections", Zero: "pgx's default, max(4, CPUs)",
 		Help: "the size of the api's connection pool"},
