@@ -37,6 +37,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"riverqueue.com/riverui"
@@ -342,10 +343,20 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, _ *session) {
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }
 
-// safeNext keeps a redirect after login on this console.
+// safeNext keeps a redirect after login on this console: it returns
+// next's path and query when next is a path of this console, else "/".
+// Browsers read a URL more loosely than net/url does: they drop tabs and
+// newlines anywhere and take a backslash for a slash, so "/\t/evil.example"
+// and "/\\evil.example" reach them as "//evil.example", another site. Any
+// control character or backslash is refused outright, before parsing.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+	if strings.ContainsFunc(next, func(r rune) bool { return r == '\\' || unicode.IsControl(r) }) {
 		return "/"
 	}
-	return next
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" ||
+		!strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(u.Path, "//") {
+		return "/"
+	}
+	return (&url.URL{Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}).RequestURI()
 }

@@ -157,6 +157,36 @@ func TestConsole(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, withLab.post(t, "/lab", withLab.console.URL, url.Values{"scenario": {"race"}}).StatusCode)
 	})
 
+	// After login the console sends the browser only to one of its own
+	// pages: a next that a browser would read as another site (it drops a
+	// tab, takes a backslash for a slash) goes to the overview instead.
+	t.Run("LoginRedirectsOnlyWithinTheConsole", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for next, want := range map[string]string{
+			"/keys/1?from=attention": "/keys/1?from=attention",
+			"/story?q=a%20b":         "/story?q=a%20b",
+			"/\t/x":                  "/",
+			"/\t/evil.example/x":     "/",
+			"/\n/x":                  "/",
+			"//x":                    "/",
+			"/\\x":                   "/",
+			"\\\\x":                  "/",
+			"/%2F/x":                 "/",
+			"https://x":              "/",
+			"https:x":                "/",
+			"javascript:alert(1)":    "/",
+			"x":                      "/",
+			"":                       "/",
+		} {
+			resp := b.post(t, "/login", b.console.URL, url.Values{"operator": {"ada"}, "password": {password}, "next": {next}})
+			require.Equal(t, http.StatusSeeOther, resp.StatusCode, "next %q", next)
+			require.Equal(t, want, resp.Header.Get("Location"), "next %q", next)
+			_, page := b.get(t, "/login?next="+url.QueryEscape(next))
+			require.Contains(t, page, `name="next" value="`+want+`"`, "next %q", next)
+		}
+	})
+
 	t.Run("WrongPasswordIsRefused", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
