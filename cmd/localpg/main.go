@@ -7,9 +7,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/rocketrides/rocketrides/internal/dev/localpg"
@@ -51,6 +54,46 @@ commands:
 // as pg_ctl status, so scripts can test for it.
 const notRunning = 3
 
+// errNotRunning is what status returns for a stopped cluster: not a
+// failure, an answer, given by the exit status alone.
+var errNotRunning = errors.New("not running")
+
+// A command is one of localpg's commands, with what it takes after its
+// name: up to names database names and the flags listed.
+type command struct {
+	name  string
+	names int
+	flags []string
+	run   func(ctx context.Context, a arguments) error
+}
+
+// arguments are a command's arguments once checked against its command.
+type arguments struct {
+	dbname string // postgres unless given
+	flags  map[string]bool
+}
+
+// commands are every command line localpg accepts. A command line is
+// checked against this table before anything is built or started.
+var commands = []command{
+	{name: "start", run: start},
+	{name: "url", names: 1, run: url},
+	{name: "stop", run: withCluster(func(ctx context.Context, c localpg.Cluster) error { return c.Stop(ctx) })},
+	{name: "restart", run: withCluster(func(ctx context.Context, c localpg.Cluster) error { return c.Restart(ctx) })},
+	{name: "status", run: withCluster(status)},
+
+	{name: "replica start", flags: []string{"-async"}, run: withPair(replicaStart)},
+	{name: "replica url", names: 1, run: withPair(replicaURL)},
+	{name: "replica promote", run: withPair(func(ctx context.Context, r *localpg.Replicated, _ arguments) error { return r.Promote(ctx) })},
+	{name: "replica crash", run: withPair(func(_ context.Context, r *localpg.Replicated, _ arguments) error { return r.Primary().Crash() })},
+	{name: "replica rebuild", run: withPair(func(ctx context.Context, r *localpg.Replicated, _ arguments) error { return r.Rebuild(ctx) })},
+	{name: "replica stop", run: withPair(func(ctx context.Context, r *localpg.Replicated, _ arguments) error { return r.Stop(ctx) })},
+
+	{name: "pooler start", run: withPooler(poolerStart)},
+	{name: "pooler url", names: 1, run: withPooler(poolerURL)},
+	{name: "pooler stop", run: withPooler(func(ctx context.Context, p *localpg.Pooler, _ arguments) error { return p.Stop(ctx) })},
+}
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:])
@@ -63,164 +106,170 @@ func run(ctx context.Context, args []string) int {
 		fmt.Fprint(os.Stderr, usage)
 		return 2
 	}
-	command, args := args[0], args[1:]
-	switch command {
-	case "replica":
-		return runReplica(ctx, args)
-	case "pooler":
-		return runPooler(ctx, args)
-	}
-	maxArgs := 0
-	if command == "url" {
-		maxArgs = 1
-	}
-	if len(args) > maxArgs {
-		fmt.Fprintf(os.Stderr, "localpg %s: unexpected arguments %q\n\n%s", command, args[maxArgs:], usage)
-		return 2
-	}
-
-	var err error
-	switch command {
-	case "start":
-		var c localpg.Cluster
-		if c, err = localpg.Ensure(ctx, localpg.Options{}); err == nil {
-			fmt.Fprintf(os.Stderr, "localpg: postgres is running at %s (data %s, log %s)\n", c.URL(), c.DataDir, c.LogFile)
-		}
-	case "url":
-		name := "postgres"
-		if len(args) == 1 {
-			name = args[0]
-		}
-		var u string
-		if u, err = localpg.DatabaseURL(ctx, name); err == nil {
-			fmt.Println(u)
-		}
-	case "stop":
-		err = withCluster(func(c localpg.Cluster) error { return c.Stop(ctx) })
-	case "restart":
-		err = withCluster(func(c localpg.Cluster) error { return c.Restart(ctx) })
-	case "status":
-		var running bool
-		err = withCluster(func(c localpg.Cluster) error {
-			if running, err = c.Running(ctx); err == nil {
-				state := "not running"
-				if running {
-					state = "running at " + c.URL()
-				}
-				fmt.Printf("postgres in %s: %s\n", c.DataDir, state)
-			}
-			return err
-		})
-		if err == nil && !running {
-			return notRunning
-		}
-	default:
-		fmt.Fprintf(os.Stderr, "localpg: unknown command %q\n\n%s", command, usage)
-		return 2
-	}
+	c, a, err := parse(args)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "localpg %s: %v\n", command, err)
-		return 1
+		fmt.Fprintf(os.Stderr, "%v\n\n%s", err, usage)
+		return 2
 	}
-	return 0
+	return exit(c.name, c.run(ctx, a))
+}
+
+// parse finds the command args name in commands and checks what follows
+// its name against what it takes.
+func parse(args []string) (command, arguments, error) {
+	name, rest := args[0], args[1:]
+	group := slices.ContainsFunc(commands, func(c command) bool { return strings.HasPrefix(c.name, name+" ") })
+	if group {
+		if len(rest) == 0 {
+			return command{}, arguments{}, fmt.Errorf("localpg %s: missing command", name)
+		}
+		name, rest = name+" "+rest[0], rest[1:]
+	}
+	i := slices.IndexFunc(commands, func(c command) bool { return c.name == name })
+	if i < 0 {
+		return command{}, arguments{}, fmt.Errorf("localpg: unknown command %q", name)
+	}
+	c := commands[i]
+	a := arguments{dbname: "postgres", flags: map[string]bool{}}
+	var names, unexpected []string
+	for _, arg := range rest {
+		switch {
+		case slices.Contains(c.flags, arg) && !a.flags[arg]:
+			a.flags[arg] = true
+		case !strings.HasPrefix(arg, "-") && len(names) < c.names:
+			names = append(names, arg)
+		default:
+			unexpected = append(unexpected, arg)
+		}
+	}
+	if len(unexpected) > 0 {
+		return command{}, arguments{}, fmt.Errorf("localpg %s: unexpected arguments %q", name, unexpected)
+	}
+	if len(names) > 0 {
+		a.dbname = names[0]
+	}
+	return c, a, nil
+}
+
+// exit is the exit status of command's outcome, saying why on stderr
+// when it failed.
+func exit(command string, err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errNotRunning):
+		return notRunning
+	}
+	fmt.Fprintf(os.Stderr, "localpg %s: %v\n", command, err)
+	return 1
+}
+
+func start(ctx context.Context, _ arguments) error {
+	c, err := localpg.Ensure(ctx, localpg.Options{})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "localpg: postgres is running at %s (data %s, log %s)\n", c.URL(), c.DataDir, c.LogFile)
+	return nil
+}
+
+func url(ctx context.Context, a arguments) error {
+	u, err := localpg.DatabaseURL(ctx, a.dbname)
+	if err != nil {
+		return err
+	}
+	fmt.Println(u)
+	return nil
+}
+
+func status(ctx context.Context, c localpg.Cluster) error {
+	running, err := c.Running(ctx)
+	if err != nil {
+		return err
+	}
+	state := "not running"
+	if running {
+		state = "running at " + c.URL()
+	}
+	fmt.Printf("postgres in %s: %s\n", c.DataDir, state)
+	if !running {
+		return errNotRunning
+	}
+	return nil
 }
 
 // withCluster runs fn on the project's cluster without starting it: stop
 // and status must not start a server as a side effect.
-func withCluster(fn func(localpg.Cluster) error) error {
-	c, err := localpg.New(localpg.Options{})
+func withCluster(fn func(context.Context, localpg.Cluster) error) func(context.Context, arguments) error {
+	return func(ctx context.Context, _ arguments) error {
+		c, err := localpg.New(localpg.Options{})
+		if err != nil {
+			return err
+		}
+		return fn(ctx, c)
+	}
+}
+
+// withPair runs fn on the project's replicated pair, asynchronous with
+// -async.
+func withPair(fn func(context.Context, *localpg.Replicated, arguments) error) func(context.Context, arguments) error {
+	return func(ctx context.Context, a arguments) error {
+		r, err := localpg.NewReplicated(localpg.ReplicatedOptions{Async: a.flags["-async"]})
+		if err != nil {
+			return err
+		}
+		return fn(ctx, r, a)
+	}
+}
+
+func replicaStart(ctx context.Context, r *localpg.Replicated, _ arguments) error {
+	if err := r.Start(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "localpg: primary %s, standby %s\n", r.Primary().URL(), r.Standby().URL())
+	return nil
+}
+
+func replicaURL(ctx context.Context, r *localpg.Replicated, a arguments) error {
+	if err := r.Start(ctx); err != nil {
+		return err
+	}
+	if err := r.CreateDatabase(ctx, a.dbname); err != nil {
+		return err
+	}
+	fmt.Println(r.DatabaseURL(a.dbname))
+	return nil
+}
+
+// withPooler runs fn on the project's PgBouncer.
+func withPooler(fn func(context.Context, *localpg.Pooler, arguments) error) func(context.Context, arguments) error {
+	return func(ctx context.Context, a arguments) error {
+		p, err := localpg.NewPooler(localpg.PoolerOptions{})
+		if err != nil {
+			return err
+		}
+		return fn(ctx, p, a)
+	}
+}
+
+func poolerStart(ctx context.Context, p *localpg.Pooler, _ arguments) error {
+	if _, err := localpg.Ensure(ctx, localpg.Options{}); err != nil {
+		return err
+	}
+	return p.Start(ctx)
+}
+
+func poolerURL(ctx context.Context, p *localpg.Pooler, a arguments) error {
+	c, err := localpg.Ensure(ctx, localpg.Options{})
 	if err != nil {
 		return err
 	}
-	return fn(c)
-}
-
-func runReplica(ctx context.Context, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, usage)
-		return 2
+	if err := c.CreateDatabase(ctx, a.dbname); err != nil {
+		return err
 	}
-	command, args := args[0], args[1:]
-	opts := localpg.ReplicatedOptions{}
-	if command == "start" && len(args) == 1 && args[0] == "-async" {
-		opts.Async, args = true, nil
+	if err := p.Start(ctx); err != nil {
+		return err
 	}
-	if len(args) > 1 || (len(args) == 1 && command != "url") {
-		fmt.Fprintf(os.Stderr, "localpg replica %s: unexpected arguments %q\n\n%s", command, args, usage)
-		return 2
-	}
-	r, err := localpg.NewReplicated(opts)
-	if err == nil {
-		switch command {
-		case "start":
-			if err = r.Start(ctx); err == nil {
-				fmt.Fprintf(os.Stderr, "localpg: primary %s, standby %s\n", r.Primary().URL(), r.Standby().URL())
-			}
-		case "url":
-			name := "postgres"
-			if len(args) == 1 {
-				name = args[0]
-			}
-			if err = r.Start(ctx); err == nil {
-				if err = r.CreateDatabase(ctx, name); err == nil {
-					fmt.Println(r.DatabaseURL(name))
-				}
-			}
-		case "promote":
-			err = r.Promote(ctx)
-		case "crash":
-			err = r.Primary().Crash()
-		case "rebuild":
-			err = r.Rebuild(ctx)
-		case "stop":
-			err = r.Stop(ctx)
-		default:
-			fmt.Fprintf(os.Stderr, "localpg replica: unknown command %q\n\n%s", command, usage)
-			return 2
-		}
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "localpg replica %s: %v\n", command, err)
-		return 1
-	}
-	return 0
-}
-
-func runPooler(ctx context.Context, args []string) int {
-	if len(args) == 0 || len(args) > 2 || (len(args) == 2 && args[0] != "url") {
-		fmt.Fprint(os.Stderr, usage)
-		return 2
-	}
-	p, err := localpg.NewPooler(localpg.PoolerOptions{})
-	if err == nil {
-		switch args[0] {
-		case "start":
-			if _, err = localpg.Ensure(ctx, localpg.Options{}); err == nil {
-				err = p.Start(ctx)
-			}
-		case "url":
-			name := "postgres"
-			if len(args) == 2 {
-				name = args[1]
-			}
-			var c localpg.Cluster
-			if c, err = localpg.Ensure(ctx, localpg.Options{}); err == nil {
-				if err = c.CreateDatabase(ctx, name); err == nil {
-					if err = p.Start(ctx); err == nil {
-						fmt.Println(p.DatabaseURL(name))
-					}
-				}
-			}
-		case "stop":
-			err = p.Stop(ctx)
-		default:
-			fmt.Fprintf(os.Stderr, "localpg pooler: unknown command %q\n\n%s", args[0], usage)
-			return 2
-		}
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "localpg pooler %s: %v\n", args[0], err)
-		return 1
-	}
-	return 0
+	fmt.Println(p.DatabaseURL(a.dbname))
+	return nil
 }
