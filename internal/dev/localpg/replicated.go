@@ -24,8 +24,8 @@ type ReplicatedOptions struct {
 	// file that says which of them is the primary. Default:
 	// .data/replicated in the project root.
 	Dir string
-	// Ports of node-a and node-b on 127.0.0.1. Default: LOCALPG_PORT+1 and
-	// LOCALPG_PORT+2 (DefaultPort+1 and +2 without it).
+	// Ports of node-a and node-b on 127.0.0.1, both or neither. Default:
+	// LOCALPG_PORT+1 and LOCALPG_PORT+2 (DefaultPort+1 and +2 without it).
 	Ports [2]int
 	// Async makes a new pair's standby asynchronous: the primary
 	// acknowledges a commit before the standby has it, so a failover
@@ -81,7 +81,12 @@ func NewReplicated(opts ReplicatedOptions) (*Replicated, error) {
 		return nil, fmt.Errorf("resolve %s: %w", dir, err)
 	}
 	ports := opts.Ports
-	if ports[0] == 0 || ports[1] == 0 {
+	if (ports[0] == 0) != (ports[1] == 0) {
+		// Half the defaults would put the two nodes on ports nobody chose
+		// together, one of them maybe the other's.
+		return nil, fmt.Errorf("ReplicatedOptions.Ports %v: set both ports or neither", ports)
+	}
+	if ports[0] == 0 {
 		base, err := basePort()
 		if err != nil {
 			return nil, err

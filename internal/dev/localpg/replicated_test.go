@@ -83,6 +83,18 @@ func TestReplicated(t *testing.T) {
 	})
 }
 
+func TestNewReplicated(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RefusesHalfSetPorts", func(t *testing.T) {
+		t.Parallel()
+		for _, ports := range [][2]int{{freePort(t), 0}, {0, freePort(t)}} {
+			_, err := NewReplicated(ReplicatedOptions{Dir: t.TempDir(), Ports: ports})
+			require.ErrorContains(t, err, "set both ports or neither")
+		}
+	})
+}
+
 // TestStalePidFile gives the pid of a killed server to another process,
 // as the kernel may once the server is gone: crashing or stopping by the
 // stale pid file must leave that process alone.
