@@ -30,7 +30,7 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	settings := rides.SettingsFromEnv(env)
 	simulatedErrors := env.Bool("SIMULATED_ERRORS", false)
 	// Zero keeps pgx's default pool size.
-	maxConns := env.IntOrZero("DATABASE_MAX_CONNS", 0)
+	maxConns := env.Int32OrZero("DATABASE_MAX_CONNS", 0)
 	// Loopback unless told otherwise: a container, or a host behind a
 	// load balancer, sets HOST=0.0.0.0.
 	host := env.Host("HOST", "127.0.0.1")
@@ -46,7 +46,7 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 		return nil, err
 	}
 
-	pool, err := db.Open(ctx, databaseURL, int32(maxConns))
+	pool, err := db.Open(ctx, databaseURL, maxConns)
 	if err != nil {
 		return nil, err
 	}

@@ -88,6 +88,13 @@ func TestBuild(t *testing.T) {
 		require.ErrorContains(t, err, "IDEMPOTENCY_LOCK_TIMEOUT=0s: must be positive")
 	})
 
+	// pgx's pool size is an int32: 4294967297 used to become 1.
+	t.Run("RefusesAPoolSizeThatWouldWrapAround", func(t *testing.T) {
+		setEnv(t, "DATABASE_MAX_CONNS", "4294967297")
+		_, err := build(t.Context(), &config.Env{}, logger)
+		require.ErrorContains(t, err, "DATABASE_MAX_CONNS=4294967297: must be at most 2147483647")
+	})
+
 	t.Run("RefusesAnAsyncReplicationSettingThatIsNotABool", func(t *testing.T) {
 		setEnv(t, "DATABASE_ALLOW_ASYNC_REPLICATION", "maybe")
 		_, err := build(t.Context(), &config.Env{}, logger)

@@ -251,6 +251,18 @@ func (e *Env) IntOrZero(name string, def int) int {
 	return n
 }
 
+// Int32OrZero is IntOrZero for a setting handed on as an int32 (pgx's
+// pool size): a number above 2147483647 is refused, where converting it
+// would wrap it around (4294967297 becoming 1).
+func (e *Env) Int32OrZero(name string, def int32) int32 {
+	n := e.IntOrZero(name, int(def))
+	if n > math.MaxInt32 {
+		e.fail(name, os.Getenv(name), fmt.Sprintf("must be at most %d", math.MaxInt32))
+		return 0
+	}
+	return int32(n)
+}
+
 // Port parses $name as a TCP port, or returns def. Zero is honoured: it
 // asks for any free port, which the process logs once it listens.
 func (e *Env) Port(name string, def int) int {

@@ -114,6 +114,16 @@ func TestEnv(t *testing.T) {
 		require.ErrorContains(t, err, "ENV_TEST_PORT=65536: must be a port number")
 	})
 
+	t.Run("RefusesAnInt32ThatWouldWrapAround", func(t *testing.T) {
+		t.Setenv("ENV_TEST_SIZE_OR_ZERO", "2147483647")
+		var env config.Env
+		require.Equal(t, int32(2147483647), env.Int32OrZero("ENV_TEST_SIZE_OR_ZERO", 0))
+		require.NoError(t, env.Err())
+		t.Setenv("ENV_TEST_SIZE_OR_ZERO", "4294967297")
+		require.Zero(t, env.Int32OrZero("ENV_TEST_SIZE_OR_ZERO", 0), "not 1")
+		require.ErrorContains(t, env.Err(), "ENV_TEST_SIZE_OR_ZERO=4294967297: must be at most 2147483647")
+	})
+
 	t.Run("ReadsAHost", func(t *testing.T) {
 		var env config.Env
 		require.Equal(t, "127.0.0.1", env.Host("ENV_TEST_UNSET_HOST", "127.0.0.1"))

@@ -19,7 +19,7 @@ const (
 	TypeConnString Type = "connection string" // String, Required: a postgres:// URL or key=value pairs; a password in it is redacted in logs
 	TypeAddress    Type = "address"           // String: host:port of a listener, unset meaning none
 	TypeDuration   Type = "duration"          // Duration, DurationOrZero: a Go duration such as 90s or 5m
-	TypeInt        Type = "integer"           // Int, IntOrZero
+	TypeInt        Type = "integer"           // Int, IntOrZero, Int32OrZero
 	TypeFraction   Type = "fraction"          // Fraction, FractionOrZero: a share such as 0.25
 	TypeBool       Type = "boolean"           // Bool: true or false
 	TypePort       Type = "port"              // Port: a TCP port, 0 for any free one
