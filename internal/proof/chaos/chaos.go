@@ -438,10 +438,10 @@ func (s *soak) teardown() {
 		fmt.Fprintf(s.cfg.Progress, "teardown: %v\n", err)
 	}
 	if s.cfg.Keep && s.cluster != nil {
-		s.summary.KeptCluster = *s.cluster
+		s.summary.KeptClusters = []localpg.Cluster{*s.cluster}
 	}
 	if s.cfg.Keep && s.pair != nil {
-		s.summary.KeptCluster = s.pair.Primary()
+		s.summary.KeptClusters = []localpg.Cluster{s.pair.Primary(), s.pair.Standby()}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocketrides/rocketrides/internal/dev/localpg"
 	"github.com/rocketrides/rocketrides/internal/proof/chaos"
 )
 
@@ -93,5 +94,25 @@ func TestSoak(t *testing.T) {
 		require.True(t, summary.OK(), "\n%s", summary)
 		require.Positive(t, summary.PostgresRestarts)
 		require.Equal(t, summary.Report.KeysCreated, summary.Report.Charges, "one charge per ride")
+	})
+}
+
+// TestSummary: a soak kept for inspection says how to stop every cluster
+// it left running, both nodes of the failover drill's pair.
+func TestSummary(t *testing.T) {
+	t.Parallel()
+
+	t.Run("SaysHowToStopEveryKeptCluster", func(t *testing.T) {
+		t.Parallel()
+		summary := chaos.Summary{Failover: true, Dir: "/soak", LogDir: "/soak/logs", DatabaseURL: "postgres://x/soak",
+			KeptClusters: []localpg.Cluster{
+				{DataDir: "/soak/replicated/node-b", BinDir: "/pg/bin"},
+				{DataDir: "/soak/replicated/node-a", BinDir: "/pg/bin"},
+			}}
+		text := summary.String()
+		require.Contains(t, text, "stop node-b with: ")
+		require.Contains(t, text, "/pg/bin/pg_ctl -D /soak/replicated/node-b stop\n")
+		require.Contains(t, text, "stop node-a with: ")
+		require.Contains(t, text, "/pg/bin/pg_ctl -D /soak/replicated/node-a stop\n")
 	})
 }

@@ -67,8 +67,9 @@ type Summary struct {
 
 	// Dir holds the scratch cluster, the processes' logs and the mail.
 	Dir, LogDir, DatabaseURL string
-	// KeptCluster is the scratch cluster left running by Config.Keep.
-	KeptCluster localpg.Cluster
+	// KeptClusters are the scratch clusters left running by Config.Keep:
+	// the one cluster, or with Config.Failover both nodes of the pair.
+	KeptClusters []localpg.Cluster
 }
 
 // Acknowledged compares what the clients were told with what is left.
@@ -166,13 +167,15 @@ func (s Summary) String() string {
 	if s.Judged && !s.databaseFaulted() {
 		b.WriteString("  problem: Postgres was never restarted or failed over\n")
 	}
-	if s.KeptCluster.DataDir != "" {
-		stop := filepath.Join(s.KeptCluster.BinDir, "pg_ctl") + " -D " + s.KeptCluster.DataDir + " stop"
-		if os.Geteuid() == 0 {
-			stop = "runuser -u nobody -- " + stop
+	if len(s.KeptClusters) > 0 {
+		fmt.Fprintf(&b, "  kept: %s (logs in %s)\n  database still running: psql %s\n", s.Dir, s.LogDir, s.DatabaseURL)
+		for _, c := range s.KeptClusters {
+			stop := filepath.Join(c.BinDir, "pg_ctl") + " -D " + c.DataDir + " stop"
+			if os.Geteuid() == 0 {
+				stop = "runuser -u nobody -- " + stop
+			}
+			fmt.Fprintf(&b, "  stop %s with: %s\n", filepath.Base(c.DataDir), stop)
 		}
-		fmt.Fprintf(&b, "  kept: %s (logs in %s)\n  database still running: psql %s\n  stop it with: %s\n",
-			s.Dir, s.LogDir, s.DatabaseURL, stop)
 	}
 	if s.OK() {
 		b.WriteString("RESULT: PASS\n")
