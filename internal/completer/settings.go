@@ -6,7 +6,7 @@ import "github.com/rocketrides/rocketrides/internal/platform/config"
 var Variables = config.Declare(
 	config.Setting{Name: "COMPLETER_MIN_AGE", Type: config.TypeDuration,
 		Help:     "how long a request must have gone unworked before the completer takes it over from its client",
-		Trades:   "with COMPLETER_RETRY_INTERVAL, the time within which a request its client gave up on is settled (the promise in docs/openapi.yaml: 6 minutes on the defaults): shorter settles sooner but races clients still retrying; it must exceed IDEMPOTENCY_LOCK_TIMEOUT",
+		Trades:   "with COMPLETER_RETRY_INTERVAL, the time within which a request its client gave up on is settled (the promise in docs/openapi.yaml: 6 minutes on the defaults): shorter settles sooner but races clients still retrying; a key whose request still holds its lock is left alone until IDEMPOTENCY_LOCK_TIMEOUT has passed, however short this is",
 		Failures: "The article's \"Murphy's law\" list (a bad deploy fails every request half way)"},
 	config.Setting{Name: "COMPLETER_RETRY_INTERVAL", Type: config.TypeDuration,
 		Help:     "how long the completer waits before trying a request again after a failed attempt",
