@@ -23,6 +23,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -47,7 +48,7 @@ import (
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "resolve" {
-		os.Exit(resolve(os.Args[2:]))
+		os.Exit(resolve(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	process.Main(command())
 }
@@ -157,31 +158,37 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 }
 
 // resolve is `console resolve adopt|release|close -key N -operator NAME`.
-func resolve(args []string) int {
+// It prints what it did to stdout and why it did not to stderr.
+func resolve(args []string, stdout, stderr io.Writer) int {
 	usage := "usage: console resolve adopt|release|close -key <idempotency key id> -operator <name>"
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, usage)
+		fmt.Fprintln(stderr, usage)
 		return 2
 	}
 	action := args[0]
 	flags := flag.NewFlagSet("console resolve "+action, flag.ContinueOnError)
+	flags.SetOutput(stderr)
 	keyID := flags.Int64("key", 0, "the idempotency key's id (as the console and the logs show it)")
 	operator := flags.String("operator", "", "your name, for the audit record")
 	if err := flags.Parse(args[1:]); err != nil {
 		return 2
 	}
+	// The operator's name is checked as the audit record will check it
+	// (rides.ValidOperator): a bad one is a usage error, found before
+	// the database is opened.
+	operatorErr := rides.ValidOperator(*operator)
 	switch {
 	case action != "adopt" && action != "release" && action != "close":
-		fmt.Fprintf(os.Stderr, "console resolve: unknown action %q\n%s\n", action, usage)
+		fmt.Fprintf(stderr, "console resolve: unknown action %q\n%s\n", action, usage)
 		return 2
 	case *keyID <= 0:
-		fmt.Fprintln(os.Stderr, "console resolve: -key is required")
+		fmt.Fprintf(stderr, "console resolve: -key must be a positive key id\n%s\n", usage)
 		return 2
-	case *operator == "":
-		fmt.Fprintln(os.Stderr, "console resolve: -operator is required")
+	case operatorErr != nil:
+		fmt.Fprintf(stderr, "console resolve: -operator: %v\n%s\n", operatorErr, usage)
 		return 2
 	case flags.NArg() > 0:
-		fmt.Fprintf(os.Stderr, "console resolve: unexpected arguments %q\n", flags.Args())
+		fmt.Fprintf(stderr, "console resolve: unexpected arguments %q\n", flags.Args())
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -189,12 +196,12 @@ func resolve(args []string) int {
 	env := &config.Env{}
 	services := readServices(env)
 	if err := env.Err(); err != nil {
-		fmt.Fprintf(os.Stderr, "console resolve: %v\n", err)
+		fmt.Fprintf(stderr, "console resolve: %v\n", err)
 		return 2
 	}
 	pool, svc, _, err := services.open(ctx)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "console resolve: %v\n", err)
+		fmt.Fprintf(stderr, "console resolve: %v\n", err)
 		return 2
 	}
 	defer pool.Close()
@@ -203,19 +210,19 @@ func resolve(args []string) int {
 	case "adopt":
 		var charge string
 		if charge, err = svc.Adopt(ctx, st); err == nil {
-			fmt.Printf("adopted charge %s for key %d\n", charge, *keyID)
+			fmt.Fprintf(stdout, "adopted charge %s for key %d\n", charge, *keyID)
 		}
 	case "release":
 		if err = svc.Release(ctx, st); err == nil {
-			fmt.Printf("released key %d for another attempt\n", *keyID)
+			fmt.Fprintf(stdout, "released key %d for another attempt\n", *keyID)
 		}
 	case "close":
 		if err = svc.CloseFailed(ctx, st); err == nil {
-			fmt.Printf("closed key %d as failed\n", *keyID)
+			fmt.Fprintf(stdout, "closed key %d as failed\n", *keyID)
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "console resolve %s: refused: %v\n", action, err)
+		fmt.Fprintf(stderr, "console resolve %s: refused: %v\n", action, err)
 		if errors.Is(err, context.Canceled) {
 			return 2
 		}

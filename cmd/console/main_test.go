@@ -1,16 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/testkit/proctest"
@@ -52,10 +56,33 @@ func TestBuild(t *testing.T) {
 
 	t.Run("ResolveRefusesBadUsage", func(t *testing.T) {
 		setEnv(t)
-		require.Equal(t, 2, resolve(nil))
-		require.Equal(t, 2, resolve([]string{"refund", "-key", "1", "-operator", "ada"}))
-		require.Equal(t, 2, resolve([]string{"adopt", "-operator", "ada"}))
-		require.Equal(t, 2, resolve([]string{"adopt", "-key", "1"}))
+		require.Equal(t, 2, resolve(nil, io.Discard, io.Discard))
+		require.Equal(t, 2, resolve([]string{"refund", "-key", "1", "-operator", "ada"}, io.Discard, io.Discard))
+		require.Equal(t, 2, resolve([]string{"adopt", "-operator", "ada"}, io.Discard, io.Discard))
+		require.Equal(t, 2, resolve([]string{"adopt", "-key", "1"}, io.Discard, io.Discard))
+	})
+
+	// A key id that cannot be one, or a name the audit record would
+	// refuse (rides.ValidOperator), is a usage error that says which
+	// flag, before the database is opened.
+	t.Run("ResolveNamesTheBadFlag", func(t *testing.T) {
+		setEnv(t, "DATABASE_URL", "postgres://127.0.0.1:1/unreachable")
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"adopt", "-operator", "ada"}, "-key must be a positive key id"},
+			{[]string{"adopt", "-key", "-3", "-operator", "ada"}, "-key must be a positive key id"},
+			{[]string{"adopt", "-key", "1", "-operator", "  "}, "-operator: invalid settlement: the operator's name is required"},
+			{[]string{"close", "-key", "1", "-operator", strings.Repeat("a", rides.MaxOperatorLength+1)},
+				"-operator: invalid settlement: the operator's name has 101 characters, at most 100"},
+			{[]string{"release", "-key", "1", "-operator", "ada\nroot"},
+				"-operator: invalid settlement: the operator's name holds a control or formatting character"},
+		} {
+			var stderr bytes.Buffer
+			require.Equal(t, 2, resolve(tc.args, io.Discard, &stderr), "%q", tc.args)
+			require.Contains(t, stderr.String(), tc.want, "%q", tc.args)
+		}
 	})
 
 	// The command settles as the console's buttons do, through the same
@@ -70,12 +97,12 @@ func TestBuild(t *testing.T) {
 		id := strconv.FormatInt(b.KeyRow(t, key).ID, 10)
 		setEnv(t, "DATABASE_URL", b.Pool.Config().ConnString(), "STRIPE_API_BASE", b.StripeURL)
 
-		require.Equal(t, 1, resolve([]string{"adopt", "-key", id, "-operator", "ada"}), "Stripe holds no charge to adopt")
-		require.Equal(t, 0, resolve([]string{"close", "-key", id, "-operator", "ada"}))
+		require.Equal(t, 1, resolve([]string{"adopt", "-key", id, "-operator", "ada"}, io.Discard, io.Discard), "Stripe holds no charge to adopt")
+		require.Equal(t, 0, resolve([]string{"close", "-key", id, "-operator", "ada"}, io.Discard, io.Discard))
 		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM rides r JOIN idempotency_keys k ON k.id = r.idempotency_key_id
 			WHERE k.idempotency_key = $1 AND r.status = 'failed' AND k.recovery_point = 'finished'`, key))
 		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM audit_records WHERE data->>'operator' = 'ada'`))
-		require.Equal(t, 1, resolve([]string{"close", "-key", id, "-operator", "ada"}), "a finished key has nothing to settle")
+		require.Equal(t, 1, resolve([]string{"close", "-key", id, "-operator", "ada"}, io.Discard, io.Discard), "a finished key has nothing to settle")
 	})
 }
 

@@ -309,20 +309,26 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	operator := strings.TrimSpace(r.PostFormValue("operator"))
 	password := r.PostFormValue("password")
 	next := safeNext(r.PostFormValue("next"))
-	fail := func(msg string) {
-		w.WriteHeader(http.StatusUnauthorized)
-		c.render(w, r, "login", nil, map[string]any{"Next": next, "Error": msg, "Operator": operator})
+	// The form again, its name filled in. Not under "Operator": the
+	// layout shows the logged-in navigation to a page that has one.
+	refuse := func(status int, msg string) {
+		w.WriteHeader(status)
+		c.render(w, r, "login", nil, map[string]any{"Next": next, "Error": msg, "Name": operator})
 	}
-	switch {
-	case !sameOrigin(r):
+	if !sameOrigin(r) {
 		http.Error(w, "Refused: the request did not come from this console.", http.StatusForbidden)
 		return
-	case operator == "" || len(operator) > 100 || strings.ContainsAny(operator, "|\r\n"):
-		fail("Give your name (up to 100 characters): it goes on the audit record of what you do.")
+	}
+	// The name goes on the audit record of every settlement, which
+	// refuses one rides.ValidOperator refuses: better to hear it now.
+	if err := rides.ValidOperator(operator); err != nil {
+		reason := strings.TrimPrefix(err.Error(), rides.ErrInvalidSettlement.Error()+": ")
+		refuse(http.StatusBadRequest, fmt.Sprintf("Your name (operator) is refused: %s. It goes on the audit record of what you do.", reason))
 		return
-	case subtle.ConstantTimeCompare(hashOf(password), hashOf(c.password)) != 1:
+	}
+	if subtle.ConstantTimeCompare(hashOf(password), hashOf(c.password)) != 1 {
 		c.logger.WarnContext(r.Context(), "Console login refused", slog.String("operator", operator))
-		fail("Wrong password.")
+		refuse(http.StatusUnauthorized, "Wrong password.")
 		return
 	}
 	nonce := make([]byte, 18)

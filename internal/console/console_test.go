@@ -193,8 +193,31 @@ func TestConsole(t *testing.T) {
 		resp := b.post(t, "/login", b.console.URL, url.Values{"operator": {"ada"}, "password": {"guess"}})
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 		require.Empty(t, resp.Cookies())
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Contains(t, string(body), `name="operator" value="ada"`, "the name stays filled in")
+		require.NotContains(t, string(body), `id="operator"`, "no logged-in navigation without a login")
+		require.NotContains(t, string(body), `href="/attention"`, "no logged-in navigation without a login")
 		page, _ := b.get(t, "/")
 		require.Equal(t, http.StatusSeeOther, page.StatusCode)
+	})
+
+	// The name goes on the audit record of every settlement: a name the
+	// record would refuse is refused at the login, as bad input.
+	t.Run("LoginRefusesANameTheAuditRecordWouldNot", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, name := range []string{"", "   ", strings.Repeat("a", rides.MaxOperatorLength+1), "ada\x00", "ada\nroot", "ada\u202eb", "\xff"} {
+			resp := b.post(t, "/login", b.console.URL, url.Values{"operator": {name}, "password": {password}})
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, "name %q", name)
+			require.Empty(t, resp.Cookies(), "name %q", name)
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.Contains(t, string(body), "Your name (operator) is refused", "name %q", name)
+			require.NotContains(t, string(body), `id="operator"`, "name %q", name)
+		}
+		resp := b.post(t, "/login", b.console.URL, url.Values{"operator": {strings.Repeat("é", rides.MaxOperatorLength)}, "password": {password}})
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode, "the limit counts characters, not bytes")
 	})
 
 	t.Run("OverviewCountsRides", func(t *testing.T) {
