@@ -30,14 +30,25 @@ func (s Setting) Show(value string) string {
 	return value
 }
 
-// passwordWord is password=... in a key/value connection string or a
-// query.
-var passwordWord = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)`)
+// passwordWord is password=... in a key/value connection string: quoted
+// ('p q'), or unquoted, ending at the first white space that no
+// backslash escapes (p\ q is one value, as libpq reads it; an & is part
+// of it). passwordParam is password=... in a URL's query, which ends at
+// the next & or white space.
+var (
+	passwordWord  = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|(?:[^\s\\]|\\.?)*)`)
+	passwordParam = regexp.MustCompile(`(?i)(password\s*=\s*)([^\s&]*)`)
+)
 
 // redactURL masks the password in a URL (postgres://user:pw@host/db,
-// smtp://user:pw@host) or in a key/value connection string (password=pw).
+// smtp://user:pw@host, ?password=pw) or in a key/value connection string
+// (password=pw).
 func redactURL(v string) string {
-	v = passwordWord.ReplaceAllString(v, "${1}xxxxx")
+	if strings.Contains(v, "://") {
+		v = passwordParam.ReplaceAllString(v, "${1}xxxxx")
+	} else {
+		v = passwordWord.ReplaceAllString(v, "${1}xxxxx")
+	}
 	u, err := url.Parse(v)
 	if err != nil || u.Opaque != "" {
 		if strings.Contains(v, "@") {

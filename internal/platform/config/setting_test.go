@@ -72,6 +72,18 @@ func TestDeclarations(t *testing.T) {
 		require.NotContains(t, url.Show("host=db user=rr password=hunter2 dbname=rides"), "hunter2")
 		require.NotContains(t, url.Show("postgres://db/rides?password=hunter2"), "hunter2")
 		require.Equal(t, "postgres://db/rides", url.Show("postgres://db/rides"))
+		require.Equal(t, "postgres://db/rides?password=xxxxx&sslmode=disable", url.Show("postgres://db/rides?password=hunter2&sslmode=disable"))
+		dsn := Setting{Name: "X_DSN", Type: TypeConnString}
+		for value, want := range map[string]string{
+			`host=db password=p\ q dbname=rides`:    "host=db password=xxxxx dbname=rides",
+			`host=db password='p q' dbname=rides`:   "host=db password=xxxxx dbname=rides",
+			`host=db password='p\' q' dbname=rides`: "host=db password=xxxxx dbname=rides",
+			`host=db password=p&q dbname=rides`:     "host=db password=xxxxx dbname=rides",
+			`host=db PASSWORD = p\\ dbname=rides`:   "host=db PASSWORD = xxxxx dbname=rides",
+			`host=db password=p\`:                   "host=db password=xxxxx",
+		} {
+			require.Equal(t, want, dsn.Show(value), value)
+		}
 		require.NotContains(t, url.Show("mailer:hunter2@mail:587"), "hunter2", "no scheme: mailer is taken for one")
 		require.Equal(t, "//rr:xxxxx@db/rides", url.Show("//rr:hunter2@db/rides"))
 		require.Equal(t, "host=db password=xxxxx", Setting{Name: "X_DSN", Type: TypeConnString}.Show("host=db password=hunter2"))
