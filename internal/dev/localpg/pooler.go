@@ -35,9 +35,6 @@ type PoolerOptions struct {
 	// that lets many clients share few server connections and the one the
 	// project supports; statement exists to show the refusal.
 	PoolMode string
-	// PoolSize is default_pool_size, the server connections per database
-	// and user. Default: 20.
-	PoolSize int
 	// User runs pgbouncer when this process is root (it refuses to run as
 	// root). Default: nobody.
 	User string
@@ -50,12 +47,17 @@ type Pooler struct {
 	Port         int
 	UpstreamPort int
 	PoolMode     string
-	PoolSize     int
-	// ConfigFile, LogFile and PidFile are under Dir.
-	ConfigFile, LogFile, PidFile string
+	// PoolSize is default_pool_size, the server connections per database
+	// and user.
+	PoolSize int
 
-	runAs *account
+	iniFile, logFile, pidFile string // under Dir
+	runAs                     *account
 }
+
+// poolSize is every pooler's default_pool_size. Nothing has needed
+// another yet; the bench names it beside its figures.
+const poolSize = 20
 
 // NewPooler resolves opts without starting anything.
 func NewPooler(opts PoolerOptions) (*Pooler, error) {
@@ -76,10 +78,10 @@ func NewPooler(opts PoolerOptions) (*Pooler, error) {
 		Port:         opts.Port,
 		UpstreamPort: opts.UpstreamPort,
 		PoolMode:     cmp.Or(opts.PoolMode, "transaction"),
-		PoolSize:     cmp.Or(opts.PoolSize, 20),
-		ConfigFile:   filepath.Join(dir, "pgbouncer.ini"),
-		LogFile:      filepath.Join(dir, "pgbouncer.log"),
-		PidFile:      filepath.Join(dir, "pgbouncer.pid"),
+		PoolSize:     poolSize,
+		iniFile:      filepath.Join(dir, "pgbouncer.ini"),
+		logFile:      filepath.Join(dir, "pgbouncer.log"),
+		pidFile:      filepath.Join(dir, "pgbouncer.pid"),
 	}
 	if p.Port == 0 {
 		base, err := basePort()
@@ -99,18 +101,6 @@ func NewPooler(opts PoolerOptions) (*Pooler, error) {
 		if p.runAs, err = lookupAccount(cmp.Or(opts.User, defaultUser)); err != nil {
 			return nil, err
 		}
-	}
-	return p, nil
-}
-
-// EnsurePooler starts the pooler described by opts unless it runs.
-func EnsurePooler(ctx context.Context, opts PoolerOptions) (*Pooler, error) {
-	p, err := NewPooler(opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := p.Start(ctx); err != nil {
-		return nil, err
 	}
 	return p, nil
 }
@@ -139,7 +129,7 @@ func (p *Pooler) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, bin, "-d", p.ConfigFile)
+	cmd := exec.CommandContext(ctx, bin, "-d", p.iniFile)
 	cmd.Dir = "/"
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -187,14 +177,14 @@ func (p *Pooler) Stop(ctx context.Context) error {
 	return nil
 }
 
-// Running reports whether pgbouncer runs.
-func (p *Pooler) Running() bool { return p.pid() != 0 }
+// running reports whether pgbouncer runs.
+func (p *Pooler) running() bool { return p.pid() != 0 }
 
 // pid is pgbouncer's from its pid file; zero when it is not running,
 // including when the file is stale (pgbouncer was killed) and its pid
 // now belongs to another process.
 func (p *Pooler) pid() int {
-	b, err := os.ReadFile(p.PidFile)
+	b, err := os.ReadFile(p.pidFile)
 	if err != nil {
 		return 0
 	}
@@ -244,29 +234,29 @@ server_login_retry = 1
 admin_users = %s
 logfile = %s
 pidfile = %s
-`, p.UpstreamPort, p.Port, userlist, p.PoolMode, p.PoolSize, Superuser, p.LogFile, p.PidFile)
-	files := map[string]string{p.ConfigFile: ini, userlist: fmt.Sprintf("%q \"\"\n", Superuser)}
+`, p.UpstreamPort, p.Port, userlist, p.PoolMode, p.PoolSize, Superuser, p.logFile, p.pidFile)
+	files := map[string]string{p.iniFile: ini, userlist: fmt.Sprintf("%q \"\"\n", Superuser)}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			return fmt.Errorf("write %s: %w", path, err)
 		}
 	}
 	if p.runAs != nil {
-		for _, path := range []string{p.Dir, p.ConfigFile, userlist} {
+		for _, path := range []string{p.Dir, p.iniFile, userlist} {
 			if err := os.Chown(path, int(p.runAs.uid), int(p.runAs.gid)); err != nil {
 				return fmt.Errorf("hand %s to %s: %w", path, p.runAs.name, err)
 			}
 		}
-		if f, err := os.OpenFile(p.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		if f, err := os.OpenFile(p.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
 			_ = f.Close()
-			_ = os.Chown(p.LogFile, int(p.runAs.uid), int(p.runAs.gid))
+			_ = os.Chown(p.logFile, int(p.runAs.uid), int(p.runAs.gid))
 		}
 	}
 	return nil
 }
 
 func (p *Pooler) logTail() string {
-	c := Cluster{LogFile: p.LogFile}
+	c := Cluster{LogFile: p.logFile}
 	return c.logTail()
 }
 

@@ -396,9 +396,6 @@ func (r *Replicated) Stop(ctx context.Context) error {
 	return errors.Join(r.Nodes[0].Stop(ctx), r.Nodes[1].Stop(ctx))
 }
 
-// Dir is the directory that holds both nodes.
-func (r *Replicated) Dir() string { return r.dir }
-
 func (r *Replicated) lock(ctx context.Context) (func(), error) {
 	c := Cluster{lockFile: r.lockFile}
 	return c.lock(ctx)

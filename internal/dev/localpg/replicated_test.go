@@ -129,7 +129,7 @@ func TestStalePidFile(t *testing.T) {
 		pooler, err := NewPooler(PoolerOptions{Dir: t.TempDir(), Port: freePort(t), UpstreamPort: freePort(t)})
 		require.NoError(t, err)
 		p := stranger(t)
-		require.NoError(t, os.WriteFile(pooler.PidFile, []byte(strconv.Itoa(p.Pid)+"\n"), 0o644))
+		require.NoError(t, os.WriteFile(pooler.pidFile, []byte(strconv.Itoa(p.Pid)+"\n"), 0o644))
 		require.NoError(t, pooler.Stop(context.Background()))
 		require.NoError(t, p.Signal(syscall.Signal(0)), "the stranger still runs")
 	})
@@ -168,15 +168,16 @@ func TestPooler(t *testing.T) {
 	defer cancel()
 	c, err := Ensure(ctx, scratchOptions(t))
 	require.NoError(t, err)
-	p, err := EnsurePooler(ctx, PoolerOptions{Dir: c.DataDir + "-pgbouncer", Port: freePort(t), UpstreamPort: c.Port})
+	p, err := NewPooler(PoolerOptions{Dir: c.DataDir + "-pgbouncer", Port: freePort(t), UpstreamPort: c.Port})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		require.NoError(t, p.Stop(context.Background()))
 		require.NoError(t, os.RemoveAll(p.Dir))
 	})
+	require.NoError(t, p.Start(ctx))
 	require.NoError(t, c.CreateDatabase(ctx, "pooled"))
 	require.Equal(t, int64(1), queryInt(t, p.DatabaseURL("pooled")+"&default_query_exec_mode=exec", "SELECT 1"))
-	require.True(t, p.Running())
+	require.True(t, p.running())
 }
 
 // syncState is the sync_state of the primary's standbys, one per line.

@@ -31,7 +31,7 @@ func (r *run) stepPooler(ctx context.Context) error {
 	defer func() { _ = p.Stop(context.WithoutCancel(ctx)) }()
 
 	var direct float64
-	for i, via := range []string{"direct", "through PgBouncer (transaction mode, pool 20)"} {
+	for i, via := range []string{"direct", fmt.Sprintf("through PgBouncer (%s mode, pool %d)", p.PoolMode, p.PoolSize)} {
 		// Pools of 16: enough for each process to open as many
 		// connections as its share of the clients asks for, which is
 		// what the pooler is there to cap.
@@ -68,13 +68,13 @@ func (r *run) stepPooler(ctx context.Context) error {
 	return nil
 }
 
-// watchConnections samples pg_stat_activity until stop, and max reports
+// watchConnections samples pg_stat_activity until stop, and most reports
 // the most client backends connected to the api database in a sample.
-func (r *run) watchConnections(ctx context.Context) (max func() int, stop func()) {
+func (r *run) watchConnections(ctx context.Context) (most func() int, stop func()) {
 	var (
-		mu   sync.Mutex
-		most int
-		wg   sync.WaitGroup
+		mu      sync.Mutex
+		highest int
+		wg      sync.WaitGroup
 	)
 	done := make(chan struct{})
 	wg.Go(func() {
@@ -83,7 +83,7 @@ func (r *run) watchConnections(ctx context.Context) (max func() int, stop func()
 			if err := r.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 				WHERE datname = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()`, apiDB).Scan(&n); err == nil {
 				mu.Lock()
-				most = maxInt(most, n)
+				highest = max(highest, n)
 				mu.Unlock()
 			}
 			select {
@@ -95,12 +95,5 @@ func (r *run) watchConnections(ctx context.Context) (max func() int, stop func()
 			}
 		}
 	})
-	return func() int { mu.Lock(); defer mu.Unlock(); return most }, func() { close(done); wg.Wait() }
-}
-
-func maxInt(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
+	return func() int { mu.Lock(); defer mu.Unlock(); return highest }, func() { close(done); wg.Wait() }
 }
