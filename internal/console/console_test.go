@@ -305,6 +305,44 @@ func TestConsole(t *testing.T) {
 		require.Equal(t, "needs_review", b.rideStatus(t, id))
 	})
 
+	// The refusals of rides and idem go back to the page, in words.
+	t.Run("RefusesWhatCannotBeSettled", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+		key := apitest.NewKey()
+		require.Equal(t, http.StatusCreated, b.PostRide(t, key, apitest.DefaultParams).Status)
+		finished := strconv.FormatInt(b.KeyRow(t, key).ID, 10)
+		for path, want := range map[string]string{
+			"/keys/" + finished + "/close": "this request has finished",
+			"/keys/987654321/release":      "no such key",
+		} {
+			resp := b.post(t, path, b.console.URL, url.Values{"csrf": {b.csrf(t)}})
+			require.Equal(t, http.StatusSeeOther, resp.StatusCode, path)
+			location, err := resp.Location()
+			require.NoError(t, err, path)
+			require.Contains(t, location.Query().Get("error"), want, path)
+		}
+	})
+
+	// Any other error is the console's own failure: a 500, its text in
+	// the log, not on the operator's page as if it were a refusal.
+	t.Run("AnUnexpectedSettlementErrorIsA500", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+		_, id := b.flag(t)
+		// A key at ride_created without its ride: a bug, not a refusal.
+		_, err := b.Pool.Exec(context.Background(), `DELETE FROM rides WHERE idempotency_key_id = $1`, id)
+		require.NoError(t, err)
+		resp := b.post(t, "/keys/"+strconv.FormatInt(id, 10)+"/close", b.console.URL, url.Values{"csrf": {b.csrf(t)}})
+		require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+		require.Empty(t, resp.Header.Get("Location"))
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NotContains(t, string(body), "without a ride", "the error's text stays in the log")
+	})
+
 	t.Run("RefusesWhileAnotherHoldsTheKey", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -421,11 +421,15 @@ func (c *Console) settle(w http.ResponseWriter, r *http.Request, s *session) {
 		back = "/attention"
 	}
 	if err != nil {
+		why, ok := refusal(err)
+		if !ok {
+			c.fail(w, r, fmt.Errorf("settle key %d (%s): %w", id, r.PathValue("action"), err))
+			return
+		}
 		c.logger.WarnContext(ctx, "Console settlement refused",
 			slog.Int64("idempotency_key_id", id), slog.String("action", r.PathValue("action")),
 			slog.String("operator", s.Operator), slog.Any("error", err))
-		w.Header().Set("Location", back+"?error="+urlQuery(refusal(err)))
-		w.WriteHeader(http.StatusSeeOther)
+		http.Redirect(w, r, back+"?error="+urlQuery(why), http.StatusSeeOther)
 		return
 	}
 	c.logger.InfoContext(ctx, "Console settlement",
@@ -433,35 +437,46 @@ func (c *Console) settle(w http.ResponseWriter, r *http.Request, s *session) {
 	http.Redirect(w, r, back+"?message="+urlQuery(msg), http.StatusSeeOther)
 }
 
-// refusal says why a settlement was refused, for the operator.
-func refusal(err error) string {
+// refusal says why a settlement was refused, for the operator, when err
+// is one of the refusals of rides and idem, each of which leaves the key
+// as it was. Any other error is the console's to log, not the operator's
+// to read: refusal reports false.
+func refusal(err error) (string, bool) {
 	switch {
 	case errors.Is(err, idem.ErrInFlight):
-		return "Refused: another request holds this key's lock right now. Try again once it lets go."
+		return "Refused: another request holds this key's lock right now. Try again once it lets go.", true
 	case errors.Is(err, idem.ErrKeyFinished):
-		return "Refused: this request has finished; there is nothing to settle."
+		return "Refused: this request has finished; there is nothing to settle.", true
 	case errors.Is(err, idem.ErrKeyNotFound):
-		return "Refused: no such key (reaped?)."
+		return "Refused: no such key (reaped?).", true
 	case errors.Is(err, rides.ErrNotSetAside):
-		return "Refused: this request is not set aside for a person."
+		return "Refused: this request is not set aside for a person.", true
 	case errors.Is(err, rides.ErrChargeFound):
-		return "Refused: Stripe holds a charge for this request. Adopt it instead."
+		return "Refused: Stripe holds a charge for this request. Adopt it instead.", true
 	case errors.Is(err, rides.ErrNoCharge):
-		return "Refused: Stripe shows no charge for this request to adopt."
+		return "Refused: Stripe shows no charge for this request to adopt.", true
 	case errors.Is(err, rides.ErrSeveralCharges):
-		return "Refused: Stripe holds several charges for this request; see Reconciliation and refund one."
+		return "Refused: Stripe holds several charges for this request; see Reconciliation and refund one.", true
+	case errors.Is(err, rides.ErrInvalidSettlement):
+		// Its message says what: the operator's name or the origin IP.
+		return "Refused: " + err.Error() + ".", true
 	case errors.Is(err, payment.ErrUnavailable):
-		return "Refused: Stripe could not be asked just now; nothing was changed."
+		// The settlement asks Stripe before it writes, and releases the
+		// key untouched when Stripe cannot answer.
+		return "Refused: Stripe could not be asked just now; nothing was changed.", true
 	}
-	return "Refused: " + err.Error()
+	return "", false
 }
 
 func urlQuery(s string) string { return template.URLQueryEscaper(s) }
 
+// clientIP is where r came from, for the audit record; the zero Addr
+// when RemoteAddr holds no address (a Unix socket), which a settlement
+// refuses rather than record a made-up one.
 func clientIP(r *http.Request) netip.Addr {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
-		return netip.IPv6Loopback()
+		return netip.Addr{}
 	}
 	return ap.Addr().Unmap()
 }
