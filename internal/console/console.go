@@ -161,7 +161,9 @@ func New(config *Config) (*Console, error) {
 	mux.Handle("GET /story", c.page(c.search))
 	mux.Handle("GET /keys/{id}", c.page(c.story))
 	mux.Handle("GET /attention", c.page(c.attention))
-	mux.Handle("POST /keys/{id}/{action}", c.action(c.settle))
+	for _, a := range settlements {
+		mux.Handle("POST /keys/{id}/"+a.name, c.action(c.settle(a)))
+	}
 	mux.Handle("GET /abandoned", c.page(c.abandoned))
 	mux.Handle("GET /reconciliation", c.page(c.reconciliation))
 	mux.Handle("GET /docs/failures", c.page(c.failures))
@@ -312,8 +314,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	// The form again, its name filled in. Not under "Operator": the
 	// layout shows the logged-in navigation to a page that has one.
 	refuse := func(status int, msg string) {
-		w.WriteHeader(status)
-		c.render(w, r, "login", nil, map[string]any{"Next": next, "Error": msg, "Name": operator})
+		c.renderStatus(w, r, status, "login", nil, map[string]any{"Next": next, "Error": msg, "Name": operator})
 	}
 	if !sameOrigin(r) {
 		http.Error(w, "Refused: the request did not come from this console.", http.StatusForbidden)

@@ -187,6 +187,60 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
+	// Bad input gets a 4xx that says what was wrong, not a bare 404 or a
+	// redirect.
+	t.Run("RefusesBadInputByName", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+		token := b.csrf(t)
+		for _, id := range []string{"abc", "0", "-1", "1.5", "99999999999999999999"} {
+			resp, body := b.get(t, "/keys/"+id)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, id)
+			require.Contains(t, body, "key id must be a positive whole number", id)
+			require.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"), id)
+			for _, action := range []string{"adopt", "release", "close"} {
+				resp := b.post(t, "/keys/"+id+"/"+action, b.console.URL, url.Values{"csrf": {token}})
+				require.Equal(t, http.StatusBadRequest, resp.StatusCode, id+"/"+action)
+				body, err := io.ReadAll(resp.Body)
+				require.NoError(t, err)
+				require.Contains(t, string(body), "key id must be a positive whole number", id+"/"+action)
+			}
+		}
+		resp, body := b.get(t, "/keys/987654321")
+		require.Equal(t, http.StatusNotFound, resp.StatusCode)
+		require.Contains(t, body, "No such key")
+		require.Equal(t, http.StatusNotFound, b.post(t, "/keys/1/refund", b.console.URL, url.Values{"csrf": {token}}).StatusCode, "no such settlement")
+
+		resp, body = b.get(t, "/story?q="+strings.Repeat("k", rides.MaxKeyLength+1))
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+		require.Contains(t, body, "at most 255 characters")
+		resp, body = b.get(t, "/story?q="+strings.Repeat("k", rides.MaxKeyLength))
+		require.Equal(t, http.StatusOK, resp.StatusCode, "the longest client key is a search")
+		require.Contains(t, body, `id="none"`)
+
+		lab := setupWith(t, &console.Lab{APIURL: "http://127.0.0.1:1", Token: "rr_unused", StripeBase: "http://127.0.0.1:1", StripeKey: "sk_test_unused"})
+		lab.login(t)
+		token = lab.csrf(t)
+		for form, want := range map[string]string{
+			"scenario=nope":                "there is no scenario &#34;nope&#34;",
+			"calls=2":                      "there is no scenario &#34;&#34;",
+			"scenario=stripe_down&calls=0": "N (calls) must be a whole number from 1 to 5, not &#34;0&#34;",
+			"scenario=stripe_down&calls=6": "N (calls) must be a whole number from 1 to 5, not &#34;6&#34;",
+			"scenario=stripe_down&calls=x": "N (calls) must be a whole number from 1 to 5, not &#34;x&#34;",
+		} {
+			values, err := url.ParseQuery(form)
+			require.NoError(t, err)
+			values.Set("csrf", token)
+			resp := lab.post(t, "/lab", lab.console.URL, values)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, form)
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.Contains(t, string(body), want, form)
+			require.Contains(t, string(body), `id="lab-form"`, "the lab's form again: %s", form)
+		}
+	})
+
 	t.Run("WrongPasswordIsRefused", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -56,6 +56,8 @@ const (
 	// labAttempts is how often the lab's client tries before it leaves
 	// the request to the completer, as an app that was closed does.
 	labAttempts = 8
+	// maxLabCalls is the most charge calls Stripe can be down for (N).
+	maxLabCalls = 5
 )
 
 func (l *Lab) validate() error {
@@ -167,25 +169,32 @@ func (l *labRuns) get(key string) *labRun {
 }
 
 func (c *Console) labPage(w http.ResponseWriter, r *http.Request, s *session) {
-	c.render(w, r, "lab", s, map[string]any{
-		"Scenarios": scenarios, "Error": r.URL.Query().Get("error"),
-		"Timeout": c.lab.Timeout, "APIURL": c.lab.APIURL,
+	c.renderLab(w, r, s, http.StatusOK, "")
+}
+
+// renderLab renders the lab's form with status and, when the last one
+// was refused, msg saying why.
+func (c *Console) renderLab(w http.ResponseWriter, r *http.Request, s *session, status int, msg string) {
+	c.renderStatus(w, r, status, "lab", s, map[string]any{
+		"Scenarios": scenarios, "Error": msg,
+		"Timeout": c.lab.Timeout, "APIURL": c.lab.APIURL, "MaxCalls": maxLabCalls,
 	})
 }
 
 // labStart starts a scenario's ride and sends the browser to its story
 // as soon as the api has claimed its key.
 func (c *Console) labStart(w http.ResponseWriter, r *http.Request, s *session) {
-	sc, ok := scenarioNamed(r.PostFormValue("scenario"))
+	name := r.PostFormValue("scenario")
+	sc, ok := scenarioNamed(name)
 	if !ok {
-		http.Redirect(w, r, "/lab?error="+urlQuery("Pick a scenario."), http.StatusSeeOther)
+		c.renderLab(w, r, s, http.StatusBadRequest, fmt.Sprintf("Refused: there is no scenario %q; pick one below.", name))
 		return
 	}
 	calls := 2
 	if v := r.PostFormValue("calls"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 5 {
-			http.Redirect(w, r, "/lab?error="+urlQuery("N must be a whole number from 1 to 5."), http.StatusSeeOther)
+		if err != nil || n < 1 || n > maxLabCalls {
+			c.renderLab(w, r, s, http.StatusBadRequest, fmt.Sprintf("Refused: N (calls) must be a whole number from 1 to %d, not %q.", maxLabCalls, v))
 			return
 		}
 		calls = n

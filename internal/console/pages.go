@@ -68,6 +68,12 @@ func (c *Console) parseTemplates() error {
 // render writes page with data; a session, when there is one, gives the
 // layout the operator's name and the form token.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, page string, s *session, data map[string]any) {
+	c.renderStatus(w, r, http.StatusOK, page, s, data)
+}
+
+// renderStatus is render with another status than 200 OK: a page that
+// says what was wrong with the request.
+func (c *Console) renderStatus(w http.ResponseWriter, r *http.Request, status int, page string, s *session, data map[string]any) {
 	if data == nil {
 		data = map[string]any{}
 	}
@@ -82,6 +88,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, page string, s 
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }
 
@@ -243,6 +250,14 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, _ *session) {
 // email, and goes straight to the story when there is one.
 func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
 	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	// Nothing the search finds has a longer name than a client key, and
+	// a longer query would only make Postgres compare it.
+	if len(q) > rides.MaxKeyLength {
+		c.renderStatus(w, r, http.StatusBadRequest, "search", s, map[string]any{
+			"Note": fmt.Sprintf("Refused: a search (q) has at most %d characters, as the longest client key; this one has %d.", rides.MaxKeyLength, len(q)),
+		})
+		return
+	}
 	ctx := r.Context()
 	var (
 		keys []*idem.Key
@@ -291,18 +306,27 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
 	c.render(w, r, "search", s, map[string]any{"Q": q, "Keys": keys, "Note": note})
 }
 
+// badKeyID is the answer to a key id in a path that cannot be one.
+const badKeyID = "key id must be a positive whole number"
+
+// keyIDOf is the key id in r's path, {id}: false when it is not a
+// positive whole number that fits a bigint.
+func keyIDOf(r *http.Request) (int64, bool) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	return id, err == nil && id > 0
+}
+
 // story is one request's story.
 func (c *Console) story(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx := r.Context()
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil {
-		http.NotFound(w, r)
+	id, ok := keyIDOf(r)
+	if !ok {
+		c.renderStatus(w, r, http.StatusBadRequest, "search", s, map[string]any{"Note": "Refused: " + badKeyID + "."})
 		return
 	}
 	key, err := c.keys.KeyByID(ctx, id)
 	if errors.Is(err, idem.ErrKeyNotFound) {
-		w.WriteHeader(http.StatusNotFound)
-		c.render(w, r, "search", s, map[string]any{"Q": r.PathValue("id"), "Note": "No such key: it never existed, or the reaper deleted it (see Abandoned requests)."})
+		c.renderStatus(w, r, http.StatusNotFound, "search", s, map[string]any{"Q": r.PathValue("id"), "Note": "No such key: it never existed, or the reaper deleted it (see Abandoned requests)."})
 		return
 	}
 	if err != nil {
@@ -387,54 +411,58 @@ func (c *Console) attention(w http.ResponseWriter, r *http.Request, s *session) 
 	})
 }
 
-// settle runs one of the rides settlements on a key, as the session's
-// operator, and goes back to where the form was.
-func (c *Console) settle(w http.ResponseWriter, r *http.Request, s *session) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil {
-		http.NotFound(w, r)
-		return
-	}
-	st := rides.Settlement{KeyID: id, Operator: s.Operator, OriginIP: clientIP(r)}
-	ctx := r.Context()
-	var msg string
-	switch r.PathValue("action") {
-	case "adopt":
-		var charge string
-		if charge, err = c.rides.Adopt(ctx, st); err == nil {
-			msg = fmt.Sprintf("Adopted charge %s: the ride succeeded and its receipt is on its way.", charge)
-		}
-	case "release":
-		if err = c.rides.Release(ctx, st); err == nil {
-			msg = "Released: a retry or the completer will try the charge again."
-		}
-	case "close":
-		if err = c.rides.CloseFailed(ctx, st); err == nil {
-			msg = "Closed as failed: the ride failed and the request's answer is stored."
-		}
-	default:
-		http.NotFound(w, r)
-		return
-	}
-	back := "/keys/" + strconv.FormatInt(id, 10)
-	if r.PostFormValue("from") == "attention" {
-		back = "/attention"
-	}
-	if err != nil {
-		why, ok := refusal(err)
+// settlement is one of the three settlements of package rides, served
+// at POST /keys/{id}/<name>.
+type settlement struct {
+	name string
+	// settle runs it and says what it did, for the operator.
+	settle func(ctx context.Context, svc *rides.Service, st rides.Settlement) (string, error)
+}
+
+var settlements = []settlement{
+	{"adopt", func(ctx context.Context, svc *rides.Service, st rides.Settlement) (string, error) {
+		charge, err := svc.Adopt(ctx, st)
+		return fmt.Sprintf("Adopted charge %s: the ride succeeded and its receipt is on its way.", charge), err
+	}},
+	{"release", func(ctx context.Context, svc *rides.Service, st rides.Settlement) (string, error) {
+		return "Released: a retry or the completer will try the charge again.", svc.Release(ctx, st)
+	}},
+	{"close", func(ctx context.Context, svc *rides.Service, st rides.Settlement) (string, error) {
+		return "Closed as failed: the ride failed and the request's answer is stored.", svc.CloseFailed(ctx, st)
+	}},
+}
+
+// settle runs a settlement on a key, as the session's operator, and goes
+// back to where the form was.
+func (c *Console) settle(a settlement) func(w http.ResponseWriter, r *http.Request, s *session) {
+	return func(w http.ResponseWriter, r *http.Request, s *session) {
+		id, ok := keyIDOf(r)
 		if !ok {
-			c.fail(w, r, fmt.Errorf("settle key %d (%s): %w", id, r.PathValue("action"), err))
+			http.Error(w, "Refused: "+badKeyID+".", http.StatusBadRequest)
 			return
 		}
-		c.logger.WarnContext(ctx, "Console settlement refused",
-			slog.Int64("idempotency_key_id", id), slog.String("action", r.PathValue("action")),
-			slog.String("operator", s.Operator), slog.Any("error", err))
-		http.Redirect(w, r, back+"?error="+urlQuery(why), http.StatusSeeOther)
-		return
+		ctx := r.Context()
+		msg, err := a.settle(ctx, c.rides, rides.Settlement{KeyID: id, Operator: s.Operator, OriginIP: clientIP(r)})
+		back := "/keys/" + strconv.FormatInt(id, 10)
+		if r.PostFormValue("from") == "attention" {
+			back = "/attention"
+		}
+		if err != nil {
+			why, ok := refusal(err)
+			if !ok {
+				c.fail(w, r, fmt.Errorf("settle key %d (%s): %w", id, a.name, err))
+				return
+			}
+			c.logger.WarnContext(ctx, "Console settlement refused",
+				slog.Int64("idempotency_key_id", id), slog.String("action", a.name),
+				slog.String("operator", s.Operator), slog.Any("error", err))
+			http.Redirect(w, r, back+"?error="+urlQuery(why), http.StatusSeeOther)
+			return
+		}
+		c.logger.InfoContext(ctx, "Console settlement",
+			slog.Int64("idempotency_key_id", id), slog.String("action", a.name), slog.String("operator", s.Operator))
+		http.Redirect(w, r, back+"?message="+urlQuery(msg), http.StatusSeeOther)
 	}
-	c.logger.InfoContext(ctx, "Console settlement",
-		slog.Int64("idempotency_key_id", id), slog.String("action", r.PathValue("action")), slog.String("operator", s.Operator))
-	http.Redirect(w, r, back+"?message="+urlQuery(msg), http.StatusSeeOther)
 }
 
 // refusal says why a settlement was refused, for the operator, when err
