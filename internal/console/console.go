@@ -36,6 +36,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -110,6 +111,7 @@ type Console struct {
 	failuresHTML template.HTML
 	lab          *Lab
 	labRuns      labRuns
+	labRunning   atomic.Bool
 	labClient    *http.Client
 	river        *riverui.Handler
 }

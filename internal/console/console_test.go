@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -32,15 +33,20 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle { return setupWith(t, nil) }
 
-// setupWith is setup with the lab configured (nil: no lab).
-func setupWith(t *testing.T, lab *console.Lab) *testBundle {
+// setupWith is setup with the lab that lab configures against the
+// bundle's api and Stripe fake (nil: no lab).
+func setupWith(t *testing.T, lab func(*apitest.Stack) *console.Lab) *testBundle {
 	t.Helper()
 	b := &testBundle{Stack: apitest.New(t, apitest.Options{MaxChargeAttempts: 1})}
+	var labConfig *console.Lab
+	if lab != nil {
+		labConfig = lab(b.Stack)
+	}
 	keys, err := idem.New(&idem.Config{Pool: b.Pool, Actor: "console"})
 	require.NoError(t, err)
 	svc, err := rides.NewService(&rides.ServiceConfig{Pool: b.Pool, Keys: keys, Payments: b.Gateway})
 	require.NoError(t, err)
-	h, err := console.New(&console.Config{Pool: b.Pool, Keys: keys, Rides: svc, Password: password, Lab: lab})
+	h, err := console.New(&console.Config{Pool: b.Pool, Keys: keys, Rides: svc, Password: password, Lab: labConfig})
 	require.NoError(t, err)
 	b.console = httptest.NewServer(h)
 	t.Cleanup(b.console.Close)
@@ -147,12 +153,14 @@ func TestConsole(t *testing.T) {
 		require.NotContains(t, overview, `href="/lab"`)
 		require.Equal(t, http.StatusNotFound, b.post(t, "/lab", b.console.URL, url.Values{"csrf": {b.csrf(t)}, "scenario": {"race"}}).StatusCode, body)
 
-		withLab := setupWith(t, &console.Lab{APIURL: b.URL, Token: b.Token, StripeBase: b.StripeURL, StripeKey: "sk_test_lab"})
+		withLab := setupWith(t, func(s *apitest.Stack) *console.Lab {
+			return &console.Lab{APIURL: s.URL, Token: s.Token, StripeBase: s.StripeURL, StripeKey: "sk_test_lab"}
+		})
 		withLab.login(t)
 		resp, body = withLab.get(t, "/lab")
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Contains(t, body, `id="scenario-race"`)
-		require.NotContains(t, body, b.Token, "never an API token")
+		require.NotContains(t, body, withLab.Token, "never an API token")
 		// A lab run is an action: the form's token is required.
 		require.Equal(t, http.StatusForbidden, withLab.post(t, "/lab", withLab.console.URL, url.Values{"scenario": {"race"}}).StatusCode)
 	})
@@ -219,7 +227,9 @@ func TestConsole(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode, "the longest client key is a search")
 		require.Contains(t, body, `id="none"`)
 
-		lab := setupWith(t, &console.Lab{APIURL: "http://127.0.0.1:1", Token: "rr_unused", StripeBase: "http://127.0.0.1:1", StripeKey: "sk_test_unused"})
+		lab := setupWith(t, func(*apitest.Stack) *console.Lab {
+			return &console.Lab{APIURL: "http://127.0.0.1:1", Token: "rr_unused", StripeBase: "http://127.0.0.1:1", StripeKey: "sk_test_unused"}
+		})
 		lab.login(t)
 		token = lab.csrf(t)
 		for form, want := range map[string]string{
@@ -239,6 +249,35 @@ func TestConsole(t *testing.T) {
 			require.Contains(t, string(body), want, form)
 			require.Contains(t, string(body), `id="lab-form"`, "the lab's form again: %s", form)
 		}
+	})
+
+	// The Stripe fake's faults are global: the lab runs one scenario at
+	// a time, and leaves the fake as it found it.
+	t.Run("LabRunsOneAtATimeAndClearsItsFaults", func(t *testing.T) {
+		t.Parallel()
+		lab := setupWith(t, func(s *apitest.Stack) *console.Lab {
+			return &console.Lab{APIURL: s.URL, Token: s.Token, StripeBase: s.StripeURL, StripeKey: "sk_test_lab", Timeout: 500 * time.Millisecond}
+		})
+		lab.login(t)
+		token := lab.csrf(t)
+		resp := lab.post(t, "/lab", lab.console.URL, url.Values{"csrf": {token}, "scenario": {"race"}})
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+		story := resp.Header.Get("Location")
+		require.True(t, strings.HasPrefix(story, "/keys/"), story)
+
+		resp = lab.post(t, "/lab", lab.console.URL, url.Values{"csrf": {token}, "scenario": {"stripe_down"}})
+		require.Equal(t, http.StatusConflict, resp.StatusCode)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Contains(t, string(body), "a lab run is in progress")
+
+		require.Eventually(t, func() bool {
+			_, page := lab.get(t, story)
+			return strings.Contains(page, "The lab's clients are done.")
+		}, 30*time.Second, 50*time.Millisecond)
+		require.Equal(t, fakestripe.Faults{}, lab.Stripe.Faults(), "the fake as the lab found it")
+		resp = lab.post(t, "/lab", lab.console.URL, url.Values{"csrf": {token}, "scenario": {"dies_after_ride"}})
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode, "the next run, once the first is done")
 	})
 
 	t.Run("WrongPasswordIsRefused", func(t *testing.T) {

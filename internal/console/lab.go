@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/platform/loop"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
@@ -199,6 +200,12 @@ func (c *Console) labStart(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		calls = n
 	}
+	// One run at a time: the faults are the fake's, not the run's, so a
+	// second run would meet the first's faults and clear them under it.
+	if !c.labRunning.CompareAndSwap(false, true) {
+		c.renderLab(w, r, s, http.StatusConflict, "Refused: a lab run is in progress; send this one once its story says the lab's clients are done.")
+		return
+	}
 	run := &labRun{Scenario: sc, Key: "lab-" + uuid.NewString()}
 	c.labRuns.put(run)
 	c.logger.InfoContext(r.Context(), "Console lab run",
@@ -208,6 +215,8 @@ func (c *Console) labStart(w http.ResponseWriter, r *http.Request, s *session) {
 	go func() {
 		defer cancel()
 		c.runLab(ctx, run, calls)
+		// Free before done: whoever sees the run done may send the next.
+		c.labRunning.Store(false)
 		run.mu.Lock()
 		run.Done = true
 		run.mu.Unlock()
@@ -224,18 +233,30 @@ func (c *Console) labStart(w http.ResponseWriter, r *http.Request, s *session) {
 			http.Redirect(w, r, "/keys/"+strconv.FormatInt(keys[0].ID, 10), http.StatusSeeOther)
 			return
 		}
-		select {
-		case <-r.Context().Done():
+		if loop.Sleep(r.Context(), 50*time.Millisecond) != nil {
 			return
-		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	http.Redirect(w, r, "/story?q="+urlQuery(run.Key), http.StatusSeeOther)
 }
 
+// labClearFaults turns off every fault the lab sets on the Stripe fake.
+const labClearFaults = `{"fail_next":0,"drop_after_commit_next":0,"latency_ms":0}`
+
 // runLab inflicts the scenario and plays the clients.
 func (c *Console) runLab(ctx context.Context, run *labRun, calls int) {
 	l := c.lab
+	if run.Scenario.Name != "dies_after_ride" {
+		// The fake's faults meet every client, the simulator's too: they
+		// are cleared however the run ends, on a context of their own,
+		// since the run's may be done (its timeout, a shutdown) and would
+		// not let the request out.
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			c.labFaults(ctx, run, labClearFaults, "The Stripe fake's faults are cleared.")
+		}()
+	}
 	switch run.Scenario.Name {
 	case "dies_after_ride":
 		resp := c.labPost(ctx, run.Key, true)
@@ -264,7 +285,6 @@ func (c *Console) runLab(ctx context.Context, run *labRun, calls int) {
 			wg.Go(func() { c.labRetry(ctx, run, name, 1) })
 		}
 		wg.Wait()
-		c.labFaults(ctx, run, `{"latency_ms":0}`, "Stripe is fast again.")
 		return
 	}
 	c.labRetry(ctx, run, "client", 1)
@@ -280,10 +300,8 @@ func (c *Console) labRetry(ctx context.Context, run *labRun, client string, atte
 		if resp.final() {
 			return
 		}
-		select {
-		case <-ctx.Done():
+		if loop.Sleep(ctx, wait) != nil {
 			return
-		case <-time.After(wait):
 		}
 		wait = min(2*wait, 4*time.Second)
 	}
