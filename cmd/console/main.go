@@ -39,7 +39,6 @@ import (
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
-	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/platform/serve"
 	"github.com/rocketrides/rocketrides/internal/rides"
@@ -77,8 +76,11 @@ func readServices(env *config.Env) services {
 	}
 }
 
-func (s services) open(ctx context.Context) (*pgxpool.Pool, *rides.Service, *idem.Store, error) {
-	pool, err := db.Open(ctx, s.databaseURL, 0)
+// open opens the database as every process does (process.OpenDatabase),
+// checks it as the api does (db.Preflight: OpenDatabase does not), and
+// builds the services on it, logging to logger.
+func (s services) open(ctx context.Context, logger *slog.Logger) (*pgxpool.Pool, *rides.Service, *idem.Store, error) {
+	pool, reg, err := process.OpenDatabase(ctx, s.databaseURL)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -86,7 +88,7 @@ func (s services) open(ctx context.Context) (*pgxpool.Pool, *rides.Service, *ide
 		pool.Close()
 		return nil, nil, nil, err
 	}
-	svc, keys, err := s.settings.NewService(pool, metrics.NewRegistry(), slog.Default())
+	svc, keys, err := s.settings.NewService(pool, reg, logger)
 	if err != nil {
 		pool.Close()
 		return nil, nil, nil, err
@@ -106,10 +108,12 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	// and docs/configuration.md list them.
 	simulatedErrors := env.Bool("SIMULATED_ERRORS", false)
 	lab := &console.Lab{
-		APIURL:     env.String("CONSOLE_API_URL", "http://127.0.0.1:5000"),
-		Token:      env.String("CONSOLE_LAB_TOKEN", env.String("SEED_USER_TOKEN", user.DemoToken)),
-		StripeBase: env.String("STRIPE_API_BASE", ""),
-		StripeKey:  env.String("STRIPE_API_KEY", ""),
+		APIURL: env.String("CONSOLE_API_URL", "http://127.0.0.1:5000"),
+		Token:  env.String("CONSOLE_LAB_TOKEN", env.String("SEED_USER_TOKEN", user.DemoToken)),
+		// The fake the ride service charges is the one the lab sets
+		// faults on.
+		StripeBase: services.settings.Stripe.BaseURL,
+		StripeKey:  services.settings.Stripe.APIKey,
 		Timeout:    env.Duration("CONSOLE_LAB_TIMEOUT", console.DefaultLabTimeout),
 	}
 	if !simulatedErrors {
@@ -120,7 +124,7 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
-	pool, svc, keys, err := services.open(ctx)
+	pool, svc, keys, err := services.open(ctx, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -194,12 +198,17 @@ func resolve(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	env := &config.Env{}
+	logger, err := config.Logger(env, "console", stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "console resolve: %v\n", err)
+		return 2
+	}
 	services := readServices(env)
 	if err := env.Err(); err != nil {
 		fmt.Fprintf(stderr, "console resolve: %v\n", err)
 		return 2
 	}
-	pool, svc, _, err := services.open(ctx)
+	pool, svc, _, err := services.open(ctx, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "console resolve: %v\n", err)
 		return 2
