@@ -223,6 +223,9 @@ func TestConsole(t *testing.T) {
 		resp, body = b.get(t, "/story?q="+strings.Repeat("k", rides.MaxKeyLength+1))
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 		require.Contains(t, body, "at most 255 characters")
+		resp, body = b.get(t, "/story?q=a%40%FF")
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+		require.Contains(t, body, "must be valid UTF-8")
 		resp, body = b.get(t, "/story?q="+strings.Repeat("k", rides.MaxKeyLength))
 		require.Equal(t, http.StatusOK, resp.StatusCode, "the longest client key is a search")
 		require.Contains(t, body, `id="none"`)
@@ -278,6 +281,42 @@ func TestConsole(t *testing.T) {
 		require.Equal(t, fakestripe.Faults{}, lab.Stripe.Faults(), "the fake as the lab found it")
 		resp = lab.post(t, "/lab", lab.console.URL, url.Values{"csrf": {token}, "scenario": {"dies_after_ride"}})
 		require.Equal(t, http.StatusSeeOther, resp.StatusCode, "the next run, once the first is done")
+	})
+
+	// A search finds a request by its ride, charge or user; finding
+	// nothing is an answer, a failed look-up is not.
+	t.Run("SearchFindsByRideChargeAndUser", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+		key := apitest.NewKey()
+		require.Equal(t, http.StatusCreated, b.PostRide(t, key, apitest.DefaultParams).Status)
+		story := "/keys/" + strconv.FormatInt(b.KeyRow(t, key).ID, 10)
+		var (
+			rideID int64
+			charge string
+		)
+		require.NoError(t, b.Pool.QueryRow(context.Background(),
+			`SELECT id, stripe_charge_id FROM rides WHERE idempotency_key_id = $1`, b.KeyRow(t, key).ID).Scan(&rideID, &charge))
+		for _, q := range []string{charge, b.User.Email, "#" + strconv.FormatInt(rideID, 10)} {
+			resp, _ := b.get(t, "/story?q="+url.QueryEscape(q))
+			require.Equal(t, http.StatusSeeOther, resp.StatusCode, q)
+			require.Equal(t, story, resp.Header.Get("Location"), q)
+		}
+		for _, q := range []string{"ch_nothing", "nobody@example.com", "987654321", "no-such-client-key"} {
+			resp, body := b.get(t, "/story?q="+url.QueryEscape(q))
+			require.Equal(t, http.StatusOK, resp.StatusCode, q)
+			require.Contains(t, body, `id="none"`, q)
+		}
+
+		// With the tables gone, every look-up fails: the console's 500.
+		_, err := b.Pool.Exec(context.Background(), `ALTER TABLE rides RENAME TO rides_gone; ALTER TABLE users RENAME TO users_gone`)
+		require.NoError(t, err)
+		for _, q := range []string{"ch_nothing", "nobody@example.com", "987654321"} {
+			resp, body := b.get(t, "/story?q="+url.QueryEscape(q))
+			require.Equal(t, http.StatusInternalServerError, resp.StatusCode, q)
+			require.NotContains(t, body, `id="none"`, q)
+		}
 	})
 
 	t.Run("WrongPasswordIsRefused", func(t *testing.T) {

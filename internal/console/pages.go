@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -258,52 +259,87 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
 		})
 		return
 	}
-	ctx := r.Context()
-	var (
-		keys []*idem.Key
-		note string
-	)
-	rideKey := func(ride *rides.Ride, err error) {
-		switch {
-		case err != nil:
-		case ride.IdempotencyKeyID == nil:
-			note = fmt.Sprintf("Ride %d's key was reaped; see Abandoned requests.", ride.ID)
-		default:
-			if k, err := c.keys.KeyByID(ctx, *ride.IdempotencyKeyID); err == nil {
-				keys = append(keys, k)
-			}
-		}
+	// Postgres refuses to compare text that is not UTF-8.
+	if !utf8.ValidString(q) {
+		c.renderStatus(w, r, http.StatusBadRequest, "search", s, map[string]any{"Note": "Refused: a search (q) must be valid UTF-8."})
+		return
 	}
-	switch id, err := strconv.ParseInt(strings.TrimPrefix(q, "#"), 10, 64); {
-	case q == "":
-	case err == nil:
-		if k, err := c.keys.KeyByID(ctx, id); err == nil {
-			keys = append(keys, k)
-		}
-		rideKey(rides.RideByID(ctx, c.pool, id))
-	case strings.HasPrefix(q, "ch_"):
-		rideKey(rides.RideByCharge(ctx, c.pool, q))
-	case strings.Contains(q, "@"):
-		if u, err := user.ByEmail(ctx, c.pool, q); err == nil {
-			keys, err = c.keys.KeysOfUser(ctx, u.ID, 50)
-			if err != nil {
-				c.fail(w, r, err)
-				return
-			}
-		}
-	default:
-		found, err := c.keys.FindKeys(ctx, q, 50)
-		if err != nil {
-			c.fail(w, r, err)
-			return
-		}
-		keys = found
+	keys, note, err := c.find(r.Context(), q)
+	if err != nil {
+		c.fail(w, r, fmt.Errorf("search %q: %w", q, err))
+		return
 	}
 	if len(keys) == 1 && note == "" {
 		http.Redirect(w, r, "/keys/"+strconv.FormatInt(keys[0].ID, 10), http.StatusSeeOther)
 		return
 	}
 	c.render(w, r, "search", s, map[string]any{"Q": q, "Keys": keys, "Note": note})
+}
+
+// find returns the keys q names, and a note when q names a ride whose key
+// is gone. That nothing matches is an answer; any other error of a
+// look-up is returned, not taken for one.
+func (c *Console) find(ctx context.Context, q string) (keys []*idem.Key, note string, err error) {
+	// rideKey adds the key of the ride a look-up returned.
+	rideKey := func(ride *rides.Ride, err error) error {
+		switch {
+		case errors.Is(err, rides.ErrNotFound):
+			return nil
+		case err != nil:
+			return err
+		}
+		reaped := fmt.Sprintf("Ride %d's key was reaped; see Abandoned requests.", ride.ID)
+		if ride.IdempotencyKeyID == nil {
+			note = reaped
+			return nil
+		}
+		k, err := c.keys.KeyByID(ctx, *ride.IdempotencyKeyID)
+		switch {
+		case errors.Is(err, idem.ErrKeyNotFound):
+			note = reaped
+		case err != nil:
+			return err
+		case !slices.ContainsFunc(keys, func(found *idem.Key) bool { return found.ID == k.ID }):
+			// Key 7 may well be the key of ride 7.
+			keys = append(keys, k)
+		}
+		return nil
+	}
+	switch id, parseErr := strconv.ParseInt(strings.TrimPrefix(q, "#"), 10, 64); {
+	case q == "":
+	case parseErr == nil:
+		k, err := c.keys.KeyByID(ctx, id)
+		switch {
+		case errors.Is(err, idem.ErrKeyNotFound):
+		case err != nil:
+			return nil, "", err
+		default:
+			keys = append(keys, k)
+		}
+		if err := rideKey(rides.RideByID(ctx, c.pool, id)); err != nil {
+			return nil, "", err
+		}
+	case strings.HasPrefix(q, "ch_"):
+		if err := rideKey(rides.RideByCharge(ctx, c.pool, q)); err != nil {
+			return nil, "", err
+		}
+	case strings.Contains(q, "@"):
+		u, err := user.ByEmail(ctx, c.pool, q)
+		switch {
+		case errors.Is(err, user.ErrNotFound):
+		case err != nil:
+			return nil, "", err
+		default:
+			if keys, err = c.keys.KeysOfUser(ctx, u.ID, 50); err != nil {
+				return nil, "", err
+			}
+		}
+	default:
+		if keys, err = c.keys.FindKeys(ctx, q, 50); err != nil {
+			return nil, "", err
+		}
+	}
+	return keys, note, nil
 }
 
 // badKeyID is the answer to a key id in a path that cannot be one.
