@@ -53,8 +53,8 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// DefaultSessionLifetime is how long a login lasts.
-const DefaultSessionLifetime = 12 * time.Hour
+// sessionLifetime is how long a login lasts.
+const sessionLifetime = 12 * time.Hour
 
 // Config configures the console.
 type Config struct {
@@ -68,8 +68,6 @@ type Config struct {
 	// Password is the login secret (CONSOLE_PASSWORD). Required; it also
 	// keys the signatures of sessions, so changing it logs everyone out.
 	Password string
-	// SessionLifetime defaults to DefaultSessionLifetime.
-	SessionLifetime time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Lab, when set, adds the lab (only where simulated errors are
@@ -87,8 +85,6 @@ func (c *Config) validate() error {
 		return errors.New("console: Config.Rides is required")
 	case c.Password == "":
 		return errors.New("console: Config.Password is required")
-	case c.SessionLifetime < 0:
-		return fmt.Errorf("console: Config.SessionLifetime must not be negative, got %s", c.SessionLifetime)
 	}
 	if c.Lab != nil {
 		return c.Lab.validate()
@@ -103,7 +99,6 @@ type Console struct {
 	rides    *rides.Service
 	password string
 	secret   []byte
-	lifetime time.Duration
 	logger   *slog.Logger
 	pages    map[string]*template.Template
 	mux      *http.ServeMux
@@ -131,7 +126,6 @@ func New(config *Config) (*Console, error) {
 		rides:    config.Rides,
 		password: config.Password,
 		secret:   secret[:],
-		lifetime: cmp.Or(config.SessionLifetime, DefaultSessionLifetime),
 		logger:   cmp.Or(config.Logger, slog.Default()),
 		pages:    map[string]*template.Template{},
 	}
@@ -336,7 +330,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	nonce := make([]byte, 18)
 	_, _ = rand.Read(nonce) // never fails (crypto/rand)
-	s := &session{Operator: operator, Nonce: base64.RawURLEncoding.EncodeToString(nonce), Expires: time.Now().Add(c.lifetime)}
+	s := &session{Operator: operator, Nonce: base64.RawURLEncoding.EncodeToString(nonce), Expires: time.Now().Add(sessionLifetime)}
 	http.SetCookie(w, &http.Cookie{
 		Name: cookieName, Value: c.encode(s), Path: "/", Expires: s.Expires,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,

@@ -45,15 +45,14 @@ type Lab struct {
 	// Timeout bounds one attempt of the lab's client, as a mobile app
 	// bounds a request. Default DefaultLabTimeout.
 	Timeout time.Duration
-	// Backoff is the client's first wait between attempts, doubled after
-	// each; default DefaultLabBackoff.
-	Backoff time.Duration
 }
 
-// Lab defaults.
+// The lab client's default timeout, and its limits.
 const (
 	DefaultLabTimeout = 2 * time.Second
-	DefaultLabBackoff = 250 * time.Millisecond
+	// labBackoff is the client's first wait between attempts, doubled
+	// after each.
+	labBackoff = 250 * time.Millisecond
 	// labAttempts is how often the lab's client tries before it leaves
 	// the request to the completer, as an app that was closed does.
 	labAttempts = 8
@@ -73,8 +72,6 @@ func (l *Lab) validate() error {
 		return errors.New("console: Lab.StripeKey is required")
 	case l.Timeout < 0:
 		return fmt.Errorf("console: Lab.Timeout must not be negative, got %s", l.Timeout)
-	case l.Backoff < 0:
-		return fmt.Errorf("console: Lab.Backoff must not be negative, got %s", l.Backoff)
 	}
 	return nil
 }
@@ -293,7 +290,7 @@ func (c *Console) runLab(ctx context.Context, run *labRun, calls int) {
 // labRetry retries the ride, as a mobile app does: the same key, the same
 // parameters, a wait that doubles, until a final answer.
 func (c *Console) labRetry(ctx context.Context, run *labRun, client string, attempt int) {
-	wait := c.lab.Backoff
+	wait := labBackoff
 	for ; attempt <= labAttempts; attempt++ {
 		resp := c.labPost(ctx, run.Key, false)
 		c.labSaw(run, client, attempt, resp)
@@ -429,6 +426,5 @@ func (c *Console) labFor(key *idem.Key) *labRun {
 func labDefaults(l *Lab) *Lab {
 	out := *l
 	out.Timeout = cmp.Or(out.Timeout, DefaultLabTimeout)
-	out.Backoff = cmp.Or(out.Backoff, DefaultLabBackoff)
 	return &out
 }

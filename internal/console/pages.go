@@ -100,35 +100,36 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 // Overview is what the overview shows, and what /events streams.
 type Overview struct {
-	At             time.Time      `json:"at"`
-	Points         map[string]int `json:"points"`
-	InFlight       int            `json:"in_flight"`
-	Stale          int            `json:"stale"`
-	Released       int            `json:"released"`
-	Finished       int            `json:"finished"`
-	NeedsAttention int            `json:"needs_attention"`
-	Rides          map[string]int `json:"rides"`
-	RidesPerSecond float64        `json:"rides_per_second"`
-	Staged         int            `json:"staged"`
-	Jobs           map[string]int `json:"jobs"`
-	Reconciled     string         `json:"reconciled"`
-	Findings       int            `json:"findings"`
+	At             time.Time                  `json:"at"`
+	Points         map[idem.RecoveryPoint]int `json:"points"`
+	InFlight       int                        `json:"in_flight"`
+	Stale          int                        `json:"stale"`
+	Released       int                        `json:"released"`
+	Finished       int                        `json:"finished"`
+	NeedsAttention int                        `json:"needs_attention"`
+	Rides          map[string]int             `json:"rides"`
+	RidesPerSecond float64                    `json:"rides_per_second"`
+	Staged         int                        `json:"staged"`
+	Jobs           map[string]int             `json:"jobs"`
+	Reconciled     string                     `json:"reconciled"`
+	Findings       int                        `json:"findings"`
 }
+
+// recoveryPoints are the recovery points of an unfinished ride request,
+// in the order it passes them: the overview counts keys at each.
+var recoveryPoints = []idem.RecoveryPoint{idem.Started, rides.RideCreated, rides.ChargeCreated}
 
 // ratePeriod is the window new rides per second are counted over.
 const ratePeriod = 10 * time.Second
 
 func (c *Console) snapshot(ctx context.Context) (*Overview, error) {
-	o := &Overview{At: time.Now(), Points: map[string]int{}, Rides: map[string]int{}, Jobs: map[string]int{}}
+	o := &Overview{At: time.Now(), Points: map[idem.RecoveryPoint]int{}, Rides: map[string]int{}, Jobs: map[string]int{}}
 	counts, err := c.keys.Count(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for p, n := range counts.ByRecoveryPoint {
-		o.Points[string(p)] = n
-	}
-	for _, p := range []idem.RecoveryPoint{idem.Started, rides.RideCreated, rides.ChargeCreated} {
-		o.Points[string(p)] += 0
+	for _, p := range recoveryPoints {
+		o.Points[p] = counts.ByRecoveryPoint[p]
 	}
 	o.InFlight, o.Stale, o.Released, o.Finished, o.NeedsAttention =
 		counts.InFlight, counts.Stale, counts.Released, counts.Finished, counts.NeedsAttention
@@ -175,33 +176,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	c.render(w, r, "overview", s, map[string]any{
 		"O":        o,
-		"Points":   sortedKeys(o.Points),
+		"Points":   recoveryPoints,
 		"Statuses": rides.Statuses,
 		"States":   rivertype.JobStates(),
 	})
-}
-
-func sortedKeys(m map[string]int) []string {
-	order := map[string]int{"started": 0, "ride_created": 1, "charge_created": 2}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b string) int {
-		oa, ok := order[a]
-		if !ok {
-			oa = 9
-		}
-		ob, ok := order[b]
-		if !ok {
-			ob = 9
-		}
-		if oa != ob {
-			return oa - ob
-		}
-		return strings.Compare(a, b)
-	})
-	return keys
 }
 
 // eventInterval is how often /events sends the overview.
