@@ -6,6 +6,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"strconv"
 
 	"github.com/rocketrides/rocketrides/internal/api"
@@ -40,11 +41,16 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	// is served here, an address for operators, and not at all when unset.
 	metricsAddr := env.String("METRICS_ADDR", "")
 	debugAddr := env.String("DEBUG_ADDR", "")
+	// Go reads GOGC itself at start; reading it here too gives the api
+	// its own default and puts the value on the start line.
+	gcPercent := env.Int("GOGC", api.DefaultGCPercent)
 	// Refused by default: see db.Preflight and docs/failures.md.
 	allowAsync := env.Bool(db.AllowAsyncReplicationSetting, false)
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
+
+	debug.SetGCPercent(gcPercent)
 
 	pool, err := db.Open(ctx, databaseURL, maxConns)
 	if err != nil {

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"runtime/debug"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocketrides/rocketrides/internal/api"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/testkit/proctest"
@@ -55,6 +57,22 @@ func TestBuild(t *testing.T) {
 		require.NoError(t, program.Run(ctx))
 		require.Contains(t, logs.String(), "server=api addr=127.0.0.1:")
 		require.Empty(t, program.MetricsAddr, "no metrics listener unless METRICS_ADDR asks for one")
+	})
+
+	// Go's default GC target cost the api a tenth of its CPU per ride.
+	t.Run("SetsItsGCTarget", func(t *testing.T) {
+		for _, c := range []struct {
+			gogc string
+			want int
+		}{{"", api.DefaultGCPercent}, {"150", 150}} {
+			setEnv(t, "PORT", "0", "GOGC", c.gogc)
+			program, err := build(t.Context(), &config.Env{}, logger)
+			require.NoError(t, err)
+			program.Close()
+			require.Equal(t, c.want, debug.SetGCPercent(100), "GOGC=%q", c.gogc)
+		}
+		setEnv(t, "GOGC", "off")
+		proctest.RequireRefused(t, build, "GOGC")
 	})
 
 	t.Run("ServesMetricsOnMetricsAddr", func(t *testing.T) {
