@@ -1,12 +1,18 @@
 package payment_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	stripego "github.com/stripe/stripe-go/v76"
 
+	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 )
@@ -84,4 +90,50 @@ func TestConfigFromEnv(t *testing.T) {
 		require.NoError(t, env.Err())
 		require.Equal(t, payment.DefaultTimeout, cfg.Timeout)
 	})
+}
+
+// TestChargeIsSentWithItsLength pins a charge's request to Stripe as one
+// body of known length: stripe-go leaves the length unsaid, and net/http
+// would send the body chunked, in three writes instead of one.
+func TestChargeIsSentWithItsLength(t *testing.T) {
+	t.Parallel()
+	fake, err := fakestripe.New(nil)
+	require.NoError(t, err)
+	type seen struct {
+		contentLength    int64
+		transferEncoding []string
+		body             int
+	}
+	requests := make(chan seen, 1)
+	stripe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if r.URL.Path == "/v1/charges" {
+			requests <- seen{r.ContentLength, r.TransferEncoding, len(body)}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		fake.ServeHTTP(w, r)
+	}))
+	t.Cleanup(stripe.Close)
+
+	config := &payment.Config{APIKey: "sk_test_length", BaseURL: stripe.URL}
+	api, err := payment.NewStripeClient(config)
+	require.NoError(t, err)
+	customer, err := api.Customers.New(&stripego.CustomerParams{Source: stripego.String("tok_visa")})
+	require.NoError(t, err)
+	g, err := payment.New(config)
+	require.NoError(t, err)
+	chargeID, err := g.Charge(t.Context(), payment.ChargeRequest{
+		Customer: customer.ID, Amount: 2000, Currency: "usd", Description: "a ride",
+		Metadata: map[string]string{"ride_id": "1"}, IdempotencyKey: "rocket-rides-length",
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, chargeID)
+	got := <-requests
+	require.Empty(t, got.transferEncoding, "not chunked")
+	require.Positive(t, got.body)
+	require.Equal(t, int64(got.body), got.contentLength)
 }
