@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocketrides/rocketrides/internal/dev/localpg"
@@ -430,4 +431,31 @@ func rowCounts(t *testing.T, conn *pgx.Conn) map[string]int64 {
 		}
 	}
 	return counts
+}
+
+// TestRidesOfKeys holds the scale step's rides to the schema: each old
+// key gets the paid ride the api would have left, recent keys none.
+func TestRidesOfKeys(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, err := pgxpool.New(ctx, dbtest.NewURL(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pool.Exec(ctx, `
+		INSERT INTO users (id, email, stripe_customer_id, api_token_hash)
+		VALUES (1, 'scale@example.com', 'cus_scale', sha256('t'));
+		INSERT INTO idempotency_keys (user_id, idempotency_key, created_at, request_method, request_path,
+		                              request_params, origin_ip, recovery_point, locked_at, response_code, response_body)
+		SELECT 1, 'key-' || d, now() - (d || ' days')::interval, 'POST', '/rides', '{}', '127.0.0.1',
+		       'finished', NULL, 201, '{}'
+		FROM unnest(ARRAY[1, 2, 4, 5, 6]) AS d`)
+	require.NoError(t, err)
+
+	require.NoError(t, insertRidesOfKeys(ctx, pool, 72*time.Hour))
+	var rides, paid int
+	require.NoError(t, pool.QueryRow(ctx, `
+		SELECT count(*), count(*) FILTER (WHERE status = 'succeeded' AND stripe_charge_id IS NOT NULL)
+		FROM rides`).Scan(&rides, &paid))
+	require.Equal(t, 3, rides, "keys of 4, 5 and 6 days ago")
+	require.Equal(t, 3, paid)
 }

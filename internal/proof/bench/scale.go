@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // keyBatch is count generated finished keys, md5(prefix || g) as a UUID,
@@ -107,13 +108,7 @@ func (r *run) loadKeys(ctx context.Context, step, name string, batches ...keyBat
 	}
 	begin = time.Now()
 	if _, err = r.withoutIndexes(ctx, "rides", func() error {
-		_, err := r.db.Exec(ctx, `
-			INSERT INTO rides (created_at, idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
-			                   amount, currency, stripe_charge_id, user_id)
-			SELECT created_at, id, 37.7749, -122.4194, 37.8044, -122.2712, 2000, 'usd',
-			       'ch_' || substr(md5('ch' || idempotency_key), 1, 24), user_id
-			FROM idempotency_keys WHERE created_at < now() - $1::interval`, reaperMaxAge)
-		return err
+		return insertRidesOfKeys(ctx, r.db, reaperMaxAge)
 	}); err == nil {
 		_, err = r.vacuum(ctx, "rides")
 	}
@@ -166,6 +161,21 @@ func (r *run) liveBatch() keyBatch {
 
 func (r *run) expiredBatch() keyBatch {
 	return keyBatch{"old-" + r.runID + "-", r.sz.expiredKeys, time.Now().Add(-28 * 24 * time.Hour), time.Now().Add(-21 * 24 * time.Hour), -20_000_000_000}
+}
+
+// insertRidesOfKeys gives every key created more than olderThan ago the
+// paid ride its request made, as the api would have left it.
+func insertRidesOfKeys(ctx context.Context, db *pgxpool.Pool, olderThan time.Duration) error {
+	_, err := db.Exec(ctx, `
+		INSERT INTO rides (created_at, idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
+		                   amount, currency, stripe_charge_id, user_id, status)
+		SELECT created_at, id, 37.7749, -122.4194, 37.8044, -122.2712, 2000, 'usd',
+		       'ch_' || substr(md5('ch' || idempotency_key), 1, 24), user_id, 'succeeded'
+		FROM idempotency_keys WHERE created_at < now() - $1::interval`, olderThan)
+	if err != nil {
+		return fmt.Errorf("insert the rides of keys older than %s: %w", olderThan, err)
+	}
+	return nil
 }
 
 // reaperMaxAge is the age past which the reaper removes keys in the bench.
