@@ -281,11 +281,14 @@ func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool
 	// a key in flight or abandoned, a key inserted concurrently that this
 	// statement's snapshot cannot see) falls through to the locking path.
 	//
-	// A key the reaper deleted has no row left to conflict with, so the
-	// insert itself is guarded: a key of which reaped_keys keeps a record
-	// is not inserted, and the claim falls through to the locking path,
-	// which finds the record. The guard is an index probe inside the same
-	// statement, so a new key still costs one round trip.
+	// The insert is not even tried for a key the statement can see: a
+	// replay then costs an index probe, not an id drawn from the sequence
+	// and a row built only to be dropped on the conflict. Nor for a key
+	// the reaper deleted, which has no row left to conflict with: a key of
+	// which reaped_keys keeps a record is not inserted, and the claim
+	// falls through to the locking path, which finds the record. Both
+	// guards are index probes inside the same statement, so a new key
+	// still costs one round trip.
 	rows, err := s.pool.Query(ctx, `
 		WITH inserted AS (
 			INSERT INTO idempotency_keys
@@ -294,6 +297,8 @@ func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool
 			SELECT $1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::inet, 'started', now(), $7::uuid,
 			       jsonb_build_array(`+stepObject("'claimed'", "'started'", "$8", "1")+`)
 			WHERE NOT EXISTS (
+				SELECT 1 FROM idempotency_keys WHERE user_id = $1::bigint AND idempotency_key = $2::text)
+			  AND NOT EXISTS (
 				SELECT 1 FROM reaped_keys WHERE user_id = $1::bigint AND idempotency_key = $2::text)
 			ON CONFLICT (user_id, idempotency_key) DO NOTHING
 			RETURNING `+keyColumns+`
