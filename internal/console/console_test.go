@@ -109,6 +109,14 @@ func (b *testBundle) flag(t *testing.T) (key string, id int64) {
 	return key, b.KeyRow(t, key).ID
 }
 
+// ride makes a new paid ride and returns its key and the key's id.
+func (b *testBundle) ride(t *testing.T) (key string, id int64) {
+	t.Helper()
+	key = apitest.NewKey()
+	require.Equal(t, http.StatusCreated, b.PostRide(t, key, apitest.DefaultParams).Status)
+	return key, b.KeyRow(t, key).ID
+}
+
 func (b *testBundle) rideStatus(t *testing.T, keyID int64) string {
 	t.Helper()
 	var s string
@@ -289,15 +297,14 @@ func TestConsole(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.login(t)
-		key := apitest.NewKey()
-		require.Equal(t, http.StatusCreated, b.PostRide(t, key, apitest.DefaultParams).Status)
-		story := "/keys/" + strconv.FormatInt(b.KeyRow(t, key).ID, 10)
+		_, keyID := b.ride(t)
+		story := "/keys/" + strconv.FormatInt(keyID, 10)
 		var (
 			rideID int64
 			charge string
 		)
 		require.NoError(t, b.Pool.QueryRow(context.Background(),
-			`SELECT id, stripe_charge_id FROM rides WHERE idempotency_key_id = $1`, b.KeyRow(t, key).ID).Scan(&rideID, &charge))
+			`SELECT id, stripe_charge_id FROM rides WHERE idempotency_key_id = $1`, keyID).Scan(&rideID, &charge))
 		for _, q := range []string{charge, b.User.Email, "#" + strconv.FormatInt(rideID, 10)} {
 			resp, _ := b.get(t, "/story?q="+url.QueryEscape(q))
 			require.Equal(t, http.StatusSeeOther, resp.StatusCode, q)
@@ -444,9 +451,8 @@ func TestConsole(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.login(t)
-		key := apitest.NewKey()
-		require.Equal(t, http.StatusCreated, b.PostRide(t, key, apitest.DefaultParams).Status)
-		finished := strconv.FormatInt(b.KeyRow(t, key).ID, 10)
+		_, keyID := b.ride(t)
+		finished := strconv.FormatInt(keyID, 10)
 		for path, want := range map[string]string{
 			"/keys/" + finished + "/close": "this request has finished",
 			"/keys/987654321/release":      "no such key",
