@@ -124,6 +124,20 @@ func TestStalePidFile(t *testing.T) {
 		require.NoError(t, p.Signal(syscall.Signal(0)), "the stranger still runs")
 	})
 
+	t.Run("StopLeavesAStrangerAlone", func(t *testing.T) {
+		t.Parallel()
+		c, err := New(Options{DataDir: t.TempDir(), Port: freePort(t)})
+		require.NoError(t, err)
+		p := stranger(t)
+		pidFile := fmt.Sprintf("%d\n%s\n", p.Pid, c.DataDir)
+		require.NoError(t, os.WriteFile(filepath.Join(c.DataDir, "postmaster.pid"), []byte(pidFile), 0o600))
+		running, err := c.Running(context.Background())
+		require.NoError(t, err)
+		require.False(t, running, "a stale pid file is no running server")
+		require.NoError(t, c.Stop(context.Background()))
+		require.NoError(t, p.Signal(syscall.Signal(0)), "the stranger still runs")
+	})
+
 	t.Run("PoolerStopLeavesAStrangerAlone", func(t *testing.T) {
 		t.Parallel()
 		pooler, err := NewPooler(PoolerOptions{Dir: t.TempDir(), Port: freePort(t), UpstreamPort: freePort(t)})

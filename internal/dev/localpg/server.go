@@ -171,21 +171,17 @@ func canTraverse(mode fs.FileMode, ownerUID, ownerGID uint32, a *account) bool {
 	}
 }
 
-// Running reports whether the cluster's server is running. It asks pg_ctl
-// status, which reads postmaster.pid and checks that its process is alive.
-func (c Cluster) Running(ctx context.Context) (bool, error) {
-	_, err := c.pgCtl(ctx, "status")
-	var exitErr *exec.ExitError
-	switch {
-	case err == nil:
-		return true, nil
-	// 3: not running; 4: no (accessible) data directory, i.e. never
-	// initialised, which is not running either.
-	case errors.As(err, &exitErr) && (exitErr.ExitCode() == 3 || exitErr.ExitCode() == 4):
-		return false, nil
-	default:
+// Running reports whether the cluster's server is running: whether
+// postmaster.pid names a live process that runs this cluster's postgres
+// (postmasterPID). pg_ctl status would trust any live process with that
+// pid, and after a crash the kernel may have handed it to another
+// program, which pg_ctl stop would then signal.
+func (c Cluster) Running(context.Context) (bool, error) {
+	pid, err := c.postmasterPID()
+	if err != nil {
 		return false, fmt.Errorf("check whether postgres runs in %s: %w", c.DataDir, err)
 	}
+	return pid != 0, nil
 }
 
 // initdb initialises the data directory unless it already holds a cluster.
