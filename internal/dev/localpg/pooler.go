@@ -52,6 +52,7 @@ type Pooler struct {
 	PoolSize int
 
 	iniFile, logFile, pidFile string // under Dir
+	bin                       string // the pgbouncer binary
 	runAs                     *account
 }
 
@@ -73,6 +74,10 @@ func NewPooler(opts PoolerOptions) (*Pooler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s: %w", dir, err)
 	}
+	bin, err := pgbouncerBinary()
+	if err != nil {
+		return nil, err
+	}
 	p := &Pooler{
 		Dir:          dir,
 		Port:         opts.Port,
@@ -82,6 +87,7 @@ func NewPooler(opts PoolerOptions) (*Pooler, error) {
 		iniFile:      filepath.Join(dir, "pgbouncer.ini"),
 		logFile:      filepath.Join(dir, "pgbouncer.log"),
 		pidFile:      filepath.Join(dir, "pgbouncer.pid"),
+		bin:          bin,
 	}
 	if p.Port == 0 {
 		base, err := basePort()
@@ -125,11 +131,7 @@ func (p *Pooler) Start(ctx context.Context) error {
 	if err := p.writeConfig(); err != nil {
 		return err
 	}
-	bin, err := pgbouncerBinary()
-	if err != nil {
-		return err
-	}
-	cmd := exec.CommandContext(ctx, bin, "-d", p.iniFile)
+	cmd := exec.CommandContext(ctx, p.bin, "-d", p.iniFile)
 	cmd.Dir = "/"
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -167,7 +169,7 @@ func (p *Pooler) Stop(ctx context.Context) error {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("stop pgbouncer %d: %w", pid, err)
 	}
-	for isPgbouncer(pid) {
+	for runsBinary(pid, p.bin) {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("wait for pgbouncer %d to stop: %w", pid, ctx.Err())
@@ -176,9 +178,6 @@ func (p *Pooler) Stop(ctx context.Context) error {
 	}
 	return nil
 }
-
-// running reports whether pgbouncer runs.
-func (p *Pooler) running() bool { return p.pid() != 0 }
 
 // pid is pgbouncer's from its pid file; zero when it is not running,
 // including when the file is stale (pgbouncer was killed) and its pid
@@ -189,16 +188,10 @@ func (p *Pooler) pid() int {
 		return 0
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || !isPgbouncer(pid) {
+	if err != nil || !runsBinary(pid, p.bin) {
 		return 0
 	}
 	return pid
-}
-
-// isPgbouncer reports whether process pid runs pgbouncer.
-func isPgbouncer(pid int) bool {
-	bin, err := pgbouncerBinary()
-	return err == nil && runsBinary(pid, bin)
 }
 
 // writeConfig writes pgbouncer.ini and userlist.txt. Every database name

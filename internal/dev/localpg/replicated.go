@@ -187,9 +187,6 @@ func basePort() (int, error) {
 	return port, nil
 }
 
-// replicationConf is what both nodes carry, so that either can be the
-// primary. wal_keep_size lets a standby stalled for a while catch up
-// without a rebuild.
 // modeName is how modeFile and the messages name a mode.
 func modeName(async bool) string {
 	if async {
@@ -198,6 +195,9 @@ func modeName(async bool) string {
 	return "sync"
 }
 
+// replicationConf is what both nodes carry, so that either can be the
+// primary. wal_keep_size lets a standby stalled for a while catch up
+// without a rebuild.
 func replicationConf(async bool) string {
 	names := "'*'"
 	comment := "# Synchronous: a commit returns once a standby has flushed it, so a\n# failover loses nothing that was acknowledged.\n"

@@ -191,7 +191,7 @@ func TestPooler(t *testing.T) {
 	require.NoError(t, p.Start(ctx))
 	require.NoError(t, c.CreateDatabase(ctx, "pooled"))
 	require.Equal(t, int64(1), queryInt(t, p.DatabaseURL("pooled")+"&default_query_exec_mode=exec", "SELECT 1"))
-	require.True(t, p.running())
+	require.NotZero(t, p.pid(), "pgbouncer runs")
 }
 
 // syncState is the sync_state of the primary's standbys, one per line.
