@@ -1,1 +1,2 @@
-ALTER TABLE idempotency_keys DROP COLUMN steps, DROP COLUMN claims;
+DROP TABLE idempotency_key_steps;
+ALTER TABLE idempotency_keys DROP COLUMN claims;

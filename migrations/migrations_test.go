@@ -159,3 +159,60 @@ func TestKeyIdentity(t *testing.T) {
 	require.NotNil(t, identities["after-upgrade"])
 	require.Len(t, *identities["after-upgrade"], 36)
 }
+
+// TestKeyStepsOnRow migrates the steps of a key from their table onto
+// the key's row, in order and with their detail, and back.
+func TestKeyStepsOnRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.NewURL(t)
+	migrateTo(t, url, 7)
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	_, err = pool.Exec(ctx, `
+		INSERT INTO users (id, email, stripe_customer_id, api_token_hash)
+		VALUES (1, 'user@example.com', 'cus_1', sha256('token'));
+		INSERT INTO idempotency_keys (id, idempotency_key, request_method, request_params, request_path,
+		                              origin_ip, user_id, recovery_point, locked_at, claims)
+		VALUES (1, 'set-aside', 'POST', '{}', '/rides', '127.0.0.1', 1, 'ride_created', NULL, 2),
+		       (2, 'no-steps', 'POST', '{}', '/rides', '127.0.0.1', 1, 'started', NULL, 1);
+		INSERT INTO idempotency_key_steps (idempotency_key_id, at, event, recovery_point, actor, attempt, detail)
+		VALUES (1, '2026-11-01 10:00:02+00', 'set_aside', 'ride_created', 'completer', 2, 'charge outcome still unknown'),
+		       (1, '2026-11-01 10:00:00+00', 'claimed', 'started', 'api', 1, NULL),
+		       (1, '2026-11-01 10:00:01+00', 'reached', 'ride_created', 'api', 1, NULL)`)
+	require.NoError(t, err)
+
+	migrateTo(t, url, 8)
+	steps := func(id int) (events []string, detail *string) {
+		t.Helper()
+		rows, err := pool.Query(ctx, `
+			SELECT s->>'event', s->>'detail' FROM idempotency_keys, jsonb_array_elements(steps) AS s
+			WHERE id = $1`, id)
+		require.NoError(t, err)
+		for rows.Next() {
+			var event string
+			var d *string
+			require.NoError(t, rows.Scan(&event, &d))
+			events = append(events, event)
+			if d != nil {
+				detail = d
+			}
+		}
+		require.NoError(t, rows.Err())
+		return events, detail
+	}
+	events, detail := steps(1)
+	require.Equal(t, []string{"claimed", "reached", "set_aside"}, events, "oldest first")
+	require.NotNil(t, detail)
+	require.Equal(t, "charge outcome still unknown", *detail)
+	events, _ = steps(2)
+	require.Empty(t, events)
+
+	migrateTo(t, url, 7)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx,
+		`SELECT count(*) FROM idempotency_key_steps WHERE idempotency_key_id = 1 AND detail IS NOT NULL`).Scan(&n))
+	require.Equal(t, 1, n, "the steps go back to their table")
+}
