@@ -1,7 +1,6 @@
 package console
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -237,9 +236,6 @@ func (c *Console) labStart(w http.ResponseWriter, r *http.Request, s *session) {
 	http.Redirect(w, r, "/story?q="+urlQuery(run.Key), http.StatusSeeOther)
 }
 
-// labClearFaults turns off every fault the lab sets on the Stripe fake.
-const labClearFaults = `{"fail_next":0,"drop_after_commit_next":0,"latency_ms":0}`
-
 // runLab inflicts the scenario and plays the clients.
 func (c *Console) runLab(ctx context.Context, run *labRun, calls int) {
 	l := c.lab
@@ -251,7 +247,7 @@ func (c *Console) runLab(ctx context.Context, run *labRun, calls int) {
 		defer func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			c.labFaults(ctx, run, labClearFaults, "The Stripe fake's faults are cleared.")
+			c.labFaults(ctx, run, "", "The Stripe fake's faults are cleared.")
 		}()
 	}
 	switch run.Scenario.Name {
@@ -389,12 +385,20 @@ func (c *Console) labSaw(run *labRun, client string, attempt int, r labResponse)
 	run.add(client, what, outcome, w)
 }
 
-// labFaults sets faults on the Stripe fake, over its HTTP endpoint.
+// labFaults sets faults on the Stripe fake, over its HTTP endpoint: patch,
+// a JSON object of the faults to change, or with patch empty, clears every
+// fault (the fake's DELETE).
 func (c *Console) labFaults(ctx context.Context, run *labRun, patch, what string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.lab.StripeBase, "/")+"/_fake/faults", bytes.NewReader([]byte(patch)))
+	method, body := http.MethodPost, io.Reader(strings.NewReader(patch))
+	if patch == "" {
+		method, body = http.MethodDelete, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.lab.StripeBase, "/")+"/_fake/faults", body)
 	if err == nil {
 		req.Header.Set("Authorization", "Bearer "+c.lab.StripeKey)
-		req.Header.Set("Content-Type", "application/json")
+		if patch != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		var resp *http.Response
 		if resp, err = c.labClient.Do(req); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
