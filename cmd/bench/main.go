@@ -28,6 +28,11 @@ func main() {
 	keep := flag.Bool("keep", false, "leave the bench cluster running afterwards")
 	profile := flag.String("profile", "", "write a CPU profile of the api over new rides at 32 clients to this file (go tool pprof)")
 	flag.Parse()
+	if strings.HasPrefix(*profile, "-") {
+		// -profile -quick would profile into a file named -quick.
+		fmt.Fprintf(os.Stderr, "bench: -profile needs a file name, got the flag-like %q\n", *profile)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	root, err := project.Root()

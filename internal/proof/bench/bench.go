@@ -111,7 +111,6 @@ type run struct {
 	peakRSS                                                        int64
 	apiCPU                                                         time.Duration // per new ride at 32 clients
 	debugAddr                                                      string        // the first api's pprof listener, with Config.Profile
-	profileOut                                                     *os.File      // Config.Profile, until the profile is written
 	expiredDone                                                    bool
 }
 
@@ -123,17 +122,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	// A profile asked for is a profile the run can write, known before
-	// the minutes of the steps before it.
-	var profileOut *os.File
+	// the minutes of the steps before it. Nothing is written to its path
+	// until the profile is taken: a file already there stays as it is
+	// should the run stop before.
 	if cfg.Profile != "" {
 		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, "new") {
 			return nil, errors.New("-profile profiles the api over the new step, which -only leaves out")
 		}
-		f, err := os.Create(cfg.Profile)
-		if err != nil {
+		if err := canWrite(cfg.Profile); err != nil {
 			return nil, fmt.Errorf("-profile: %w", err)
 		}
-		profileOut = f
 	}
 	cfg.DataDir = cmp.Or(cfg.DataDir, filepath.Join(cfg.Root, ".data", "bench"))
 	cfg.Port, cfg.Log = cmp.Or(cfg.Port, DefaultPort), cmp.Or(cfg.Log, io.Discard)
@@ -142,16 +140,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		report: &Report{Command: cfg.Command, Started: time.Now().UTC(), Quick: cfg.Quick, Machine: Machine{
 			CPUs: runtime.NumCPU(), MemoryGiB: float64(procInt("/proc/meminfo", "MemTotal:")) / (1 << 20),
 			// pgxpool's default, which the api keeps without DATABASE_MAX_CONNS.
-			APIPoolSize: max(4, runtime.NumCPU()), LoadAverageStart: loadAverage()}}, profileOut: profileOut}
-	defer func() {
-		// Not written: the run stopped before the new step. An empty
-		// file would only make pprof fail later; there is nothing in it
-		// to lose.
-		if r.profileOut != nil {
-			_ = r.profileOut.Close()
-			_ = os.Remove(cfg.Profile)
-		}
-	}()
+			APIPoolSize: max(4, runtime.NumCPU()), LoadAverageStart: loadAverage()}}}
 	// Two runs on one cluster would drop each other's databases.
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err

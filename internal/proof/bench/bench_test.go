@@ -173,6 +173,21 @@ func TestRunRefusesProfile(t *testing.T) {
 		_, err = os.Stat(profile)
 		require.ErrorIs(t, err, os.ErrNotExist, "no empty profile left behind")
 	})
+
+	t.Run("LeavesAnEarlierProfileAlone", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		profile := filepath.Join(dir, "cpu.pprof")
+		require.NoError(t, os.WriteFile(profile, []byte("an earlier profile"), 0o644))
+		_, err := Run(context.Background(), Config{Root: dir, Profile: profile, Only: []string{"new"}})
+		require.Error(t, err)
+		b, err := os.ReadFile(profile)
+		require.NoError(t, err)
+		require.Equal(t, "an earlier profile", string(b))
+		left, err := filepath.Glob(filepath.Join(dir, ".cpu.pprof-*"))
+		require.NoError(t, err)
+		require.Empty(t, left, "no trial file left beside it")
+	})
 }
 
 // TestProcCPU: the CPU of a child that exited and was waited for stays

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -89,9 +91,10 @@ func statFields(pid int) []string {
 }
 
 // profile writes a CPU profile of the first api over the next d to
-// Config.Profile, if that is set, which Run created.
+// Config.Profile, if that is set: to a file beside it, renamed into place
+// once whole.
 func (r *run) profile(ctx context.Context, d time.Duration) error {
-	if r.profileOut == nil {
+	if r.cfg.Profile == "" {
 		return nil
 	}
 	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", r.debugAddr, int(d.Seconds()))
@@ -107,13 +110,31 @@ func (r *run) profile(ctx context.Context, d time.Duration) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("profile the api: %s", resp.Status)
 	}
-	f := r.profileOut
-	r.profileOut = nil
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		return errors.Join(fmt.Errorf("write the profile to %s: %w", f.Name(), err), f.Close())
+	f, err := os.CreateTemp(filepath.Dir(r.cfg.Profile), "."+filepath.Base(r.cfg.Profile)+"-*")
+	if err != nil {
+		return fmt.Errorf("write the profile: %w", err)
 	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write the profile to %s: %w", f.Name(), err)
+	defer os.Remove(f.Name()) // a no-op once renamed
+	_, err = io.Copy(f, resp.Body)
+	if err = errors.Join(err, f.Close()); err == nil {
+		err = os.Rename(f.Name(), r.cfg.Profile)
+	}
+	if err != nil {
+		return fmt.Errorf("write the profile to %s: %w", r.cfg.Profile, err)
 	}
 	return nil
+}
+
+// canWrite reports whether a file can be written at path, without
+// touching one that is there: it creates and removes a file beside it.
+func canWrite(path string) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
+	if err != nil {
+		var pathErr *fs.PathError
+		if errors.As(err, &pathErr) {
+			err = pathErr.Err
+		}
+		return &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return errors.Join(f.Close(), os.Remove(f.Name()))
 }
