@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"runtime/debug"
@@ -43,10 +44,10 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	debugAddr := env.String("DEBUG_ADDR", "")
 	// Go reads GOGC itself at start; reading it here too gives the api
 	// its own default and puts the value on the start line.
-	gcPercent := env.Int("GOGC", api.DefaultGCPercent)
+	gcPercent, gcErr := api.GCPercent(env.String("GOGC", api.DefaultGCPercent))
 	// Refused by default: see db.Preflight and docs/failures.md.
 	allowAsync := env.Bool(db.AllowAsyncReplicationSetting, false)
-	if err := env.Err(); err != nil {
+	if err := errors.Join(env.Err(), gcErr); err != nil {
 		return nil, err
 	}
 

@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rocketrides/rocketrides/internal/api"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/testkit/proctest"
@@ -64,15 +63,17 @@ func TestBuild(t *testing.T) {
 		for _, c := range []struct {
 			gogc string
 			want int
-		}{{"", api.DefaultGCPercent}, {"150", 150}} {
+		}{{"", 400}, {"150", 150}, {"off", -1}} {
 			setEnv(t, "PORT", "0", "GOGC", c.gogc)
 			program, err := build(t.Context(), &config.Env{}, logger)
 			require.NoError(t, err)
 			program.Close()
 			require.Equal(t, c.want, debug.SetGCPercent(100), "GOGC=%q", c.gogc)
 		}
-		setEnv(t, "GOGC", "off")
-		proctest.RequireRefused(t, build, "GOGC")
+		for _, bad := range []string{"0", "-5", "lots"} {
+			setEnv(t, "GOGC", bad)
+			proctest.RequireRefused(t, build, `GOGC="`+bad+`": must be a positive percentage, or off`)
+		}
 	})
 
 	t.Run("ServesMetricsOnMetricsAddr", func(t *testing.T) {
