@@ -30,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -180,6 +181,7 @@ func resolve(args []string, stdout, stderr io.Writer) int {
 	// The operator's name is checked as the audit record will check it
 	// (rides.ValidOperator): a bad one is a usage error, found before
 	// the database is opened.
+	*operator = strings.TrimSpace(*operator) // as the login trims it
 	operatorErr := rides.ValidOperator(*operator)
 	switch {
 	case action != "adopt" && action != "release" && action != "close":

@@ -318,9 +318,9 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	// The name goes on the audit record of every settlement, which
 	// refuses one rides.ValidOperator refuses: better to hear it now.
-	if err := rides.ValidOperator(operator); err != nil {
-		reason := strings.TrimPrefix(err.Error(), rides.ErrInvalidSettlement.Error()+": ")
-		refuse(http.StatusBadRequest, fmt.Sprintf("Your name (operator) is refused: %s. It goes on the audit record of what you do.", reason))
+	var refused *rides.OperatorError
+	if errors.As(rides.ValidOperator(operator), &refused) {
+		refuse(http.StatusBadRequest, fmt.Sprintf("Your name (operator) is refused: %s. It goes on the audit record of what you do.", refused.Reason))
 		return
 	}
 	if subtle.ConstantTimeCompare(hashOf(password), hashOf(c.password)) != 1 {

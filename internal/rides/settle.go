@@ -65,16 +65,25 @@ func ValidOperator(name string) error {
 	n := utf8.RuneCountInString(name)
 	switch {
 	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: the operator's name is not valid UTF-8", ErrInvalidSettlement)
+		return &OperatorError{"the operator's name is not valid UTF-8"}
 	case strings.TrimSpace(name) == "":
-		return fmt.Errorf("%w: the operator's name is required", ErrInvalidSettlement)
+		return &OperatorError{"the operator's name is required"}
 	case n > MaxOperatorLength:
-		return fmt.Errorf("%w: the operator's name has %d characters, at most %d", ErrInvalidSettlement, n, MaxOperatorLength)
+		return &OperatorError{fmt.Sprintf("the operator's name has %d characters, at most %d", n, MaxOperatorLength)}
 	case strings.IndexFunc(name, func(r rune) bool { return unicode.Is(unicode.C, r) }) >= 0:
-		return fmt.Errorf("%w: the operator's name holds a control or formatting character", ErrInvalidSettlement)
+		return &OperatorError{"the operator's name holds a control or formatting character"}
 	}
 	return nil
 }
+
+// OperatorError is ValidOperator's refusal of a name: Reason says why,
+// for a person to read where the name was typed. It is
+// ErrInvalidSettlement.
+type OperatorError struct{ Reason string }
+
+func (e *OperatorError) Error() string { return ErrInvalidSettlement.Error() + ": " + e.Reason }
+
+func (e *OperatorError) Unwrap() error { return ErrInvalidSettlement }
 
 func (st Settlement) validate() error {
 	if err := ValidOperator(st.Operator); err != nil {
