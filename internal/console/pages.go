@@ -231,15 +231,15 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
 	q := strings.TrimSpace(r.URL.Query().Get("q"))
 	// Nothing the search finds has a longer name than a client key, and
 	// a longer query would only make Postgres compare it.
-	if len(q) > rides.MaxKeyLength {
-		c.renderStatus(w, r, http.StatusBadRequest, "search", s, map[string]any{
-			"Note": fmt.Sprintf("Refused: a search (q) has at most %d characters, as the longest client key; this one has %d.", rides.MaxKeyLength, len(q)),
-		})
-		return
-	}
 	// Postgres refuses to compare text that is not UTF-8.
 	if !utf8.ValidString(q) {
 		c.renderStatus(w, r, http.StatusBadRequest, "search", s, map[string]any{"Note": "Refused: a search (q) must be valid UTF-8."})
+		return
+	}
+	if n := utf8.RuneCountInString(q); n > rides.MaxKeyLength {
+		c.renderStatus(w, r, http.StatusBadRequest, "search", s, map[string]any{
+			"Note": fmt.Sprintf("Refused: a search (q) has at most %d characters, as the longest client key; this one has %d.", rides.MaxKeyLength, n),
+		})
 		return
 	}
 	keys, note, err := c.find(r.Context(), q)
@@ -271,14 +271,16 @@ func (c *Console) find(ctx context.Context, q string) (keys []*idem.Key, note st
 			note = reaped
 			return nil
 		}
+		if slices.ContainsFunc(keys, func(found *idem.Key) bool { return found.ID == *ride.IdempotencyKeyID }) {
+			return nil // key 7 may well be the key of ride 7, found already
+		}
 		k, err := c.keys.KeyByID(ctx, *ride.IdempotencyKeyID)
 		switch {
 		case errors.Is(err, idem.ErrKeyNotFound):
 			note = reaped
 		case err != nil:
 			return err
-		case !slices.ContainsFunc(keys, func(found *idem.Key) bool { return found.ID == k.ID }):
-			// Key 7 may well be the key of ride 7.
+		default:
 			keys = append(keys, k)
 		}
 		return nil
