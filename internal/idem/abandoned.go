@@ -40,15 +40,13 @@ var claimAbandonedSQL = `
 		ORDER BY last_run_at
 		LIMIT $4
 		FOR UPDATE SKIP LOCKED
-	), claimed AS (
-		UPDATE idempotency_keys k
-		SET locked_at = now(), last_run_at = now(), lock_token = gen_random_uuid(), claims = k.claims + 1,
-		    steps = ` + step("CASE WHEN candidate.stale THEN 'took_over' ELSE 'resumed' END", "k.recovery_point", "$5", "k.claims + 1") + `
-		FROM candidate
-		WHERE k.id = candidate.id
-		RETURNING ` + keyColumnsOf("k") + `
 	)
-	SELECT ` + keyColumns + ` FROM claimed`
+	UPDATE idempotency_keys k
+	SET locked_at = now(), last_run_at = now(), lock_token = gen_random_uuid(), claims = k.claims + 1,
+	    steps = ` + step("CASE WHEN candidate.stale THEN 'took_over' ELSE 'resumed' END", "k.recovery_point", "$5", "k.claims + 1") + `
+	FROM candidate
+	WHERE k.id = candidate.id
+	RETURNING ` + keyColumnsOf("k")
 
 // ClaimAbandoned locks, for the completer, up to limit keys whose requests
 // look abandoned by their clients: unfinished, created more than minAge
