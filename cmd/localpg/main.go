@@ -146,6 +146,9 @@ func parse(args []string) (command, arguments, error) {
 		return command{}, arguments{}, fmt.Errorf("localpg %s: unexpected arguments %q", name, unexpected)
 	}
 	if len(names) > 0 {
+		if names[0] == "" {
+			return command{}, arguments{}, fmt.Errorf("localpg %s: the database name is empty", name)
+		}
 		a.dbname = names[0]
 	}
 	return c, a, nil

@@ -49,6 +49,7 @@ func TestParse(t *testing.T) {
 			{[]string{"replica", "-async", "start"}, `localpg: unknown command "replica -async"`},
 			{[]string{"start", "now"}, `localpg start: unexpected arguments ["now"]`},
 			{[]string{"url", "a", "b"}, `localpg url: unexpected arguments ["b"]`},
+			{[]string{"pooler", "url", ""}, `localpg pooler url: the database name is empty`},
 			{[]string{"replica", "url", "-async"}, `localpg replica url: unexpected arguments ["-async"]`},
 			{[]string{"replica", "start", "-async", "-async"}, `localpg replica start: unexpected arguments ["-async"]`},
 			{[]string{"pooler", "start", "x"}, `localpg pooler start: unexpected arguments ["x"]`},
