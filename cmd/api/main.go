@@ -45,8 +45,6 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	// Go reads GOGC itself at start; reading it here too gives the api
 	// its own default and puts the value on the start line.
 	gcPercent, gcErr := api.GCPercent(env.String("GOGC", api.DefaultGCPercent))
-	// Refused by default: see db.Preflight and docs/failures.md.
-	allowAsync := env.Bool(db.AllowAsyncReplicationSetting, false)
 	if err := errors.Join(env.Err(), gcErr); err != nil {
 		return nil, err
 	}
@@ -57,14 +55,11 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	if err != nil {
 		return nil, err
 	}
-	if err := db.Preflight(ctx, pool, db.PreflightConfig{AllowAsyncReplication: allowAsync}); err != nil {
-		pool.Close()
-		return nil, err
-	}
 	// Served at GET /metrics on METRICS_ADDR.
 	reg := metrics.NewRegistry()
-	svc, _, err := settings.NewService(pool, reg, logger)
+	svc, _, err := settings.NewService(ctx, pool, reg, logger)
 	if err != nil {
+		pool.Close()
 		return nil, err
 	}
 	ridesHandler, err := rides.NewHandler(&rides.HandlerConfig{

@@ -14,7 +14,6 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/completer"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
-	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
@@ -46,8 +45,6 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 		Logger:        logger,
 	}
 	metricsAddr := env.String("METRICS_ADDR", "")
-	// Refused by default, as in the api: see db.Preflight.
-	allowAsync := env.Bool(db.AllowAsyncReplicationSetting, false)
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
@@ -56,11 +53,8 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	if err != nil {
 		return nil, err
 	}
-	if err := db.Preflight(ctx, pool, db.PreflightConfig{AllowAsyncReplication: allowAsync}); err != nil {
+	if cfg.Service, cfg.Keys, err = settings.NewService(ctx, pool, reg, logger); err != nil {
 		pool.Close()
-		return nil, err
-	}
-	if cfg.Service, cfg.Keys, err = settings.NewService(pool, reg, logger); err != nil {
 		return nil, err
 	}
 	c, err := completer.New(cfg)

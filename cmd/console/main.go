@@ -39,7 +39,6 @@ import (
 	"github.com/rocketrides/rocketrides/internal/console"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
-	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/platform/serve"
 	"github.com/rocketrides/rocketrides/internal/rides"
@@ -63,7 +62,6 @@ func command() *process.Config {
 type services struct {
 	databaseURL string
 	settings    rides.Settings
-	allowAsync  bool
 }
 
 func readServices(env *config.Env) services {
@@ -72,24 +70,18 @@ func readServices(env *config.Env) services {
 	return services{
 		databaseURL: env.Required("DATABASE_URL"),
 		settings:    settings,
-		// Refused by default, as in the api: see db.Preflight.
-		allowAsync: env.Bool(db.AllowAsyncReplicationSetting, false),
 	}
 }
 
-// open opens the database as every process does (process.OpenDatabase),
-// checks it as the api does (db.Preflight: OpenDatabase does not), and
-// builds the services on it, logging to logger.
+// open opens the database as every process does (process.OpenDatabase)
+// and builds the services on it, which checks the database as the api's
+// do (rides.Settings.NewService), logging to logger.
 func (s services) open(ctx context.Context, logger *slog.Logger) (*pgxpool.Pool, *rides.Service, *idem.Store, error) {
 	pool, reg, err := process.OpenDatabase(ctx, s.databaseURL)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err := db.Preflight(ctx, pool, db.PreflightConfig{AllowAsyncReplication: s.allowAsync}); err != nil {
-		pool.Close()
-		return nil, nil, nil, err
-	}
-	svc, keys, err := s.settings.NewService(pool, reg, logger)
+	svc, keys, err := s.settings.NewService(ctx, pool, reg, logger)
 	if err != nil {
 		pool.Close()
 		return nil, nil, nil, err

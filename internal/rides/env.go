@@ -1,6 +1,7 @@
 package rides
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 )
@@ -29,6 +31,9 @@ type Settings struct {
 	// MAX_CHARGE_ATTEMPTS, default DefaultMaxChargeAttempts; 0 is
 	// refused.
 	MaxChargeAttempts int
+	// DATABASE_ALLOW_ASYNC_REPLICATION, default false: start against a
+	// database that may lose acknowledged commits (see db.Preflight).
+	AllowAsyncReplication bool
 	// Actor names the process in the steps it records on keys (see
 	// idem.Config.Actor); set by the command, not read from the
 	// environment. Empty means idem.DefaultActor.
@@ -42,13 +47,23 @@ func SettingsFromEnv(env *config.Env) Settings {
 		LockTimeout:        env.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout),
 		StripeKeyRetention: env.Duration("STRIPE_KEY_RETENTION", DefaultStripeKeyRetention),
 		MaxChargeAttempts:  env.Int("MAX_CHARGE_ATTEMPTS", DefaultMaxChargeAttempts),
+		// Refused by default: see db.Preflight and docs/failures.md.
+		AllowAsyncReplication: env.Bool(db.AllowAsyncReplicationSetting, false),
 	}
 }
 
 // NewService builds, for s, the idempotency-key store and the ride
 // service on pool, counting into reg. Failpoints come from FAILPOINTS in
 // binaries built with -tags failpoints.
-func (s Settings) NewService(pool *pgxpool.Pool, reg prometheus.Registerer, logger *slog.Logger) (*Service, *idem.Store, error) {
+//
+// Every process that runs atomic phases builds them here, so here is
+// where the database is first checked to keep what a phase commits
+// (db.Preflight): a standby that may lose it is refused unless
+// AllowAsyncReplication.
+func (s Settings) NewService(ctx context.Context, pool *pgxpool.Pool, reg prometheus.Registerer, logger *slog.Logger) (*Service, *idem.Store, error) {
+	if err := db.Preflight(ctx, pool, db.PreflightConfig{AllowAsyncReplication: s.AllowAsyncReplication}); err != nil {
+		return nil, nil, err
+	}
 	keys, err := idem.New(&idem.Config{Pool: pool, LockTimeout: s.LockTimeout, Metrics: metrics.NewIdempotency(reg), Actor: s.Actor})
 	if err != nil {
 		return nil, nil, err

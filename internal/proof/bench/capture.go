@@ -37,7 +37,7 @@ import (
 func apiHandler(pool *pgxpool.Pool, stripeURL string) (http.Handler, error) {
 	quiet := slog.New(slog.DiscardHandler)
 	settings := rides.Settings{Stripe: payment.Config{APIKey: stripeKey, BaseURL: stripeURL}}
-	svc, _, err := settings.NewService(pool, metrics.NewRegistry(), quiet)
+	svc, _, err := settings.NewService(context.Background(), pool, metrics.NewRegistry(), quiet)
 	if err != nil {
 		return nil, err
 	}
