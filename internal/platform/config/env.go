@@ -144,8 +144,8 @@ func (e *Env) checkForm(name, v string) string {
 // be a number, 0 asking for any free one.
 func addressForm(v string) string {
 	const want = "not an address such as 127.0.0.1:9100 or :9100 (host:port, the port from 0 to 65535)"
-	_, port, err := net.SplitHostPort(v)
-	if err != nil {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil || (host != "" && !validHost(host)) {
 		return want
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > math.MaxUint16 {
@@ -153,6 +153,9 @@ func addressForm(v string) string {
 	}
 	return ""
 }
+
+// validHost says whether host is an IP address or a host name.
+func validHost(host string) bool { return net.ParseIP(host) != nil || hostName.MatchString(host) }
 
 // urlForm says what is wrong with v as a URL, or "": it needs a scheme
 // and a host (http://127.0.0.1:5000, smtp://user:pw@mail:587).
@@ -282,7 +285,7 @@ func (e *Env) Host(name, def string) string {
 	if v == "" {
 		return def
 	}
-	if net.ParseIP(v) == nil && !hostName.MatchString(v) {
+	if !validHost(v) {
 		e.fail(name, v, "not an IP address or host name such as 127.0.0.1 or 0.0.0.0 (without a port)")
 		return ""
 	}

@@ -162,7 +162,7 @@ func TestEnv(t *testing.T) {
 	})
 
 	t.Run("RefusesAMalformedAddressOrURLNamingIt", func(t *testing.T) {
-		for _, addr := range []string{"garbage", "9100", "127.0.0.1:65536", "127.0.0.1:-1", "127.0.0.1:metrics", "http://127.0.0.1:9100"} {
+		for _, addr := range []string{"garbage", "9100", "127.0.0.1:65536", "127.0.0.1:-1", "127.0.0.1:metrics", "http://127.0.0.1:9100", "no such host:9100", "-x:9100"} {
 			t.Setenv("ENV_TEST_ADDR", addr)
 			var env config.Env
 			require.Empty(t, env.String("ENV_TEST_ADDR", ""))
