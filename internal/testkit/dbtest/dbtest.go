@@ -122,6 +122,9 @@ func getServer() (*server, error) {
 func newServer(ctx context.Context) (*server, error) {
 	var env config.Env
 	serverURL := env.String("TEST_DATABASE_URL", "")
+	if err := env.Err(); err != nil {
+		return nil, err
+	}
 	if serverURL == "" {
 		c, err := localpg.Ensure(ctx, localpg.Options{})
 		if err != nil {
