@@ -889,7 +889,7 @@ func (s *Store) queueSetAside(ctx context.Context, tx *Tx, key *Key, from Recove
 	tx.QueueOne(fmt.Sprintf("set key %d aside at %s", key.ID, from), `
 		UPDATE idempotency_keys
 		SET attention_reason = $4, locked_at = NULL, lock_token = NULL,
-		    steps = steps || (`+stepObject("'set_aside'", "recovery_point", "$5", "claims")+`
+		    steps = `+keptSteps+` || (`+stepObject("'set_aside'", "recovery_point", "$5", "claims")+`
 		                      || jsonb_build_object('detail', $4::text))
 		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3`,
 		key.ID, key.lockToken(), from, reason, s.actor)

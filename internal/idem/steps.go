@@ -65,8 +65,21 @@ type Step struct {
 // the row's own columns. Inside an UPDATE's SET every column is the row's
 // value before the update.
 func step(event, point, actor, attempt string) string {
-	return `steps || ` + stepObject(event, point, actor, attempt)
+	return keptSteps + ` || ` + stepObject(event, point, actor, attempt)
 }
+
+// MaxSteps bounds the steps a key keeps. A key the completer retries every
+// minute through a long Stripe outage takes two steps a minute until it is
+// reaped; each step rewrites the key's row, steps and all, so without a
+// bound every attempt would write more than the one before.
+const MaxSteps = 100
+
+// keptSteps is a key's steps as the next step is appended to them: all of
+// them, or past MaxSteps, the first (how the request began) and the
+// latest, leaving room for the next.
+var keptSteps = fmt.Sprintf(`(CASE WHEN jsonb_array_length(steps) < %d THEN steps
+	ELSE jsonb_build_array(steps -> 0) || jsonb_path_query_array(steps, '$[last - %d to last]') END)`,
+	MaxSteps, MaxSteps-3)
 
 // stepObject is one step, as a key's steps hold it.
 func stepObject(event, point, actor, attempt string) string {

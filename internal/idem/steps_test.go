@@ -171,6 +171,27 @@ func TestSteps(t *testing.T) {
 		require.Equal(t, []step{{idem.StepClaimed, idem.Started, "api", 1}}, steps(t, b.api, key.ID))
 	})
 
+	// A key claimed and released over and over (a completer retrying it
+	// through an outage) keeps its first step and its latest, at most
+	// MaxSteps of them.
+	t.Run("KeepsAtMostMaxSteps", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+		key, _, err := b.api.Claim(ctx, b.req)
+		require.NoError(t, err)
+		for range idem.MaxSteps {
+			require.NoError(t, b.api.Unlock(ctx, key))
+			key, _, err = b.api.Claim(ctx, b.req)
+			require.NoError(t, err)
+		}
+		got := steps(t, b.api, key.ID)
+		require.Len(t, got, idem.MaxSteps)
+		require.Equal(t, step{idem.StepClaimed, idem.Started, "api", 1}, got[0], "how the request began")
+		require.Equal(t, step{idem.StepResumed, idem.Started, "api", idem.MaxSteps + 1}, got[len(got)-1], "the latest claim")
+		require.Equal(t, step{idem.StepUnlocked, idem.Started, "api", idem.MaxSteps}, got[len(got)-2])
+	})
+
 	t.Run("RefusesBadActor", func(t *testing.T) {
 		t.Parallel()
 		_, err := idem.New(&idem.Config{Pool: &pgxpool.Pool{}, Actor: "Bad Actor"})
