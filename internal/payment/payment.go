@@ -371,8 +371,14 @@ func (g *Gateway) eachCharge(ctx context.Context, customer string, since time.Ti
 		Customer:     stripe.String(customer),
 		CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()},
 	}
-	params.Context = ctx
 	params.Limit = stripe.Int64(100)
+	return g.walkCharges(ctx, "list charges of "+customer, params, fn)
+}
+
+// walkCharges hands fn the charges params lists, page by page, until fn
+// returns false; what names the listing in its error.
+func (g *Gateway) walkCharges(ctx context.Context, what string, params *stripe.ChargeListParams, fn func(*stripe.Charge) bool) error {
+	params.Context = ctx
 	iter := g.api.Charges.List(params)
 	for iter.Next() {
 		if !fn(iter.Charge()) {
@@ -380,7 +386,7 @@ func (g *Gateway) eachCharge(ctx context.Context, customer string, since time.Ti
 		}
 	}
 	if err := iter.Err(); err != nil {
-		return classify(fmt.Sprintf("list charges of %s", customer), err)
+		return classify(what, err)
 	}
 	return nil
 }
@@ -435,15 +441,14 @@ func (g *Gateway) ListCharges(ctx context.Context, since, until time.Time, pageS
 			LesserThanOrEqual:  until.Unix(),
 		},
 	}
-	params.Context = ctx
 	params.Limit = stripe.Int64(pageSize)
 	var charges []*Charge
-	iter := g.api.Charges.List(params)
-	for iter.Next() {
-		charges = append(charges, fromStripe(iter.Charge()))
-	}
-	if err := iter.Err(); err != nil {
-		return nil, classify("list charges", err)
+	err := g.walkCharges(ctx, "list charges", params, func(c *stripe.Charge) bool {
+		charges = append(charges, fromStripe(c))
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
 	return charges, nil
 }
