@@ -100,21 +100,22 @@ func (b *testBundle) csrf(t *testing.T) string {
 	return m[1]
 }
 
-// flag sets a new ride's key aside through the unknown-outcome path.
-func (b *testBundle) flag(t *testing.T) (key string, id int64) {
+// flag sets a new ride's key aside through the unknown-outcome path and
+// returns the key's id.
+func (b *testBundle) flag(t *testing.T) int64 {
 	t.Helper()
 	b.Stripe.SetFaults(fakestripe.Faults{StoreFailureNext: 1})
-	key = apitest.NewKey()
+	key := apitest.NewKey()
 	require.Equal(t, http.StatusBadGateway, b.PostRide(t, key, apitest.DefaultParams).Status)
-	return key, b.KeyRow(t, key).ID
+	return b.KeyRow(t, key).ID
 }
 
-// ride makes a new paid ride and returns its key and the key's id.
-func (b *testBundle) ride(t *testing.T) (key string, id int64) {
+// ride makes a new paid ride and returns its key's id.
+func (b *testBundle) ride(t *testing.T) int64 {
 	t.Helper()
-	key = apitest.NewKey()
+	key := apitest.NewKey()
 	require.Equal(t, http.StatusCreated, b.PostRide(t, key, apitest.DefaultParams).Status)
-	return key, b.KeyRow(t, key).ID
+	return b.KeyRow(t, key).ID
 }
 
 func (b *testBundle) rideStatus(t *testing.T, keyID int64) string {
@@ -297,7 +298,7 @@ func TestConsole(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.login(t)
-		_, keyID := b.ride(t)
+		keyID := b.ride(t)
 		story := "/keys/" + strconv.FormatInt(keyID, 10)
 		var (
 			rideID int64
@@ -413,7 +414,7 @@ func TestConsole(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.login(t)
-		_, id := b.flag(t)
+		id := b.flag(t)
 		_, page := b.get(t, "/attention")
 		require.Contains(t, page, `id="key-`+strconv.FormatInt(id, 10)+`"`)
 		resp := b.post(t, "/keys/"+strconv.FormatInt(id, 10)+"/close", b.console.URL, url.Values{"csrf": {b.csrf(t)}})
@@ -427,7 +428,7 @@ func TestConsole(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.login(t)
-		_, id := b.flag(t)
+		id := b.flag(t)
 		path := "/keys/" + strconv.FormatInt(id, 10) + "/close"
 		token := b.csrf(t)
 		require.Equal(t, http.StatusForbidden, b.post(t, path, "https://evil.example", url.Values{"csrf": {token}}).StatusCode)
@@ -440,7 +441,7 @@ func TestConsole(t *testing.T) {
 	t.Run("RefusesActionsWithoutLogin", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, id := b.flag(t)
+		id := b.flag(t)
 		resp := b.post(t, "/keys/"+strconv.FormatInt(id, 10)+"/release", b.console.URL, url.Values{"csrf": {"x"}})
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 		require.Equal(t, "needs_review", b.rideStatus(t, id))
@@ -451,7 +452,7 @@ func TestConsole(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.login(t)
-		_, keyID := b.ride(t)
+		keyID := b.ride(t)
 		finished := strconv.FormatInt(keyID, 10)
 		for path, want := range map[string]string{
 			"/keys/" + finished + "/close": "this request has finished",
@@ -471,7 +472,7 @@ func TestConsole(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.login(t)
-		_, id := b.flag(t)
+		id := b.flag(t)
 		// A key at ride_created without its ride: a bug, not a refusal.
 		_, err := b.Pool.Exec(context.Background(), `DELETE FROM rides WHERE idempotency_key_id = $1`, id)
 		require.NoError(t, err)
@@ -487,7 +488,7 @@ func TestConsole(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.login(t)
-		_, id := b.flag(t)
+		id := b.flag(t)
 		_, err := b.Keys.ClaimByID(context.Background(), id, nil)
 		require.NoError(t, err)
 		resp := b.post(t, "/keys/"+strconv.FormatInt(id, 10)+"/release", b.console.URL, url.Values{"csrf": {b.csrf(t)}})
