@@ -40,7 +40,7 @@ type Handler struct {
 	pool            *pgxpool.Pool
 	logger          *slog.Logger
 	simulatedErrors bool
-	fail            failpoint.Func
+	fail            *failpoint.Set
 }
 
 // HandlerConfig configures a Handler.
@@ -54,8 +54,9 @@ type HandlerConfig struct {
 	// SimulatedErrors accepts raise_error=true, which fails a request on
 	// purpose after its ride is created.
 	SimulatedErrors bool
-	// Failpoint is called at FailBeforeResponse; nil injects nothing.
-	Failpoint failpoint.Func
+	// Failpoint is the failpoints armed, of which the handler passes
+	// FailBeforeResponse; nil arms none.
+	Failpoint *failpoint.Set
 }
 
 func (c *HandlerConfig) validate() error {

@@ -119,17 +119,20 @@ func (r *request) phase(ctx context.Context, fn idem.PhaseFunc, after string) er
 
 // phases runs first and then second as two atomic phases of the request's
 // key, sent in one pipeline (idem.PhaseThen): two transactions, two
-// commits, one round trip.
+// commits, one round trip. The seam after fires once both have committed.
 //
-// The seam between needs the commits apart. Where seams are armed (the
-// crash tests' builds), first is sent alone and the seam fires once it
-// has committed, leaving the state a crash between the two leaves; the
-// run loop's next arm then runs second.
-func (r *request) phases(ctx context.Context, first idem.PhaseFunc, between string, second idem.PhaseFunc) error {
-	if r.fail != nil {
+// The seam between needs the commits apart. Where it is armed (a crash
+// test's), first is sent alone and the seam fires once it has committed,
+// leaving the state a crash between the two leaves; the run loop's next
+// arm then runs second, and fires after itself.
+func (r *request) phases(ctx context.Context, first idem.PhaseFunc, between string, second idem.PhaseFunc, after string) error {
+	if r.fail.Armed(between) {
 		return r.phase(ctx, first, between)
 	}
-	return r.keys.PhaseThen(ctx, r.key, first, second)
+	if err := r.keys.PhaseThen(ctx, r.key, first, second); err != nil {
+		return err
+	}
+	return r.fail.At(ctx, after)
 }
 
 // createRide is the atomic phase from started to ride_created: the ride
@@ -213,7 +216,7 @@ func (r *request) charge(ctx context.Context) error {
 	// No foreign call separates recording the charge from finishing the
 	// request: the two phases go out in one pipeline, each still its own
 	// transaction (tx -> charge_created, tx -> finished).
-	return r.phases(ctx, r.recordCharge(chargeID), FailAfterChargeCreated, r.stageReceipt)
+	return r.phases(ctx, r.recordCharge(chargeID), FailAfterChargeCreated, r.stageReceipt, FailAfterFinished)
 }
 
 // loadRide reads the ride of a request that resumes at ride_created.

@@ -77,6 +77,28 @@ func TestCreateRide(t *testing.T) {
 		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM audit_records WHERE action = 'ride.created' AND resource_id = $1 AND origin_ip = '127.0.0.1'`, ride["id"]))
 	})
 
+	t.Run("RecordsChargeAndFinishesInOnePipeline", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+
+		// Each phase, or pipeline of phases, takes one connection of the
+		// pool, as do the token's look-up and the claim.
+		acquires := func(key string) int64 {
+			before := b.Pool.Stat().AcquireCount()
+			resp := b.PostRide(t, key, apitest.DefaultParams)
+			require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
+			n := b.Pool.Stat().AcquireCount() - before
+			requireOneCharge(t, b, key)
+			return n
+		}
+		together := acquires(apitest.NewKey())
+		// Armed, the seam between the two phases sends them apart, as a
+		// crash test needs them.
+		b.Fail(rides.FailAfterChargeCreated, func(context.Context) error { return nil })
+		apart := acquires(apitest.NewKey())
+		require.Equal(t, apart-1, together, "connections taken by a new ride: %d with the seam between armed, %d without", apart, together)
+	})
+
 	t.Run("ReplaysFinishedKey", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -139,9 +139,9 @@ type ServiceConfig struct {
 	Payments *payment.Gateway
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// Failpoint is called at every seam (the Fail* constants); nil
-	// injects nothing.
-	Failpoint failpoint.Func
+	// Failpoint is the failpoints armed at the request's seams (the
+	// Fail* constants); nil arms none.
+	Failpoint *failpoint.Set
 
 	// StripeKeyRetention is how long Stripe remembers an idempotency
 	// key: past it, a retried charge is first looked up at Stripe, which
@@ -175,7 +175,7 @@ type Service struct {
 	keys              *idem.Store
 	payments          *payment.Gateway
 	logger            *slog.Logger
-	fail              failpoint.Func
+	fail              *failpoint.Set
 	stripeRetention   time.Duration
 	maxChargeAttempts int
 }

@@ -24,44 +24,40 @@ import (
 //
 // Only binaries built with -tags failpoints read it, so a production
 // binary cannot be made to crash by its environment.
-func FromEnv() Func {
+func FromEnv() *Set {
 	var env config.Env
 	spec := env.String("FAILPOINTS", "")
 	if spec == "" {
 		return nil
 	}
-	actions := map[string]string{}
-	pauses := map[string]time.Duration{}
+	set := &Set{}
 	for _, item := range strings.Split(spec, ",") {
 		name, action, ok := strings.Cut(strings.TrimSpace(item), "=")
-		if d, isSleep := strings.CutPrefix(action, "sleep:"); ok && isSleep {
+		switch d, isSleep := strings.CutPrefix(action, "sleep:"); {
+		case ok && isSleep:
 			pause, err := time.ParseDuration(d)
 			if err != nil || pause <= 0 {
 				panic(fmt.Sprintf("FAILPOINTS: %q: sleep needs a positive duration", item))
 			}
-			actions[name], pauses[name] = "sleep", pause
-			continue
-		}
-		if !ok || (action != "kill" && action != "error") {
+			set.Arm(name, func(ctx context.Context) error {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(pause):
+					return nil
+				}
+			})
+		case ok && action == "kill":
+			set.Arm(name, func(context.Context) error {
+				fmt.Fprintf(os.Stderr, "failpoint %s: killing process\n", name)
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // never reached: SIGKILL cannot be caught
+			})
+		case ok && action == "error":
+			set.Arm(name, func(context.Context) error { return fmt.Errorf("failpoint %s", name) })
+		default:
 			panic(fmt.Sprintf("FAILPOINTS: %q is not name=kill, name=error or name=sleep:<duration>", item))
 		}
-		actions[name] = action
 	}
-	return func(ctx context.Context, name string) error {
-		switch actions[name] {
-		case "sleep":
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(pauses[name]):
-			}
-		case "kill":
-			fmt.Fprintf(os.Stderr, "failpoint %s: killing process\n", name)
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {} // never reached: SIGKILL cannot be caught
-		case "error":
-			return fmt.Errorf("failpoint %s", name)
-		}
-		return nil
-	}
+	return set
 }

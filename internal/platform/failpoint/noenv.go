@@ -4,4 +4,4 @@ package failpoint
 
 // FromEnv returns nil: production builds ignore $FAILPOINTS. Build with
 // -tags failpoints to arm them from the environment.
-func FromEnv() Func { return nil }
+func FromEnv() *Set { return nil }

@@ -20,7 +20,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +33,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe/fakestripetest"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/payment"
+	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
 	"github.com/rocketrides/rocketrides/internal/platform/logctx"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/rides"
@@ -89,14 +89,13 @@ type Stack struct {
 	User, BadSourceUser   user.User
 	Token, BadSourceToken string
 
-	mu    sync.Mutex
-	fails map[string]func(context.Context) error
+	failpoints failpoint.Set
 }
 
 // New starts a stack whose resources end with the test.
 func New(t testing.TB, opts Options) *Stack {
 	t.Helper()
-	s := &Stack{Pool: dbtest.New(t), fails: map[string]func(context.Context) error{}}
+	s := &Stack{Pool: dbtest.New(t)}
 	if opts.StripeURL != "" {
 		s.StripeURL = opts.StripeURL
 	} else {
@@ -125,12 +124,12 @@ func New(t testing.TB, opts Options) *Stack {
 	s.Keys, err = idem.New(&idem.Config{Pool: s.Pool, LockTimeout: opts.LockTimeout, Metrics: metrics.NewIdempotency(s.Registry)})
 	require.NoError(t, err)
 	s.Service, err = rides.NewService(&rides.ServiceConfig{
-		Pool: s.Pool, Keys: s.Keys, Payments: s.Gateway, Failpoint: s.failpoint, Logger: logger,
+		Pool: s.Pool, Keys: s.Keys, Payments: s.Gateway, Failpoint: &s.failpoints, Logger: logger,
 		StripeKeyRetention: opts.StripeKeyRetention, MaxChargeAttempts: opts.MaxChargeAttempts,
 	})
 	require.NoError(t, err)
 	ridesHandler, err := rides.NewHandler(&rides.HandlerConfig{
-		Service: s.Service, Pool: s.Pool, SimulatedErrors: opts.SimulatedErrors, Failpoint: s.failpoint, Logger: logger,
+		Service: s.Service, Pool: s.Pool, SimulatedErrors: opts.SimulatedErrors, Failpoint: &s.failpoints, Logger: logger,
 	})
 	require.NoError(t, err)
 	handler, err := api.New(&api.Config{
@@ -162,23 +161,7 @@ func (s *Stack) newUser(t testing.TB, email, source, token string) user.User {
 // Fail arms the failpoint name: fn runs whenever a request passes that
 // seam, and its error fails the request there. A nil fn disarms it.
 func (s *Stack) Fail(name string, fn func(context.Context) error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if fn == nil {
-		delete(s.fails, name)
-		return
-	}
-	s.fails[name] = fn
-}
-
-func (s *Stack) failpoint(ctx context.Context, name string) error {
-	s.mu.Lock()
-	fn := s.fails[name]
-	s.mu.Unlock()
-	if fn == nil {
-		return nil
-	}
-	return fn(ctx)
+	s.failpoints.Arm(name, fn)
 }
 
 // Response is an API response, read whole.
