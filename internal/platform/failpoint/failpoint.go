@@ -61,5 +61,5 @@ func (s *Set) point(name string) func(context.Context) error {
 // failpoints (the crash tests' and the chaos soak's).
 var Variables = config.Declare(
 	config.Setting{Name: "FAILPOINTS", Type: config.TypeString,
-		Help: "test builds only (-tags failpoints): crash or fail at named seams, as name=kill or name=error, comma-separated; production builds ignore it"},
+		Help: "test builds only (-tags failpoints): crash, fail or pause at named seams, as name=kill, name=error or name=sleep:<duration>, comma-separated; production builds ignore it"},
 )
