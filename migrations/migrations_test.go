@@ -26,16 +26,24 @@ func migrateTo(t *testing.T, url string, version uint) {
 	require.NoError(t, m.Migrate(version))
 }
 
+// migrated returns a fresh database at schema version, its URL (for
+// migrateTo) and a pool on it.
+func migrated(t *testing.T, version uint) (string, *pgxpool.Pool) {
+	t.Helper()
+	url := dbtest.NewURL(t)
+	migrateTo(t, url, version)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return url, pool
+}
+
 // TestRideStatus migrates rides written before rides had a status, in
 // every state a ride could be in, and checks what each is backfilled as.
 func TestRideStatus(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := dbtest.NewURL(t)
-	migrateTo(t, url, 1)
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	url, pool := migrated(t, 1)
 
 	exec := func(sql string, args ...any) {
 		t.Helper()
@@ -125,11 +133,7 @@ func TestRideStatus(t *testing.T) {
 func TestKeyIdentity(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := dbtest.NewURL(t)
-	migrateTo(t, url, 5)
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	url, pool := migrated(t, 5)
 
 	insertKey := func(key string) {
 		t.Helper()
@@ -138,7 +142,7 @@ func TestKeyIdentity(t *testing.T) {
 			VALUES ($1, 'POST', '{}', '/rides', '127.0.0.1', 1, 'started', NULL)`, key)
 		require.NoError(t, err)
 	}
-	_, err = pool.Exec(ctx, `INSERT INTO users (id, email, stripe_customer_id, api_token_hash)
+	_, err := pool.Exec(ctx, `INSERT INTO users (id, email, stripe_customer_id, api_token_hash)
 	                         VALUES (1, 'user@example.com', 'cus_1', sha256('token'))`)
 	require.NoError(t, err)
 	insertKey("in-flight-during-upgrade")
@@ -161,31 +165,15 @@ func TestKeyIdentity(t *testing.T) {
 }
 
 // TestKeyStepsOnRow migrates the steps of a key from their table onto
-// the key's row, in order and with their detail, and back.
+// the key's row, in order and with their detail, and back; and upgrades a
+// database whose keys carried their steps on the row already.
 func TestKeyStepsOnRow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := dbtest.NewURL(t)
-	migrateTo(t, url, 7)
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
 
-	_, err = pool.Exec(ctx, `
-		INSERT INTO users (id, email, stripe_customer_id, api_token_hash)
-		VALUES (1, 'user@example.com', 'cus_1', sha256('token'));
-		INSERT INTO idempotency_keys (id, idempotency_key, request_method, request_params, request_path,
-		                              origin_ip, user_id, recovery_point, locked_at, claims)
-		VALUES (1, 'set-aside', 'POST', '{}', '/rides', '127.0.0.1', 1, 'ride_created', NULL, 2),
-		       (2, 'no-steps', 'POST', '{}', '/rides', '127.0.0.1', 1, 'started', NULL, 1);
-		INSERT INTO idempotency_key_steps (idempotency_key_id, at, event, recovery_point, actor, attempt, detail)
-		VALUES (1, '2026-11-01 10:00:02+00', 'set_aside', 'ride_created', 'completer', 2, 'charge outcome still unknown'),
-		       (1, '2026-11-01 10:00:00+00', 'claimed', 'started', 'api', 1, NULL),
-		       (1, '2026-11-01 10:00:01+00', 'reached', 'ride_created', 'api', 1, NULL)`)
-	require.NoError(t, err)
-
-	migrateTo(t, url, 8)
-	steps := func(id int) (events []string, detail *string) {
+	// keySteps returns the events of key id's steps, in order, and the
+	// detail of the last that has one.
+	keySteps := func(t *testing.T, pool *pgxpool.Pool, id int) (events []string, detail *string) {
 		t.Helper()
 		rows, err := pool.Query(ctx, `
 			SELECT s->>'event', s->>'detail' FROM idempotency_keys, jsonb_array_elements(steps) AS s
@@ -203,16 +191,58 @@ func TestKeyStepsOnRow(t *testing.T) {
 		require.NoError(t, rows.Err())
 		return events, detail
 	}
-	events, detail := steps(1)
-	require.Equal(t, []string{"claimed", "reached", "set_aside"}, events, "oldest first")
-	require.NotNil(t, detail)
-	require.Equal(t, "charge outcome still unknown", *detail)
-	events, _ = steps(2)
-	require.Empty(t, events)
+	const user = `INSERT INTO users (id, email, stripe_customer_id, api_token_hash)
+		VALUES (1, 'user@example.com', 'cus_1', sha256('token'))`
 
-	migrateTo(t, url, 7)
-	var n int
-	require.NoError(t, pool.QueryRow(ctx,
-		`SELECT count(*) FROM idempotency_key_steps WHERE idempotency_key_id = 1 AND detail IS NOT NULL`).Scan(&n))
-	require.Equal(t, 1, n, "the steps go back to their table")
+	t.Run("MovesTheTableOntoTheRowAndBack", func(t *testing.T) {
+		t.Parallel()
+		url, pool := migrated(t, 7)
+		_, err := pool.Exec(ctx, user+`;
+			INSERT INTO idempotency_keys (id, idempotency_key, request_method, request_params, request_path,
+			                              origin_ip, user_id, recovery_point, locked_at, claims)
+			VALUES (1, 'set-aside', 'POST', '{}', '/rides', '127.0.0.1', 1, 'ride_created', NULL, 2),
+			       (2, 'no-steps', 'POST', '{}', '/rides', '127.0.0.1', 1, 'started', NULL, 1);
+			INSERT INTO idempotency_key_steps (idempotency_key_id, at, event, recovery_point, actor, attempt, detail)
+			VALUES (1, '2026-11-01 10:00:02+00', 'set_aside', 'ride_created', 'completer', 2, 'charge outcome still unknown'),
+			       (1, '2026-11-01 10:00:00+00', 'claimed', 'started', 'api', 1, NULL),
+			       (1, '2026-11-01 10:00:01+00', 'reached', 'ride_created', 'api', 1, NULL)`)
+		require.NoError(t, err)
+
+		migrateTo(t, url, 8)
+		events, detail := keySteps(t, pool, 1)
+		require.Equal(t, []string{"claimed", "reached", "set_aside"}, events, "oldest first")
+		require.NotNil(t, detail)
+		require.Equal(t, "charge outcome still unknown", *detail)
+		events, _ = keySteps(t, pool, 2)
+		require.Empty(t, events)
+
+		migrateTo(t, url, 7)
+		var n int
+		require.NoError(t, pool.QueryRow(ctx,
+			`SELECT count(*) FROM idempotency_key_steps WHERE idempotency_key_id = 1 AND detail IS NOT NULL`).Scan(&n))
+		require.Equal(t, 1, n, "the steps go back to their table")
+	})
+
+	t.Run("KeepsStepsAlreadyOnTheRow", func(t *testing.T) {
+		t.Parallel()
+		// The first release of 000004 put the steps on the key's row
+		// itself: a database it migrated is at 7 with the column and
+		// without the table.
+		url, pool := migrated(t, 7)
+		_, err := pool.Exec(ctx, `
+			DROP TABLE idempotency_key_steps;
+			ALTER TABLE idempotency_keys ADD COLUMN steps JSONB NOT NULL DEFAULT '[]'
+			    CONSTRAINT idempotency_keys_steps_array CHECK (jsonb_typeof(steps) = 'array');
+			`+user+`;
+			INSERT INTO idempotency_keys (id, idempotency_key, request_method, request_params, request_path,
+			                              origin_ip, user_id, recovery_point, locked_at, steps)
+			VALUES (1, 'claimed', 'POST', '{}', '/rides', '127.0.0.1', 1, 'started', NULL,
+			        '[{"at": "2026-11-01T10:00:00Z", "event": "claimed", "recovery_point": "started",
+			           "actor": "api", "attempt": 1}]')`)
+		require.NoError(t, err)
+
+		migrateTo(t, url, 8)
+		events, _ := keySteps(t, pool, 1)
+		require.Equal(t, []string{"claimed"}, events)
+	})
 }
