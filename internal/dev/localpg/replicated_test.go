@@ -101,8 +101,10 @@ func TestNewReplicated(t *testing.T) {
 func TestStalePidFile(t *testing.T) {
 	t.Parallel()
 
-	// stranger is a process that is neither postgres nor pgbouncer.
-	stranger := func(t *testing.T) *os.Process {
+	type testBundle struct {
+		stranger *os.Process // neither postgres nor pgbouncer
+	}
+	setup := func(t *testing.T) *testBundle {
 		t.Helper()
 		cmd := exec.Command("sleep", "60")
 		require.NoError(t, cmd.Start())
@@ -110,42 +112,44 @@ func TestStalePidFile(t *testing.T) {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 		})
-		return cmd.Process
+		return &testBundle{stranger: cmd.Process}
+	}
+	// staleCluster is a cluster whose pid file names the stranger.
+	staleCluster := func(t *testing.T, b *testBundle) Cluster {
+		t.Helper()
+		c, err := New(Options{DataDir: t.TempDir(), Port: freePort(t)})
+		require.NoError(t, err)
+		pidFile := fmt.Sprintf("%d\n%s\n", b.stranger.Pid, c.DataDir)
+		require.NoError(t, os.WriteFile(filepath.Join(c.DataDir, "postmaster.pid"), []byte(pidFile), 0o600))
+		return c
 	}
 
 	t.Run("CrashLeavesAStrangerAlone", func(t *testing.T) {
 		t.Parallel()
-		c, err := New(Options{DataDir: t.TempDir(), Port: freePort(t)})
-		require.NoError(t, err)
-		p := stranger(t)
-		pidFile := fmt.Sprintf("%d\n%s\n", p.Pid, c.DataDir)
-		require.NoError(t, os.WriteFile(filepath.Join(c.DataDir, "postmaster.pid"), []byte(pidFile), 0o600))
-		require.NoError(t, c.Crash())
-		require.NoError(t, p.Signal(syscall.Signal(0)), "the stranger still runs")
+		b := setup(t)
+		require.NoError(t, staleCluster(t, b).Crash())
+		require.NoError(t, b.stranger.Signal(syscall.Signal(0)), "the stranger still runs")
 	})
 
 	t.Run("StopLeavesAStrangerAlone", func(t *testing.T) {
 		t.Parallel()
-		c, err := New(Options{DataDir: t.TempDir(), Port: freePort(t)})
-		require.NoError(t, err)
-		p := stranger(t)
-		pidFile := fmt.Sprintf("%d\n%s\n", p.Pid, c.DataDir)
-		require.NoError(t, os.WriteFile(filepath.Join(c.DataDir, "postmaster.pid"), []byte(pidFile), 0o600))
+		b := setup(t)
+		c := staleCluster(t, b)
 		running, err := c.Running(context.Background())
 		require.NoError(t, err)
 		require.False(t, running, "a stale pid file is no running server")
 		require.NoError(t, c.Stop(context.Background()))
-		require.NoError(t, p.Signal(syscall.Signal(0)), "the stranger still runs")
+		require.NoError(t, b.stranger.Signal(syscall.Signal(0)), "the stranger still runs")
 	})
 
 	t.Run("PoolerStopLeavesAStrangerAlone", func(t *testing.T) {
 		t.Parallel()
+		b := setup(t)
 		pooler, err := NewPooler(PoolerOptions{Dir: t.TempDir(), Port: freePort(t), UpstreamPort: freePort(t)})
 		require.NoError(t, err)
-		p := stranger(t)
-		require.NoError(t, os.WriteFile(pooler.pidFile, []byte(strconv.Itoa(p.Pid)+"\n"), 0o644))
+		require.NoError(t, os.WriteFile(pooler.pidFile, []byte(strconv.Itoa(b.stranger.Pid)+"\n"), 0o644))
 		require.NoError(t, pooler.Stop(context.Background()))
-		require.NoError(t, p.Signal(syscall.Signal(0)), "the stranger still runs")
+		require.NoError(t, b.stranger.Signal(syscall.Signal(0)), "the stranger still runs")
 	})
 }
 
