@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocketrides/rocketrides/internal/dev/localpg"
@@ -453,10 +452,8 @@ func rowCounts(t *testing.T, conn *pgx.Conn) map[string]int64 {
 func TestRidesOfKeys(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool, err := pgxpool.New(ctx, dbtest.NewURL(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = pool.Exec(ctx, `
+	pool := dbtest.New(t)
+	_, err := pool.Exec(ctx, `
 		INSERT INTO users (id, email, stripe_customer_id, api_token_hash)
 		VALUES (1, 'scale@example.com', 'cus_scale', sha256('t'));
 		INSERT INTO idempotency_keys (user_id, idempotency_key, created_at, request_method, request_path,
