@@ -372,12 +372,8 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 			outcome = metrics.OutcomeInFlightConflict
 			return fmt.Errorf("key %d: %w", l.ID, ErrInFlight)
 		}
-		outcome = takeOutcome(&l.Key)
-		key, err = s.take(ctx, tx, &l.Key)
-		if err != nil {
-			return err
-		}
-		return nil
+		key, outcome, err = s.take(ctx, tx, &l.Key)
+		return err
 	})
 	if err == nil || errors.Is(err, ErrKeyReused) || errors.Is(err, ErrInFlight) || errors.Is(err, ErrKeyExpired) {
 		s.metrics.Outcome(outcome)
@@ -425,25 +421,23 @@ func (s *Store) lockKey(ctx context.Context, tx pgx.Tx, where, matches string, a
 
 // take claims k, locked by lockKey and found free to take (released, or
 // its lock stale), for a new attempt: a fresh lock token, one more claim,
-// and the step that says which.
-func (s *Store) take(ctx context.Context, tx pgx.Tx, k *Key) (*Key, error) {
-	rows, err := tx.Query(ctx, takeSQL, k.ID, newLockToken(), takeEvent(k), s.actor)
+// and the step that says which. A lock still on k is stale (the caller
+// has checked), and taking it fences its holder off. It returns the key
+// as taken and the claim's outcome.
+func (s *Store) take(ctx context.Context, tx pgx.Tx, k *Key) (*Key, metrics.Outcome, error) {
+	event, outcome := StepResumed, metrics.OutcomeResumed
+	if k.LockedAt != nil {
+		event, outcome = StepTookOver, metrics.OutcomeLockTakeover
+	}
+	rows, err := tx.Query(ctx, takeSQL, k.ID, newLockToken(), event, s.actor)
 	if err != nil {
-		return nil, fmt.Errorf("take idempotency key %d: %w", k.ID, err)
+		return nil, outcome, fmt.Errorf("take idempotency key %d: %w", k.ID, err)
 	}
 	key, err := collectKey(rows)
 	if err != nil {
-		return nil, fmt.Errorf("take idempotency key %d: %w", k.ID, err)
+		return nil, outcome, fmt.Errorf("take idempotency key %d: %w", k.ID, err)
 	}
-	return key, nil
-}
-
-// takeOutcome is the metric of taking k.
-func takeOutcome(k *Key) metrics.Outcome {
-	if k.LockedAt != nil {
-		return metrics.OutcomeLockTakeover
-	}
-	return metrics.OutcomeResumed
+	return key, outcome, nil
 }
 
 // errReapedPredecessor is the fence's finding that a key at started has a

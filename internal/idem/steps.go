@@ -98,15 +98,6 @@ var takeSQL = `
 	WHERE id = $1
 	RETURNING ` + keyColumns
 
-// takeEvent is the step of claiming k as it stands: a lock still on it
-// is stale (the caller has checked), and taking it fences its holder off.
-func takeEvent(k *Key) StepEvent {
-	if k.LockedAt != nil {
-		return StepTookOver
-	}
-	return StepResumed
-}
-
 // keyColumnsOf is keyColumns qualified by table alias a.
 func keyColumnsOf(a string) string {
 	cols := strings.Split(keyColumns, ",")
@@ -178,9 +169,9 @@ func (s *Store) ClaimByID(ctx context.Context, id int64, check func(*Key) error)
 				return err
 			}
 		}
-		key, err = s.take(ctx, tx, &l.Key)
-		if err == nil {
-			outcome = new(takeOutcome(&l.Key))
+		var taken metrics.Outcome
+		if key, taken, err = s.take(ctx, tx, &l.Key); err == nil {
+			outcome = &taken
 		}
 		return err
 	})
