@@ -222,7 +222,7 @@ func newTransport() http.RoundTripper {
 type sizedBodies struct{ *http.Transport }
 
 func (s sizedBodies) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Body == nil || req.Body == http.NoBody || req.ContentLength != 0 {
+	if req.Body == nil || req.Body == http.NoBody || req.ContentLength > 0 {
 		return s.Transport.RoundTrip(req)
 	}
 	body, err := io.ReadAll(req.Body)
