@@ -235,6 +235,11 @@ func TestConsole(t *testing.T) {
 		resp, body = b.get(t, "/story?q=a%40%FF")
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 		require.Contains(t, body, "must be valid UTF-8")
+		for _, q := range []string{"a%00", "ch_%00", "a%40b%00", "7%00"} {
+			resp, body = b.get(t, "/story?q="+q)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, q)
+			require.Contains(t, body, "without a NUL character", q)
+		}
 		resp, body = b.get(t, "/story?q="+strings.Repeat("k", rides.MaxKeyLength))
 		require.Equal(t, http.StatusOK, resp.StatusCode, "the longest client key is a search")
 		require.Contains(t, body, `id="none"`)

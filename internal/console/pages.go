@@ -229,13 +229,14 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, _ *session) {
 // email, and goes straight to the story when there is one.
 func (c *Console) search(w http.ResponseWriter, r *http.Request, s *session) {
 	q := strings.TrimSpace(r.URL.Query().Get("q"))
-	// Nothing the search finds has a longer name than a client key, and
-	// a longer query would only make Postgres compare it.
-	// Postgres refuses to compare text that is not UTF-8.
-	if !utf8.ValidString(q) {
-		c.renderStatus(w, r, http.StatusBadRequest, "search", s, map[string]any{"Note": "Refused: a search (q) must be valid UTF-8."})
+	// Postgres refuses text that is not UTF-8 or holds a NUL, which
+	// nothing the search finds does either.
+	if !utf8.ValidString(q) || strings.ContainsRune(q, 0) {
+		c.renderStatus(w, r, http.StatusBadRequest, "search", s, map[string]any{"Note": "Refused: a search (q) must be valid UTF-8 without a NUL character."})
 		return
 	}
+	// Nothing the search finds has a longer name than a client key, and
+	// a longer query would only make Postgres compare it.
 	if n := utf8.RuneCountInString(q); n > rides.MaxKeyLength {
 		c.renderStatus(w, r, http.StatusBadRequest, "search", s, map[string]any{
 			"Note": fmt.Sprintf("Refused: a search (q) has at most %d characters, as the longest client key; this one has %d.", rides.MaxKeyLength, n),
