@@ -44,11 +44,12 @@ var (
 // smtp://user:pw@host, ?password=pw) or in a key/value connection string
 // (password=pw).
 func redactURL(v string) string {
-	if strings.Contains(v, "://") {
-		v = passwordParam.ReplaceAllString(v, "${1}xxxxx")
-	} else {
-		v = passwordWord.ReplaceAllString(v, "${1}xxxxx")
+	if keyValue.MatchString(v) {
+		// Key=value pairs, whatever their values hold (a URL, an @):
+		// nothing else to parse.
+		return passwordWord.ReplaceAllString(v, "${1}xxxxx")
 	}
+	v = passwordParam.ReplaceAllString(v, "${1}xxxxx")
 	u, err := url.Parse(v)
 	if err != nil || u.Opaque != "" {
 		if strings.Contains(v, "@") {

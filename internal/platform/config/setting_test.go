@@ -81,6 +81,9 @@ func TestDeclarations(t *testing.T) {
 			`host=db password=p&q dbname=rides`:     "host=db password=xxxxx dbname=rides",
 			`host=db PASSWORD = p\\ dbname=rides`:   "host=db PASSWORD = xxxxx dbname=rides",
 			`host=db password=p\`:                   "host=db password=xxxxx",
+			// A URL elsewhere in the string makes it no URL.
+			`host=db password='se cret' application_name=http://x`: "host=db password=xxxxx application_name=http://x",
+			`host=db password=se\ cret sslrootcert=/a://b`:         "host=db password=xxxxx sslrootcert=/a://b",
 		} {
 			require.Equal(t, want, dsn.Show(value), value)
 		}
