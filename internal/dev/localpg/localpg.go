@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	_ "github.com/rocketrides/rocketrides/internal/platform/db" // declares DATABASE_URL, read by DatabaseURL
 	"github.com/rocketrides/rocketrides/internal/platform/project"
 )
 
@@ -163,12 +164,17 @@ func Ensure(ctx context.Context, opts Options) (Cluster, error) {
 	return c, nil
 }
 
-// DatabaseURL returns $DATABASE_URL when it is set. Otherwise it ensures the
+// DatabaseURL returns $DATABASE_URL when it is set; one that is no
+// connection string is refused, naming it. Otherwise it ensures the
 // project's cluster is running, creates database name in it if missing and
 // returns that database's URL.
 func DatabaseURL(ctx context.Context, name string) (string, error) {
 	var env config.Env
-	if u := env.String("DATABASE_URL", ""); u != "" {
+	u := env.String("DATABASE_URL", "")
+	if err := env.Err(); err != nil {
+		return "", err
+	}
+	if u != "" {
 		return u, nil
 	}
 	c, err := Ensure(ctx, Options{})

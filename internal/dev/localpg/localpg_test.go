@@ -125,6 +125,17 @@ func TestClusterLifecycle(t *testing.T) {
 	})
 }
 
+// TestDatabaseURLRefusesAMalformedOne sets DATABASE_URL to what is no
+// connection string: it is refused by name, and no cluster is started in
+// its place. (Not parallel: it sets the process's environment.)
+func TestDatabaseURLRefusesAMalformedOne(t *testing.T) {
+	t.Setenv("DATABASE_URL", "garbage")
+	t.Setenv("LOCALPG_PORT", "70000") // were a cluster looked for, it would be refused first
+	u, err := DatabaseURL(context.Background(), "rides")
+	require.ErrorContains(t, err, "DATABASE_URL=garbage: not a postgres:// URL")
+	require.Empty(t, u)
+}
+
 func TestHighestVersion(t *testing.T) {
 	t.Parallel()
 	dirs := []string{"/usr/lib/postgresql/9.6/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/x/bin"}
