@@ -326,7 +326,7 @@ func (c Cluster) checkRunningPort() error {
 	// Line 4 of postmaster.pid is the port.
 	lines := strings.Split(string(pid), "\n")
 	if len(lines) < 4 {
-		return nil // a server still writing its pid file; pg_ctl said it runs
+		return nil // a server still writing its pid file; Running found it runs
 	}
 	if port, err := strconv.Atoi(strings.TrimSpace(lines[3])); err == nil && port != c.Port {
 		return fmt.Errorf("cluster in %s is running on port %d, not %d: stop it first (go run ./cmd/localpg stop)", c.DataDir, port, c.Port)
@@ -334,7 +334,7 @@ func (c Cluster) checkRunningPort() error {
 	return nil
 }
 
-// servedOnPort looks for a server that pg_ctl status did not see (its pid
+// servedOnPort looks for a server that Running did not find (its pid
 // file is unreadable or gone) on the port. If it serves this data
 // directory, it is reused; if it serves another, starting ours would fail
 // on the port, so the error says which one it is.

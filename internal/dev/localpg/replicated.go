@@ -104,7 +104,7 @@ func NewReplicated(opts ReplicatedOptions) (*Replicated, error) {
 		}
 		r.Async = saved
 	}
-	for i, name := range []string{"node-a", "node-b"} {
+	for i, name := range nodeDirs {
 		c, err := New(Options{DataDir: filepath.Join(dir, name), Port: ports[i], BinDir: opts.BinDir, User: opts.User})
 		if err != nil {
 			return nil, err
@@ -118,6 +118,11 @@ func NewReplicated(opts ReplicatedOptions) (*Replicated, error) {
 // savedMode reads modeFile: whether the pair in r.dir was created
 // asynchronous, and whether it was created at all.
 func (r *Replicated) savedMode() (async, found bool, err error) {
+	if !r.created() {
+		// A start that failed before it created a node (its port taken,
+		// say) recorded the mode of a pair that does not exist.
+		return false, false, nil
+	}
 	path := filepath.Join(r.dir, modeFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -150,6 +155,19 @@ func (r *Replicated) modeConflict(savedAsync bool) error {
 		r.dir, modeName(savedAsync), modeName(r.Async), r.dir)
 }
 
+// nodeDirs are the directories of the pair's two nodes, under its own.
+var nodeDirs = [2]string{"node-a", "node-b"}
+
+// created reports whether either node has been initialised.
+func (r *Replicated) created() bool {
+	for _, name := range nodeDirs {
+		if _, err := os.Stat(filepath.Join(r.dir, name, "PG_VERSION")); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // saveMode records the pair's mode when the pair is created. It runs
 // under the pair's lock, so that of two processes creating the pair at
 // once in different modes, the second is refused.
@@ -164,9 +182,7 @@ func (r *Replicated) saveMode() error {
 		}
 		return nil
 	}
-	if err := os.MkdirAll(r.dir, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", r.dir, err)
-	}
+	// The pair's lock file is in r.dir: it exists.
 	if err := os.WriteFile(filepath.Join(r.dir, modeFile), []byte(modeName(r.Async)+"\n"), 0o644); err != nil {
 		return fmt.Errorf("record the pair's replication mode: %w", err)
 	}
@@ -418,10 +434,10 @@ func (c Cluster) Crash() error {
 		}
 	}
 	// Wait for the postmaster to go, so that the port is free for
-	// whatever starts next. Gone means reaped, not just dead: pg_ctl
-	// status (Running) takes a zombie for a running server.
+	// whatever starts next. Dead is enough: a zombie holds no socket, and
+	// where nothing reaps orphans (init in some containers) it never goes.
 	for range 100 {
-		if syscall.Kill(pid, 0) != nil {
+		if !c.isPostmaster(pid) {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)

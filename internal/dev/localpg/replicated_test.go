@@ -93,6 +93,20 @@ func TestNewReplicated(t *testing.T) {
 			require.ErrorContains(t, err, "set both ports or neither")
 		}
 	})
+
+	// A start that failed before it created a node (its port taken, say)
+	// has recorded a mode for a pair that does not exist: the next start
+	// takes the mode it asks for.
+	t.Run("ForgetsTheModeOfAPairNeverCreated", func(t *testing.T) {
+		t.Parallel()
+		for saved, async := range map[string]bool{"async": false, "sync": true} {
+			dir := t.TempDir()
+			require.NoError(t, os.WriteFile(filepath.Join(dir, modeFile), []byte(saved+"\n"), 0o644))
+			r, err := NewReplicated(ReplicatedOptions{Dir: dir, Ports: [2]int{freePort(t), freePort(t)}, Async: async})
+			require.NoError(t, err, "recorded %s, asked async=%t", saved, async)
+			require.Equal(t, async, r.Async, "recorded %s", saved)
+		}
+	})
 }
 
 // TestStalePidFile gives the pid of a killed server to another process,
