@@ -14,8 +14,9 @@
 //
 //	console resolve adopt|release|close -key <idempotency key id> -operator <name>
 //
-// It acts exactly as the console's buttons do (package rides), prints
-// what it did, and exits 1 when the settlement is refused.
+// It acts exactly as the console's buttons do (console.SettlementNamed),
+// prints what it did in the console's words, and exits 1 when the
+// settlement is refused.
 package main
 
 import (
@@ -175,8 +176,9 @@ func resolve(args []string, stdout, stderr io.Writer) int {
 	// the database is opened.
 	*operator = strings.TrimSpace(*operator) // as the login trims it
 	operatorErr := rides.ValidOperator(*operator)
+	settlement, known := console.SettlementNamed(action)
 	switch {
-	case action != "adopt" && action != "release" && action != "close":
+	case !known:
 		fmt.Fprintf(stderr, "console resolve: unknown action %q\n%s\n", action, usage)
 		return 2
 	case *keyID <= 0:
@@ -209,21 +211,7 @@ func resolve(args []string, stdout, stderr io.Writer) int {
 	}
 	defer pool.Close()
 	st := rides.Settlement{KeyID: *keyID, Operator: *operator, OriginIP: netip.IPv6Loopback()}
-	switch action {
-	case "adopt":
-		var charge string
-		if charge, err = svc.Adopt(ctx, st); err == nil {
-			fmt.Fprintf(stdout, "adopted charge %s for key %d\n", charge, *keyID)
-		}
-	case "release":
-		if err = svc.Release(ctx, st); err == nil {
-			fmt.Fprintf(stdout, "released key %d for another attempt\n", *keyID)
-		}
-	case "close":
-		if err = svc.CloseFailed(ctx, st); err == nil {
-			fmt.Fprintf(stdout, "closed key %d as failed\n", *keyID)
-		}
-	}
+	msg, err := settlement.Run(ctx, svc, st)
 	if err != nil {
 		fmt.Fprintf(stderr, "console resolve %s: refused: %v\n", action, err)
 		if errors.Is(err, context.Canceled) {
@@ -231,5 +219,6 @@ func resolve(args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
+	fmt.Fprintf(stdout, "key %d: %s\n", *keyID, msg)
 	return 0
 }

@@ -98,7 +98,10 @@ func TestBuild(t *testing.T) {
 		setEnv(t, "DATABASE_URL", b.Pool.Config().ConnString(), "STRIPE_API_BASE", b.StripeURL)
 
 		require.Equal(t, 1, resolve([]string{"adopt", "-key", id, "-operator", "ada"}, io.Discard, io.Discard), "Stripe holds no charge to adopt")
-		require.Equal(t, 0, resolve([]string{"close", "-key", id, "-operator", "ada"}, io.Discard, io.Discard))
+		var stdout bytes.Buffer
+		require.Equal(t, 0, resolve([]string{"close", "-key", id, "-operator", "ada"}, &stdout, io.Discard))
+		require.Equal(t, "key "+id+": Closed as failed: the ride failed and the request's answer is stored.\n", stdout.String(),
+			"what the console says of its button")
 		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM rides r JOIN idempotency_keys k ON k.id = r.idempotency_key_id
 			WHERE k.idempotency_key = $1 AND r.status = 'failed' AND k.recovery_point = 'finished'`, key))
 		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM audit_records WHERE data->>'operator' = 'ada'`))

@@ -158,7 +158,7 @@ func New(config *Config) (*Console, error) {
 	mux.Handle("GET /keys/{id}", c.page(c.story))
 	mux.Handle("GET /attention", c.page(c.attention))
 	for _, a := range settlements {
-		mux.Handle("POST /keys/{id}/"+a.name, c.action(c.settle(a)))
+		mux.Handle("POST /keys/{id}/"+a.Name, c.action(c.settle(a)))
 	}
 	mux.Handle("GET /abandoned", c.page(c.abandoned))
 	mux.Handle("GET /reconciliation", c.page(c.reconciliation))

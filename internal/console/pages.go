@@ -428,15 +428,16 @@ func (c *Console) attention(w http.ResponseWriter, r *http.Request, s *session) 
 	})
 }
 
-// settlement is one of the three settlements of package rides, served
-// at POST /keys/{id}/<name>.
-type settlement struct {
-	name string
-	// settle runs it and says what it did, for the operator.
-	settle func(ctx context.Context, svc *rides.Service, st rides.Settlement) (string, error)
+// Settlement is one of the three settlements of package rides, under the
+// name the console serves it at, POST /keys/{id}/<Name>, and the
+// resolve command takes it by.
+type Settlement struct {
+	Name string
+	// Run settles and says what it did, for the operator.
+	Run func(ctx context.Context, svc *rides.Service, st rides.Settlement) (string, error)
 }
 
-var settlements = []settlement{
+var settlements = []Settlement{
 	{"adopt", func(ctx context.Context, svc *rides.Service, st rides.Settlement) (string, error) {
 		charge, err := svc.Adopt(ctx, st)
 		return fmt.Sprintf("Adopted charge %s: the ride succeeded and its receipt is on its way.", charge), err
@@ -449,9 +450,19 @@ var settlements = []settlement{
 	}},
 }
 
+// SettlementNamed is the settlement called name (adopt, release or
+// close); false when there is none.
+func SettlementNamed(name string) (Settlement, bool) {
+	i := slices.IndexFunc(settlements, func(a Settlement) bool { return a.Name == name })
+	if i < 0 {
+		return Settlement{}, false
+	}
+	return settlements[i], true
+}
+
 // settle runs a settlement on a key, as the session's operator, and goes
 // back to where the form was.
-func (c *Console) settle(a settlement) func(w http.ResponseWriter, r *http.Request, s *session) {
+func (c *Console) settle(a Settlement) func(w http.ResponseWriter, r *http.Request, s *session) {
 	return func(w http.ResponseWriter, r *http.Request, s *session) {
 		id, ok := keyIDOf(r)
 		if !ok {
@@ -459,7 +470,7 @@ func (c *Console) settle(a settlement) func(w http.ResponseWriter, r *http.Reque
 			return
 		}
 		ctx := r.Context()
-		msg, err := a.settle(ctx, c.rides, rides.Settlement{KeyID: id, Operator: s.Operator, OriginIP: clientIP(r)})
+		msg, err := a.Run(ctx, c.rides, rides.Settlement{KeyID: id, Operator: s.Operator, OriginIP: clientIP(r)})
 		back := "/keys/" + strconv.FormatInt(id, 10)
 		if r.PostFormValue("from") == "attention" {
 			back = "/attention"
@@ -467,17 +478,17 @@ func (c *Console) settle(a settlement) func(w http.ResponseWriter, r *http.Reque
 		if err != nil {
 			why, ok := refusal(err)
 			if !ok {
-				c.fail(w, r, fmt.Errorf("settle key %d (%s): %w", id, a.name, err))
+				c.fail(w, r, fmt.Errorf("settle key %d (%s): %w", id, a.Name, err))
 				return
 			}
 			c.logger.WarnContext(ctx, "Console settlement refused",
-				slog.Int64("idempotency_key_id", id), slog.String("action", a.name),
+				slog.Int64("idempotency_key_id", id), slog.String("action", a.Name),
 				slog.String("operator", s.Operator), slog.Any("error", err))
 			http.Redirect(w, r, back+"?error="+urlQuery(why), http.StatusSeeOther)
 			return
 		}
 		c.logger.InfoContext(ctx, "Console settlement",
-			slog.Int64("idempotency_key_id", id), slog.String("action", a.name), slog.String("operator", s.Operator))
+			slog.Int64("idempotency_key_id", id), slog.String("action", a.Name), slog.String("operator", s.Operator))
 		http.Redirect(w, r, back+"?message="+urlQuery(msg), http.StatusSeeOther)
 	}
 }
