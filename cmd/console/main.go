@@ -175,7 +175,8 @@ func resolve(args []string, stdout, stderr io.Writer) int {
 	// (rides.ValidOperator): a bad one is a usage error, found before
 	// the database is opened.
 	*operator = strings.TrimSpace(*operator) // as the login trims it
-	operatorErr := rides.ValidOperator(*operator)
+	var refused *rides.OperatorError
+	badOperator := errors.As(rides.ValidOperator(*operator), &refused)
 	settlement, known := console.SettlementNamed(action)
 	switch {
 	case !known:
@@ -184,8 +185,8 @@ func resolve(args []string, stdout, stderr io.Writer) int {
 	case *keyID <= 0:
 		fmt.Fprintf(stderr, "console resolve: -key must be a positive key id\n%s\n", usage)
 		return 2
-	case operatorErr != nil:
-		fmt.Fprintf(stderr, "console resolve: -operator: %v\n%s\n", operatorErr, usage)
+	case badOperator:
+		fmt.Fprintf(stderr, "console resolve: -operator: %s\n%s\n", refused.Reason, usage)
 		return 2
 	case flags.NArg() > 0:
 		fmt.Fprintf(stderr, "console resolve: unexpected arguments %q\n", flags.Args())

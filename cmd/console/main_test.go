@@ -73,11 +73,11 @@ func TestBuild(t *testing.T) {
 		}{
 			{[]string{"adopt", "-operator", "ada"}, "-key must be a positive key id"},
 			{[]string{"adopt", "-key", "-3", "-operator", "ada"}, "-key must be a positive key id"},
-			{[]string{"adopt", "-key", "1", "-operator", "  "}, "-operator: invalid settlement: the operator's name is required"},
+			{[]string{"adopt", "-key", "1", "-operator", "  "}, "-operator: the operator's name is required"},
 			{[]string{"close", "-key", "1", "-operator", strings.Repeat("a", rides.MaxOperatorLength+1)},
-				"-operator: invalid settlement: the operator's name has 101 characters, at most 100"},
+				"-operator: the operator's name has 101 characters, at most 100"},
 			{[]string{"release", "-key", "1", "-operator", "ada\nroot"},
-				"-operator: invalid settlement: the operator's name holds a control or formatting character"},
+				"-operator: the operator's name holds a control or formatting character"},
 		} {
 			var stderr bytes.Buffer
 			require.Equal(t, 2, resolve(tc.args, io.Discard, &stderr), "%q", tc.args)
