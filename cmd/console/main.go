@@ -211,6 +211,9 @@ func resolve(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer pool.Close()
+	// The command is run on the host it acts from, so loopback is where
+	// the settlement truly came from: unlike a console request over a
+	// Unix socket (clientIP), no origin is made up.
 	st := rides.Settlement{KeyID: *keyID, Operator: *operator, OriginIP: netip.IPv6Loopback()}
 	msg, err := settlement.Run(ctx, svc, st)
 	if err != nil {

@@ -527,8 +527,10 @@ func refusal(err error) (string, bool) {
 func urlQuery(s string) string { return template.URLQueryEscaper(s) }
 
 // clientIP is where r came from, for the audit record; the zero Addr
-// when RemoteAddr holds no address (a Unix socket), which a settlement
-// refuses rather than record a made-up one.
+// when RemoteAddr holds no address (a Unix socket, behind which a proxy
+// may stand for anyone), which a settlement refuses rather than record a
+// made-up one. The resolve command, run on the host itself, records
+// loopback: for it that is the truth.
 func clientIP(r *http.Request) netip.Addr {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
