@@ -356,9 +356,15 @@ func safeNext(next string) string {
 	if strings.ContainsFunc(next, func(r rune) bool { return r == '\\' || unicode.IsControl(r) }) {
 		return "/"
 	}
+	// A path of exactly one leading slash parses to no scheme, host,
+	// user or opaque part; its decoded path may still begin "//"
+	// ("/%2F/x"), refused too: decoded anywhere on its way, it names
+	// another site.
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+		return "/"
+	}
 	u, err := url.Parse(next)
-	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" ||
-		!strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(u.Path, "//") {
+	if err != nil || strings.HasPrefix(u.Path, "//") {
 		return "/"
 	}
 	return (&url.URL{Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}).RequestURI()
