@@ -115,9 +115,18 @@ type Overview struct {
 	Findings       int                        `json:"findings"`
 }
 
-// recoveryPoints are the recovery points of an unfinished ride request,
-// in the order it passes them: the overview counts keys at each.
-var recoveryPoints = []idem.RecoveryPoint{idem.Started, rides.RideCreated, rides.ChargeCreated}
+// overviewPoints are the recovery points the overview counts unfinished
+// keys at: each of an unfinished ride request, in the order it passes
+// them. Finished keys are counted by lock state.
+func overviewPoints() []idem.RecoveryPoint {
+	var points []idem.RecoveryPoint
+	for _, p := range rides.RecoveryPoints {
+		if p != idem.Finished {
+			points = append(points, p)
+		}
+	}
+	return points
+}
 
 // ratePeriod is the window new rides per second are counted over.
 const ratePeriod = 10 * time.Second
@@ -128,7 +137,7 @@ func (c *Console) snapshot(ctx context.Context) (*Overview, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range recoveryPoints {
+	for _, p := range overviewPoints() {
 		o.Points[p] = counts.ByRecoveryPoint[p]
 	}
 	o.InFlight, o.Stale, o.Released, o.Finished, o.NeedsAttention =
@@ -176,7 +185,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	c.render(w, r, "overview", s, map[string]any{
 		"O":        o,
-		"Points":   recoveryPoints,
+		"Points":   overviewPoints(),
 		"Statuses": rides.Statuses,
 		"States":   rivertype.JobStates(),
 	})

@@ -47,6 +47,10 @@ const (
 	ChargeCreated idem.RecoveryPoint = "charge_created"
 )
 
+// RecoveryPoints are the ride request's recovery points, in the order it
+// passes them.
+var RecoveryPoints = []idem.RecoveryPoint{idem.Started, RideCreated, ChargeCreated, idem.Finished}
+
 // Every ride costs the same while Rocket Rides is young.
 const (
 	Price    = 2000 // cents
