@@ -379,6 +379,20 @@ func TestConsole(t *testing.T) {
 		require.Contains(t, resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
 	})
 
+	// The key table is every endpoint's: a key at a recovery point that
+	// is not the ride's is counted after the ride's, not left out.
+	t.Run("OverviewCountsKeysAtAnotherEndpointsPoints", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+		keyID := b.flag(t)
+		_, err := b.Pool.Exec(context.Background(), `UPDATE idempotency_keys SET recovery_point = 'refund_created' WHERE id = $1`, keyID)
+		require.NoError(t, err)
+		resp, body := b.get(t, "/")
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Regexp(t, `(?s)data-field="points.started">0<.*data-field="points.ride_created">0<.*data-field="points.charge_created">0<.*data-field="points.refund_created">1<`, body)
+	})
+
 	t.Run("EventsStreamTheOverview", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

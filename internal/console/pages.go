@@ -117,15 +117,23 @@ type Overview struct {
 
 // overviewPoints are the recovery points the overview counts unfinished
 // keys at: each of an unfinished ride request, in the order it passes
-// them. Finished keys are counted by lock state.
-func overviewPoints() []idem.RecoveryPoint {
-	var points []idem.RecoveryPoint
+// them, then, by name, any other that counts holds (the table is every
+// endpoint's), rather than leave its keys out. Finished keys are counted
+// by lock state.
+func overviewPoints(counts map[idem.RecoveryPoint]int) []idem.RecoveryPoint {
+	var points, others []idem.RecoveryPoint
 	for _, p := range rides.RecoveryPoints {
 		if p != idem.Finished {
 			points = append(points, p)
 		}
 	}
-	return points
+	for p := range counts {
+		if !slices.Contains(rides.RecoveryPoints, p) {
+			others = append(others, p)
+		}
+	}
+	slices.Sort(others)
+	return append(points, others...)
 }
 
 // ratePeriod is the window new rides per second are counted over.
@@ -137,7 +145,7 @@ func (c *Console) snapshot(ctx context.Context) (*Overview, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range overviewPoints() {
+	for _, p := range overviewPoints(counts.ByRecoveryPoint) {
 		o.Points[p] = counts.ByRecoveryPoint[p]
 	}
 	o.InFlight, o.Stale, o.Released, o.Finished, o.NeedsAttention =
@@ -185,7 +193,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	c.render(w, r, "overview", s, map[string]any{
 		"O":        o,
-		"Points":   overviewPoints(),
+		"Points":   overviewPoints(o.Points),
 		"Statuses": rides.Statuses,
 		"States":   rivertype.JobStates(),
 	})
