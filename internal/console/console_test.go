@@ -37,7 +37,9 @@ func setup(t *testing.T) *testBundle { return setupWith(t, nil) }
 // bundle's api and Stripe fake (nil: no lab).
 func setupWith(t *testing.T, lab func(*apitest.Stack) *console.Lab) *testBundle {
 	t.Helper()
-	b := &testBundle{Stack: apitest.New(t, apitest.Options{MaxChargeAttempts: 1})}
+	// The lab runs only where the api takes simulated errors, as in
+	// make dev.
+	b := &testBundle{Stack: apitest.New(t, apitest.Options{MaxChargeAttempts: 1, SimulatedErrors: lab != nil})}
 	var labConfig *console.Lab
 	if lab != nil {
 		labConfig = lab(b.Stack)
@@ -295,6 +297,26 @@ func TestConsole(t *testing.T) {
 		require.Equal(t, fakestripe.Faults{}, lab.Stripe.Faults(), "the fake as the lab found it")
 		resp = lab.post(t, "/lab", lab.console.URL, url.Values{"csrf": {token}, "scenario": {"dies_after_ride"}})
 		require.Equal(t, http.StatusSeeOther, resp.StatusCode, "the next run, once the first is done")
+	})
+
+	// A run that sets no faults clears none: the fake's faults may be
+	// another client's.
+	t.Run("LabLeavesFaultsItDidNotSet", func(t *testing.T) {
+		t.Parallel()
+		lab := setupWith(t, func(s *apitest.Stack) *console.Lab {
+			return &console.Lab{APIURL: s.URL, Token: s.Token, StripeBase: s.StripeURL, StripeKey: "sk_test_lab", Timeout: 500 * time.Millisecond}
+		})
+		lab.login(t)
+		others := fakestripe.Faults{FailStatus: http.StatusServiceUnavailable}
+		lab.Stripe.SetFaults(others)
+		resp := lab.post(t, "/lab", lab.console.URL, url.Values{"csrf": {lab.csrf(t)}, "scenario": {"dies_after_ride"}})
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+		story := resp.Header.Get("Location")
+		require.Eventually(t, func() bool {
+			_, page := lab.get(t, story)
+			return strings.Contains(page, "The lab's clients are done.")
+		}, 30*time.Second, 50*time.Millisecond)
+		require.Equal(t, others, lab.Stripe.Faults())
 	})
 
 	// A search finds a request by its ride, charge or user; finding
