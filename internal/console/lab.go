@@ -247,7 +247,7 @@ func (c *Console) runLab(ctx context.Context, run *labRun, calls int) {
 		defer func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			c.labFaults(ctx, run, "", "The Stripe fake's faults are cleared.")
+			c.labClearFaults(ctx, run, "The Stripe fake's faults are cleared.")
 		}()
 	}
 	switch run.Scenario.Name {
@@ -258,20 +258,20 @@ func (c *Console) runLab(ctx context.Context, run *labRun, calls int) {
 			Why{"Nothing is lost: the completer looks for keys left unfinished and drives them to the end through the same code as the api, resuming at the recovery point the ride's atomic phase committed. Watch the steps above for its attempt.", sectionMurphy})
 		return
 	case "stripe_down":
-		c.labFaults(ctx, run, fmt.Sprintf(`{"fail_next":%d}`, calls),
+		c.labSetFaults(ctx, run, fmt.Sprintf(`{"fail_next":%d}`, calls),
 			fmt.Sprintf("The Stripe fake will fail the next %d charge calls.", calls))
 	case "answer_lost":
-		c.labFaults(ctx, run, `{"drop_after_commit_next":1}`, "The Stripe fake will make the next charge and lose its answer.")
+		c.labSetFaults(ctx, run, `{"drop_after_commit_next":1}`, "The Stripe fake will make the next charge and lose its answer.")
 	case "slow_stripe":
-		c.labFaults(ctx, run, fmt.Sprintf(`{"latency_ms":%d}`, (3*l.Timeout/2).Milliseconds()),
+		c.labSetFaults(ctx, run, fmt.Sprintf(`{"latency_ms":%d}`, (3*l.Timeout/2).Milliseconds()),
 			fmt.Sprintf("The Stripe fake will take %s per charge; the client waits %s.", 3*l.Timeout/2, l.Timeout))
 		resp := c.labPost(ctx, run.Key, false)
 		c.labSaw(run, "client", 1, resp)
-		c.labFaults(ctx, run, `{"latency_ms":0}`, "Stripe is fast again.")
+		c.labSetFaults(ctx, run, `{"latency_ms":0}`, "Stripe is fast again.")
 		c.labRetry(ctx, run, "client", 2)
 		return
 	case "race":
-		c.labFaults(ctx, run, fmt.Sprintf(`{"latency_ms":%d}`, (l.Timeout/2).Milliseconds()),
+		c.labSetFaults(ctx, run, fmt.Sprintf(`{"latency_ms":%d}`, (l.Timeout/2).Milliseconds()),
 			"The Stripe fake slows down, so that the two requests overlap.")
 		var wg sync.WaitGroup
 		for _, name := range []string{"client A", "client B"} {
@@ -385,18 +385,26 @@ func (c *Console) labSaw(run *labRun, client string, attempt int, r labResponse)
 	run.add(client, what, outcome, w)
 }
 
-// labFaults sets faults on the Stripe fake, over its HTTP endpoint: patch,
-// a JSON object of the faults to change, or with patch empty, clears every
-// fault (the fake's DELETE).
-func (c *Console) labFaults(ctx context.Context, run *labRun, patch, what string) {
-	method, body := http.MethodPost, io.Reader(strings.NewReader(patch))
-	if patch == "" {
-		method, body = http.MethodDelete, nil
-	}
+// labSetFaults changes faults on the Stripe fake: patch is a JSON object
+// of the faults to change (the fake's POST /_fake/faults).
+func (c *Console) labSetFaults(ctx context.Context, run *labRun, patch, what string) {
+	c.labFaults(ctx, run, http.MethodPost, strings.NewReader(patch), what)
+}
+
+// labClearFaults clears every fault on the Stripe fake (the fake's
+// DELETE /_fake/faults).
+func (c *Console) labClearFaults(ctx context.Context, run *labRun, what string) {
+	c.labFaults(ctx, run, http.MethodDelete, nil, what)
+}
+
+// labFaults sends method, with body (JSON) when it is not nil, to the
+// Stripe fake's faults endpoint, and adds to run what it did or why it
+// could not.
+func (c *Console) labFaults(ctx context.Context, run *labRun, method string, body io.Reader, what string) {
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.lab.StripeBase, "/")+"/_fake/faults", body)
 	if err == nil {
 		req.Header.Set("Authorization", "Bearer "+c.lab.StripeKey)
-		if patch != "" {
+		if body != nil {
 			req.Header.Set("Content-Type", "application/json")
 		}
 		var resp *http.Response
