@@ -239,17 +239,24 @@ func (c *Console) labStart(w http.ResponseWriter, r *http.Request, s *session) {
 // runLab inflicts the scenario and plays the clients.
 func (c *Console) runLab(ctx context.Context, run *labRun, calls int) {
 	l := c.lab
-	if run.Scenario.Name != "dies_after_ride" {
-		// The fake's faults meet every client, the simulator's too: they
-		// are cleared however the run ends, on a context of their own,
-		// since the run's may be done (its timeout, a shutdown) and would
-		// not let the request out.
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			c.labClearFaults(ctx, run, "The Stripe fake's faults are cleared.")
-		}()
+	// The fake's faults meet every client, the simulator's too: a run
+	// that sets any clears them however it ends, on a context of its
+	// own, since the run's may be done (its timeout, a shutdown) and
+	// would not let the request out. A run that sets none leaves the
+	// fake's faults, whoever set them, alone.
+	faulted := false
+	setFaults := func(patch, what string) {
+		faulted = true
+		c.labSetFaults(ctx, run, patch, what)
 	}
+	defer func() {
+		if !faulted {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		c.labClearFaults(ctx, run, "The Stripe fake's faults are cleared.")
+	}()
 	switch run.Scenario.Name {
 	case "dies_after_ride":
 		resp := c.labPost(ctx, run.Key, true)
@@ -258,20 +265,20 @@ func (c *Console) runLab(ctx context.Context, run *labRun, calls int) {
 			Why{"Nothing is lost: the completer looks for keys left unfinished and drives them to the end through the same code as the api, resuming at the recovery point the ride's atomic phase committed. Watch the steps above for its attempt.", sectionMurphy})
 		return
 	case "stripe_down":
-		c.labSetFaults(ctx, run, fmt.Sprintf(`{"fail_next":%d}`, calls),
+		setFaults(fmt.Sprintf(`{"fail_next":%d}`, calls),
 			fmt.Sprintf("The Stripe fake will fail the next %d charge calls.", calls))
 	case "answer_lost":
-		c.labSetFaults(ctx, run, `{"drop_after_commit_next":1}`, "The Stripe fake will make the next charge and lose its answer.")
+		setFaults(`{"drop_after_commit_next":1}`, "The Stripe fake will make the next charge and lose its answer.")
 	case "slow_stripe":
-		c.labSetFaults(ctx, run, fmt.Sprintf(`{"latency_ms":%d}`, (3*l.Timeout/2).Milliseconds()),
+		setFaults(fmt.Sprintf(`{"latency_ms":%d}`, (3*l.Timeout/2).Milliseconds()),
 			fmt.Sprintf("The Stripe fake will take %s per charge; the client waits %s.", 3*l.Timeout/2, l.Timeout))
 		resp := c.labPost(ctx, run.Key, false)
 		c.labSaw(run, "client", 1, resp)
-		c.labSetFaults(ctx, run, `{"latency_ms":0}`, "Stripe is fast again.")
+		setFaults(`{"latency_ms":0}`, "Stripe is fast again.")
 		c.labRetry(ctx, run, "client", 2)
 		return
 	case "race":
-		c.labSetFaults(ctx, run, fmt.Sprintf(`{"latency_ms":%d}`, (l.Timeout/2).Milliseconds()),
+		setFaults(fmt.Sprintf(`{"latency_ms":%d}`, (l.Timeout/2).Milliseconds()),
 			"The Stripe fake slows down, so that the two requests overlap.")
 		var wg sync.WaitGroup
 		for _, name := range []string{"client A", "client B"} {
