@@ -20,7 +20,9 @@ import (
 	"github.com/rocketrides/rocketrides/internal/proof/bench"
 )
 
-func main() {
+func main() { os.Exit(run()) }
+
+func run() int {
 	quick := flag.Bool("quick", false, "short steps and 100k keys instead of 5M: a smoke run")
 	jsonPath := flag.String("json", "", "also write the figures as JSON to this file")
 	only := flag.String("only", "", "comma-separated steps to run (default all): "+strings.Join(bench.Steps, ","))
@@ -28,10 +30,9 @@ func main() {
 	keep := flag.Bool("keep", false, "leave the bench cluster running afterwards")
 	profile := flag.String("profile", "", "write a CPU profile of the api over new rides at 32 clients to this file (go tool pprof)")
 	flag.Parse()
-	if strings.HasPrefix(*profile, "-") {
-		// -profile -quick would profile into a file named -quick.
-		fmt.Fprintf(os.Stderr, "bench: -profile needs a file name, got the flag-like %q\n", *profile)
-		os.Exit(2)
+	if err := checkFlags(*profile, flag.Args()); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -50,6 +51,22 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
+}
+
+// checkFlags refuses a command line the run would misread, before
+// anything starts. Flag parsing stops at the first word that is not a
+// flag: in "bench quick -only new", -only would go unread and every step
+// would run.
+func checkFlags(profile string, args []string) error {
+	switch {
+	case len(args) > 0:
+		return fmt.Errorf("unexpected arguments %q", args)
+	case strings.HasPrefix(profile, "-"):
+		// -profile -quick would profile into a file named -quick.
+		return fmt.Errorf("-profile needs a file name, got the flag-like %q", profile)
+	}
+	return nil
 }
