@@ -30,7 +30,7 @@ func run() int {
 	keep := flag.Bool("keep", false, "leave the bench cluster running afterwards")
 	profile := flag.String("profile", "", "write a CPU profile of the api over new rides at 32 clients to this file (go tool pprof)")
 	flag.Parse()
-	if err := checkFlags(*profile, flag.Args()); err != nil {
+	if err := checkFlags(*profile, *jsonPath, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
 	}
@@ -60,13 +60,16 @@ func run() int {
 // anything starts. Flag parsing stops at the first word that is not a
 // flag: in "bench quick -only new", -only would go unread and every step
 // would run.
-func checkFlags(profile string, args []string) error {
-	switch {
-	case len(args) > 0:
+func checkFlags(profile, jsonPath string, args []string) error {
+	if len(args) > 0 {
 		return fmt.Errorf("unexpected arguments %q", args)
-	case strings.HasPrefix(profile, "-"):
-		// -profile -quick would profile into a file named -quick.
-		return fmt.Errorf("-profile needs a file name, got the flag-like %q", profile)
+	}
+	// -profile -quick would profile into a file named -quick, and -json
+	// -quick write the figures to one.
+	for _, f := range []struct{ name, path string }{{"profile", profile}, {"json", jsonPath}} {
+		if strings.HasPrefix(f.path, "-") {
+			return fmt.Errorf("-%s needs a file name, got the flag-like %q", f.name, f.path)
+		}
 	}
 	return nil
 }
