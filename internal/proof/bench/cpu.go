@@ -110,7 +110,7 @@ func (r *run) profile(ctx context.Context, d time.Duration) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("profile the api: %s", resp.Status)
 	}
-	f, err := os.CreateTemp(filepath.Dir(r.cfg.Profile), "."+filepath.Base(r.cfg.Profile)+"-*")
+	f, err := createBeside(r.cfg.Profile)
 	if err != nil {
 		return fmt.Errorf("write the profile: %w", err)
 	}
@@ -126,9 +126,10 @@ func (r *run) profile(ctx context.Context, d time.Duration) error {
 }
 
 // canWrite reports whether a file can be written at path, without
-// touching one that is there: it creates and removes a file beside it.
+// touching one that is there: it creates and removes the file beside it
+// that a write would create (createBeside).
 func canWrite(path string) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
+	f, err := createBeside(path)
 	if err != nil {
 		var pathErr *fs.PathError
 		if errors.As(err, &pathErr) {
@@ -137,4 +138,11 @@ func canWrite(path string) error {
 		return &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	return errors.Join(f.Close(), os.Remove(f.Name()))
+}
+
+// createBeside creates a hidden file in path's directory, named after
+// it: written there and renamed onto path once whole, it never leaves
+// path half-written.
+func createBeside(path string) (*os.File, error) {
+	return os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
 }
