@@ -163,6 +163,17 @@ func TestRunRefusesProfile(t *testing.T) {
 		require.ErrorIs(t, err, os.ErrNotExist, "nothing ran")
 	})
 
+	t.Run("ADirectory", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		profile := filepath.Join(dir, "profiles")
+		require.NoError(t, os.Mkdir(profile, 0o755))
+		_, err := Run(context.Background(), Config{Root: dir, Profile: profile})
+		require.EqualError(t, err, "-profile: open "+profile+": is a directory")
+		_, err = os.Stat(filepath.Join(dir, ".data"))
+		require.ErrorIs(t, err, os.ErrNotExist, "nothing ran")
+	})
+
 	t.Run("WithoutTheNewStep", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -129,6 +130,11 @@ func (r *run) profile(ctx context.Context, d time.Duration) error {
 // touching one that is there: it creates and removes the file beside it
 // that a write would create (createBeside).
 func canWrite(path string) error {
+	// A directory passes the trial below, and the rename onto it, at the
+	// end of the run, fails.
+	if info, err := os.Stat(path); err == nil && info.IsDir() {
+		return &fs.PathError{Op: "open", Path: path, Err: syscall.EISDIR}
+	}
 	f, err := createBeside(path)
 	if err != nil {
 		var pathErr *fs.PathError
