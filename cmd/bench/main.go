@@ -39,7 +39,7 @@ func run() int {
 	root, err := project.Root()
 	var report *bench.Report
 	if err == nil {
-		report, err = bench.Run(ctx, bench.Config{Root: root, Port: *port, Quick: *quick, Keep: *keep, Profile: *profile, Log: os.Stderr,
+		report, err = bench.Run(ctx, bench.Config{Root: root, Port: *port, Quick: *quick, Keep: *keep, Profile: *profile, JSON: *jsonPath, Log: os.Stderr,
 			Only: strings.FieldsFunc(*only, func(r rune) bool { return r == ',' }), Command: strings.Join(append([]string{"bench"}, os.Args[1:]...), " ")})
 	}
 	if report != nil {

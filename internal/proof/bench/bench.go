@@ -50,6 +50,7 @@ type Config struct {
 	Only    []string  // run just these of Steps
 	Keep    bool      // leave the cluster running afterwards
 	Profile string    // if set, a CPU profile of the api over new rides at 32 clients goes to this file
+	JSON    string    // if set, the file the caller writes the report to (Report.WriteJSON); Run checks it first
 	Log     io.Writer // progress lines
 	Command string    // how the run was started, for the report
 }
@@ -131,6 +132,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		if err := canWrite(cfg.Profile); err != nil {
 			return nil, fmt.Errorf("-profile: %w", err)
+		}
+	}
+	// Likewise the report's JSON, written once the run is over.
+	if cfg.JSON != "" {
+		if err := canWrite(cfg.JSON); err != nil {
+			return nil, fmt.Errorf("-json: %w", err)
 		}
 	}
 	cfg.DataDir = cmp.Or(cfg.DataDir, filepath.Join(cfg.Root, ".data", "bench"))

@@ -200,6 +200,31 @@ func TestRunRefusesProfile(t *testing.T) {
 	})
 }
 
+// TestRunRefusesJSON: a -json the run could not write is refused before
+// anything runs, not once the figures are in.
+func TestRunRefusesJSON(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Unwritable", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		path := filepath.Join(dir, "missing", "results.json")
+		_, err := Run(context.Background(), Config{Root: dir, JSON: path})
+		require.EqualError(t, err, "-json: open "+path+": no such file or directory")
+		_, err = os.Stat(filepath.Join(dir, ".data"))
+		require.ErrorIs(t, err, os.ErrNotExist, "nothing ran")
+	})
+
+	t.Run("ADirectory", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		_, err := Run(context.Background(), Config{Root: dir, JSON: dir})
+		require.EqualError(t, err, "-json: open "+dir+": is a directory")
+		_, err = os.Stat(filepath.Join(dir, ".data"))
+		require.ErrorIs(t, err, os.ErrNotExist, "nothing ran")
+	})
+}
+
 // TestProcCPU: the CPU of a child that exited and was waited for stays
 // in its parent's count, so that a Postgres backend closing during a load
 // does not take its CPU out of the cluster's total.
