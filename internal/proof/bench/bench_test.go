@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -189,8 +190,16 @@ func TestRunRefusesProfile(t *testing.T) {
 		dir := t.TempDir()
 		profile := filepath.Join(dir, "cpu.pprof")
 		require.NoError(t, os.WriteFile(profile, []byte("an earlier profile"), 0o644))
-		_, err := Run(context.Background(), Config{Root: dir, Profile: profile, Only: []string{"new"}})
-		require.Error(t, err)
+		// Another run holds the bench's data directory: this one stops
+		// past its checks, before it builds or starts anything.
+		dataDir := filepath.Join(dir, ".data", "bench")
+		require.NoError(t, os.MkdirAll(dataDir, 0o755))
+		lock, err := os.Create(filepath.Join(dataDir, "run.lock"))
+		require.NoError(t, err)
+		t.Cleanup(func() { lock.Close() })
+		require.NoError(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB))
+		_, err = Run(context.Background(), Config{Root: dir, Profile: profile, Only: []string{"new"}})
+		require.EqualError(t, err, "another bench run holds "+lock.Name())
 		b, err := os.ReadFile(profile)
 		require.NoError(t, err)
 		require.Equal(t, "an earlier profile", string(b))
