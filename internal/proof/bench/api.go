@@ -131,10 +131,8 @@ func (r *run) withCosts(ctx context.Context, d time.Duration, measure func() (Lo
 	if err != nil {
 		return LoadResult{}, err
 	}
-	profiled := make(chan error, 1)
-	go func() { profiled <- r.profile(ctx, d) }()
-	res, err := measure()
-	if err = errors.Join(err, <-profiled); err != nil {
+	res, err := r.underProfile(ctx, d, measure)
+	if err != nil {
 		return res, err
 	}
 	after, err := r.cpuUse(ctx)
@@ -142,6 +140,28 @@ func (r *run) withCosts(ctx context.Context, d time.Duration, measure func() (Lo
 		return res, err
 	}
 	return res, r.cpuFigures(before, after)
+}
+
+// underProfile runs measure, a load that lasts d, while profile takes a
+// CPU profile of the api over d. A load that fails ends the profile too,
+// instead of leaving the run waiting out the rest of d for a profile it
+// will not use.
+func (r *run) underProfile(ctx context.Context, d time.Duration, measure func() (LoadResult, error)) (LoadResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	profiled := make(chan error, 1)
+	go func() { profiled <- r.profile(ctx, d) }()
+	res, err := measure()
+	if err != nil {
+		cancel()
+		// The load's error is the one to return; the profile's, most
+		// likely the cancellation, goes to the log.
+		if perr := <-profiled; perr != nil {
+			r.logf("  profile abandoned: %v", perr)
+		}
+		return res, err
+	}
+	return res, <-profiled
 }
 
 // cpuFigures adds the CPU the api and Postgres spent per ride between

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -231,6 +232,61 @@ func TestRunRefusesJSON(t *testing.T) {
 		require.EqualError(t, err, "-json: open "+dir+": is a directory")
 		_, err = os.Stat(filepath.Join(dir, ".data"))
 		require.ErrorIs(t, err, os.ErrNotExist, "nothing ran")
+	})
+}
+
+// TestUnderProfile: the profile of the api lasts as long as the load it
+// profiles, and no longer when the load fails.
+func TestUnderProfile(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		run     *run
+		profile string
+	}
+	// setup serves profiles as pprof does: the answer comes once the
+	// profile's duration is over.
+	setup := func(t *testing.T, d time.Duration) testBundle {
+		t.Helper()
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			select {
+			case <-time.After(d):
+				_, _ = w.Write([]byte("a profile"))
+			case <-req.Context().Done():
+			}
+		}))
+		t.Cleanup(srv.Close)
+		profile := filepath.Join(t.TempDir(), "cpu.pprof")
+		return testBundle{run: &run{cfg: Config{Profile: profile, Log: t.Output()}, start: time.Now(), debugAddr: strings.TrimPrefix(srv.URL, "http://")}, profile: profile}
+	}
+
+	t.Run("WritesTheProfileOfALoad", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 100*time.Millisecond)
+		res, err := b.run.underProfile(context.Background(), time.Second, func() (LoadResult, error) {
+			return LoadResult{OK: 1}, nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, 1, res.OK)
+		data, err := os.ReadFile(b.profile)
+		require.NoError(t, err)
+		require.Equal(t, "a profile", string(data))
+	})
+
+	t.Run("EndsTheProfileWhenTheLoadFails", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, time.Minute)
+		begin := time.Now()
+		_, err := b.run.underProfile(context.Background(), time.Minute, func() (LoadResult, error) {
+			return LoadResult{}, errors.New("the load failed")
+		})
+		require.EqualError(t, err, "the load failed")
+		require.Less(t, time.Since(begin), 10*time.Second, "the profile's minute was not waited out")
+		_, err = os.Stat(b.profile)
+		require.ErrorIs(t, err, os.ErrNotExist, "no profile written")
+		left, err := filepath.Glob(filepath.Join(filepath.Dir(b.profile), ".cpu.pprof-*"))
+		require.NoError(t, err)
+		require.Empty(t, left, "no trial file left beside it")
 	})
 }
 
