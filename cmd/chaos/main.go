@@ -36,7 +36,7 @@ func run() int {
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if err := checkFlags(set, *failover, *pooler, *replication, flag.Args()); err != nil {
+	if err := checkFlags(set, *duration, *clients, *failover, *pooler, *replication, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 2
 	}
@@ -66,14 +66,18 @@ func run() int {
 	return 0
 }
 
-// checkFlags refuses a command line whose flags contradict each other
-// before anything starts; set holds the flags given. -replication sync is
-// refused without -failover too: it says something only the drill can
-// honour.
-func checkFlags(set map[string]bool, failover, pooler bool, replication string, args []string) error {
+// checkFlags refuses a command line whose flags contradict each other,
+// or ask for a soak of no length or no clients, before anything starts;
+// set holds the flags given. -replication sync is refused without
+// -failover too: it says something only the drill can honour.
+func checkFlags(set map[string]bool, duration time.Duration, clients int, failover, pooler bool, replication string, args []string) error {
 	switch {
 	case len(args) > 0:
 		return fmt.Errorf("unexpected arguments %q", args)
+	case duration <= 0:
+		return fmt.Errorf("-duration %s: want a positive duration", duration)
+	case clients <= 0:
+		return fmt.Errorf("-clients %d: want at least one client", clients)
 	case replication != "sync" && replication != "async":
 		return fmt.Errorf("-replication %q: want sync or async", replication)
 	case set["replication"] && !failover:
