@@ -36,7 +36,8 @@ import (
 	"github.com/rocketrides/rocketrides/internal/testkit/invariant"
 )
 
-// Config configures a soak.
+// Config configures a soak. A zero field takes the default it names; a
+// negative duration or count is refused.
 type Config struct {
 	// Duration of the chaos phase, before the drain. Default 60s.
 	Duration time.Duration
@@ -86,28 +87,23 @@ const (
 // could not run (no Postgres binaries, a binary that does not build, an
 // interrupt); what the soak found is in the Summary.
 func Run(ctx context.Context, cfg Config) (summary Summary, err error) {
-	if cfg.Duration <= 0 {
+	if err := cfg.validate(); err != nil {
+		return Summary{}, err
+	}
+	if cfg.Duration == 0 {
 		cfg.Duration = 60 * time.Second
 	}
-	if cfg.Clients <= 0 {
+	if cfg.Clients == 0 {
 		cfg.Clients = 16
 	}
 	if cfg.Seed == 0 {
 		cfg.Seed = rand.Int64()
 	}
-	if cfg.DrainTimeout <= 0 {
+	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = 2 * time.Minute
 	}
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
-	}
-	switch {
-	case cfg.AsyncReplication && !cfg.Failover:
-		return Summary{}, errors.New("chaos: asynchronous replication needs the failover drill")
-	case cfg.Pooler && cfg.Failover:
-		// PgBouncer 1.18 takes one host per database: following a
-		// failover would mean rewriting its configuration.
-		return Summary{}, errors.New("chaos: the pooler fronts one host; run it without the failover drill")
 	}
 	s := &soak{cfg: cfg, start: time.Now(), traffic: newTraffic(), faults: newFaults()}
 	s.summary = Summary{Duration: cfg.Duration, Clients: cfg.Clients, Seed: cfg.Seed,
@@ -128,6 +124,27 @@ func Run(ctx context.Context, cfg Config) (summary Summary, err error) {
 		return s.summary, err
 	}
 	return s.summary, nil
+}
+
+// validate refuses a Config no soak can honour, naming the field. A
+// negative value is refused rather than taken for the default: it is a
+// mistake, not a request for one.
+func (c *Config) validate() error {
+	switch {
+	case c.Duration < 0:
+		return fmt.Errorf("chaos: Duration %s is negative", c.Duration)
+	case c.Clients < 0:
+		return fmt.Errorf("chaos: Clients %d is negative", c.Clients)
+	case c.DrainTimeout < 0:
+		return fmt.Errorf("chaos: DrainTimeout %s is negative", c.DrainTimeout)
+	case c.AsyncReplication && !c.Failover:
+		return errors.New("chaos: asynchronous replication needs the failover drill")
+	case c.Pooler && c.Failover:
+		// PgBouncer 1.18 takes one host per database: following a
+		// failover would mean rewriting its configuration.
+		return errors.New("chaos: the pooler fronts one host; run it without the failover drill")
+	}
+	return nil
 }
 
 // soak is one run.

@@ -97,6 +97,32 @@ func TestSoak(t *testing.T) {
 	})
 }
 
+// TestRunRefusesConfig: a setting no soak can honour is refused by name
+// before anything starts, not swapped for the default.
+func TestRunRefusesConfig(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RefusesNegativeSettings", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		_, err := chaos.Run(ctx, chaos.Config{Duration: -5 * time.Second})
+		require.EqualError(t, err, "chaos: Duration -5s is negative")
+		_, err = chaos.Run(ctx, chaos.Config{Clients: -3})
+		require.EqualError(t, err, "chaos: Clients -3 is negative")
+		_, err = chaos.Run(ctx, chaos.Config{DrainTimeout: -time.Minute})
+		require.EqualError(t, err, "chaos: DrainTimeout -1m0s is negative")
+	})
+
+	t.Run("RefusesContradictions", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		_, err := chaos.Run(ctx, chaos.Config{AsyncReplication: true})
+		require.EqualError(t, err, "chaos: asynchronous replication needs the failover drill")
+		_, err = chaos.Run(ctx, chaos.Config{Pooler: true, Failover: true})
+		require.EqualError(t, err, "chaos: the pooler fronts one host; run it without the failover drill")
+	})
+}
+
 // TestSummary: a soak kept for inspection says how to stop every cluster
 // it left running, both nodes of the failover drill's pair.
 func TestSummary(t *testing.T) {
