@@ -237,10 +237,52 @@ func (c Cluster) start(ctx context.Context) error {
 	if err := c.writeConfig(); err != nil {
 		return err
 	}
-	if _, err := c.pgCtl(ctx, "start", "-w", "-t", strconv.Itoa(int(startTimeout.Seconds())), "-l", c.LogFile); err != nil {
+	if err := c.launch(ctx); err != nil {
 		return fmt.Errorf("start postgres in %s: %w%s", c.DataDir, err, c.logTail())
 	}
 	return nil
+}
+
+// launch starts the postmaster as a child of this process (child.go says
+// why not through pg_ctl start) and waits, as pg_ctl -w would, until its
+// pid file says it is ready: "ready" for a primary, "standby" for a hot
+// standby that has reached a consistent state.
+func (c Cluster) launch(ctx context.Context) error {
+	pid, ch, err := spawn(filepath.Join(c.BinDir, "postgres"), []string{"-D", c.DataDir}, c.LogFile, c.runAs)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		if status := c.postmasterStatus(pid); status == "ready" || status == "standby" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("postgres %d is not ready after %s", pid, startTimeout)
+		}
+		select {
+		case <-ch.exited:
+			return fmt.Errorf("postgres exited while starting: %w", ch.err)
+		case <-ctx.Done():
+			return fmt.Errorf("wait for postgres %d to be ready: %w", pid, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// postmasterStatus is the status line (the eighth) of postmaster.pid if
+// the file is postmaster pid's, and "" otherwise: the server writes the
+// file in steps, and a stale one names a dead server.
+func (c Cluster) postmasterStatus(pid int) string {
+	b, err := os.ReadFile(filepath.Join(c.DataDir, "postmaster.pid"))
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 8 || strings.TrimSpace(lines[0]) != strconv.Itoa(pid) {
+		return ""
+	}
+	return strings.TrimSpace(lines[7])
 }
 
 // Stop shuts the server down (fast mode: open transactions are rolled
@@ -251,12 +293,26 @@ func (c Cluster) Stop(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	running, err := c.Running(ctx)
-	if err != nil || !running {
+	return c.stop(ctx)
+}
+
+func (c Cluster) stop(ctx context.Context) error {
+	pid, err := c.postmasterPID()
+	if err != nil || pid == 0 {
 		return err
 	}
+	// pg_ctl stop returns once the server has removed its pid file, which
+	// it does last. A server of ours is then reaped at once; another
+	// one's zombie holds nothing a new server would trip over.
 	if _, err := c.pgCtl(ctx, "stop", "-w", "-m", "fast"); err != nil {
 		return fmt.Errorf("stop postgres in %s: %w", c.DataDir, err)
+	}
+	if ch, ok := ownChild(pid); ok {
+		select {
+		case <-ch.exited:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for postgres %d to exit: %w", pid, ctx.Err())
+		}
 	}
 	return nil
 }
@@ -270,22 +326,10 @@ func (c Cluster) Restart(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	running, err := c.Running(ctx)
-	if err != nil {
+	if err := c.stop(ctx); err != nil {
 		return err
 	}
-	if !running {
-		return c.start(ctx)
-	}
-	if err := c.writeConfig(); err != nil {
-		return err
-	}
-	// -l again: without it the restarted server would write its log to
-	// pg_ctl's stdout, which is ours.
-	if _, err := c.pgCtl(ctx, "restart", "-w", "-m", "fast", "-t", strconv.Itoa(int(startTimeout.Seconds())), "-l", c.LogFile); err != nil {
-		return fmt.Errorf("restart postgres in %s: %w%s", c.DataDir, err, c.logTail())
-	}
-	return nil
+	return c.start(ctx)
 }
 
 // CreateDatabase creates database name unless it exists. Concurrent calls

@@ -1,7 +1,6 @@
 package localpg
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -40,8 +39,8 @@ type PoolerOptions struct {
 	User string
 }
 
-// Pooler is a PgBouncer started by this package, as a daemon that
-// outlives the process that started it, like the cluster.
+// Pooler is a PgBouncer started by this package. Like the cluster, it
+// outlives the process that started it.
 type Pooler struct {
 	Dir          string
 	Port         int
@@ -90,11 +89,9 @@ func NewPooler(opts PoolerOptions) (*Pooler, error) {
 		bin:          bin,
 	}
 	if p.Port == 0 {
-		base, err := basePort()
-		if err != nil {
+		if p.Port, err = PortAbove(3); err != nil {
 			return nil, err
 		}
-		p.Port = base + 3
 	}
 	if p.UpstreamPort == 0 {
 		c, err := New(Options{})
@@ -131,17 +128,12 @@ func (p *Pooler) Start(ctx context.Context) error {
 	if err := p.writeConfig(); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, p.bin, "-d", p.iniFile)
-	cmd.Dir = "/"
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if p.runAs != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: p.runAs.uid, Gid: p.runAs.gid}}
+	// A child of ours, not pgbouncer -d, for the reason child.go gives:
+	// pgbouncer refuses to start while its pid file names a zombie.
+	_, ch, err := spawn(p.bin, []string{p.iniFile}, p.logFile, p.runAs)
+	if err != nil {
+		return fmt.Errorf("start pgbouncer: %w", err)
 	}
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("start pgbouncer: %w: %s%s", err, strings.TrimSpace(out.String()), p.logTail())
-	}
-	// -d returns once it has forked; wait for the listener.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", p.Port), time.Second)
@@ -152,6 +144,8 @@ func (p *Pooler) Start(ctx context.Context) error {
 			return fmt.Errorf("pgbouncer does not listen on port %d: %w%s", p.Port, err, p.logTail())
 		}
 		select {
+		case <-ch.exited:
+			return fmt.Errorf("pgbouncer exited while starting: %w%s", ch.err, p.logTail())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -166,17 +160,13 @@ func (p *Pooler) Stop(ctx context.Context) error {
 	if pid == 0 {
 		return nil
 	}
+	start, _ := startTime(pid)
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("stop pgbouncer %d: %w", pid, err)
 	}
-	for runsBinary(pid, p.bin) {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for pgbouncer %d to stop: %w", pid, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil
+	// Gone from the process table, not only dead: a pgbouncer started
+	// next would take a zombie's pid for a live pooler's.
+	return awaitGone(ctx, pid, start, "pgbouncer")
 }
 
 // pid is pgbouncer's from its pid file; zero when it is not running,
@@ -225,9 +215,10 @@ ignore_startup_parameters = extra_float_digits
 ; second, not the default 15.
 server_login_retry = 1
 admin_users = %s
-logfile = %s
+; No logfile: pgbouncer runs in the foreground as our child, and its
+; stderr is appended to pgbouncer.log.
 pidfile = %s
-`, p.UpstreamPort, p.Port, userlist, p.PoolMode, p.PoolSize, Superuser, p.logFile, p.pidFile)
+`, p.UpstreamPort, p.Port, userlist, p.PoolMode, p.PoolSize, Superuser, p.pidFile)
 	files := map[string]string{p.iniFile: ini, userlist: fmt.Sprintf("%q \"\"\n", Superuser)}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
