@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rocketrides/rocketrides/docs"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/logctx"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/platform/problem"
@@ -207,13 +208,27 @@ func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(docs.OpenAPI)
 }
 
-// readyz reports whether the database answers; a load balancer stops
-// sending traffic while it does not.
+// readyz reports whether the database answers and takes commits; a load
+// balancer stops sending traffic while it does not. A synchronous primary
+// whose standby is gone answers every read but holds every commit, so a
+// ride would hang until its client gave up: that is not ready either, and
+// a bounded probe commit (db.CheckCommits) says so within a second.
 func readyz(pool *pgxpool.Pool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := pool.Ping(ctx); err != nil {
+			problem.New(http.StatusServiceUnavailable, "database_unavailable", "The database does not answer.").Write(w)
+			return
+		}
+		var wait *db.CommitsWaitError
+		switch err := db.CheckCommits(ctx, pool, db.CommitProbeTimeout); {
+		case errors.As(err, &wait):
+			problem.New(http.StatusServiceUnavailable, "database_commits_waiting",
+				"The database holds every commit for a synchronous standby that is not confirming them (synchronous_standby_names = "+
+					strconv.Quote(wait.Standbys)+").").Write(w)
+			return
+		case err != nil:
 			problem.New(http.StatusServiceUnavailable, "database_unavailable", "The database does not answer.").Write(w)
 			return
 		}

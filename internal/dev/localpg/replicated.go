@@ -87,11 +87,11 @@ func NewReplicated(opts ReplicatedOptions) (*Replicated, error) {
 		return nil, fmt.Errorf("ReplicatedOptions.Ports %v: set both ports or neither", ports)
 	}
 	if ports[0] == 0 {
-		base, err := basePort()
-		if err != nil {
-			return nil, err
+		for i := range ports {
+			if ports[i], err = PortAbove(i + 1); err != nil {
+				return nil, err
+			}
 		}
-		ports = [2]int{base + 1, base + 2}
 	}
 	r := &Replicated{Async: opts.Async, dir: dir, lockFile: filepath.Join(dir, "replicated.lock")}
 	saved, found, err := r.savedMode()
@@ -189,18 +189,20 @@ func (r *Replicated) saveMode() error {
 	return nil
 }
 
-// basePort is $LOCALPG_PORT, else DefaultPort: the pair and the pooler
-// take the ports just above the project's cluster.
-func basePort() (int, error) {
+// PortAbove is the port n above the project cluster's ($LOCALPG_PORT,
+// else DefaultPort). The replicated pair takes +1 and +2, the pooler +3
+// and the bench's cluster +10, so that a checkout that moves LOCALPG_PORT
+// moves them all and two checkouts on one machine do not collide.
+func PortAbove(n int) (int, error) {
 	var env config.Env
 	port := env.Int("LOCALPG_PORT", DefaultPort)
 	if err := env.Err(); err != nil {
 		return 0, err
 	}
-	if port > 65535-3 {
-		return 0, fmt.Errorf("LOCALPG_PORT=%d: must leave room for the three ports above it", port)
+	if port+n > 65535 {
+		return 0, fmt.Errorf("LOCALPG_PORT=%d: must leave room for the port %d above it", port, n)
 	}
-	return port, nil
+	return port + n, nil
 }
 
 // modeName is how modeFile and the messages name a mode.
@@ -264,7 +266,7 @@ func (r *Replicated) Start(ctx context.Context) error {
 	if err := standby.Start(ctx); err != nil {
 		return fmt.Errorf("start standby: %w", err)
 	}
-	return waitStreaming(ctx, primary, r.Async)
+	return waitStreaming(ctx, primary, standby, r.Async)
 }
 
 // Primary is the node that takes writes (once started).
@@ -371,19 +373,26 @@ func (r *Replicated) rebuild(ctx context.Context) error {
 	if err := standby.Start(ctx); err != nil {
 		return fmt.Errorf("start standby: %w", err)
 	}
-	return waitStreaming(ctx, primary, r.Async)
+	return waitStreaming(ctx, primary, standby, r.Async)
 }
 
-// waitStreaming waits until a standby streams from primary: until then a
+// waitStreaming waits until standby streams from primary: until then a
 // synchronous primary's commits wait, and an asynchronous one has nobody
-// to fail over to.
-func waitStreaming(ctx context.Context, primary Cluster, async bool) error {
+// to fail over to. A standby that exits meanwhile fails the wait at once,
+// with the end of its log.
+func waitStreaming(ctx context.Context, primary, standby Cluster, async bool) error {
+	var exited <-chan struct{}
+	if pid, err := standby.postmasterPID(); err == nil && pid != 0 {
+		if ch, ok := ownChild(pid); ok {
+			exited = ch.exited
+		}
+	}
 	// A synchronous standby shows as such a moment after it streams.
 	query := "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')"
-	standby := "synchronous standby"
+	kind := "synchronous standby"
 	if async {
 		query = "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"
-		standby = "standby"
+		kind = "standby"
 	}
 	deadline := time.Now().Add(startTimeout)
 	for {
@@ -397,9 +406,12 @@ func waitStreaming(ctx context.Context, primary Cluster, async bool) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no %s streams from %s after %s (last error: %v)", standby, primary.DataDir, startTimeout, err)
+			return fmt.Errorf("no %s streams from %s after %s: the standby in %s never came back (last error: %v)%s",
+				kind, primary.DataDir, startTimeout, standby.DataDir, err, standby.logTail())
 		}
 		select {
+		case <-exited:
+			return fmt.Errorf("the standby in %s exited before it streamed from %s%s", standby.DataDir, primary.DataDir, standby.logTail())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -428,21 +440,19 @@ func (c Cluster) Crash() error {
 	// Children first, found while they are still the postmaster's: once
 	// it is gone they belong to init.
 	pid := procs[0]
+	start, _ := startTime(pid)
 	for _, p := range append(procs[1:], pid) {
 		if err := syscall.Kill(p, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("kill postgres process %d: %w", p, err)
 		}
 	}
-	// Wait for the postmaster to go, so that the port is free for
-	// whatever starts next. Dead is enough: a zombie holds no socket, and
-	// where nothing reaps orphans (init in some containers) it never goes.
-	for range 100 {
-		if !c.isPostmaster(pid) {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
+	// Wait until the postmaster has left the process table: dead is not
+	// enough, because postgres takes the lock files a zombie left behind
+	// for a live server's and refuses to start on its port (child.go).
+	if err := awaitGone(context.Background(), pid, start, "postgres"); err != nil {
+		return fmt.Errorf("crash postgres in %s: %w", c.DataDir, err)
 	}
-	return fmt.Errorf("postgres %d in %s still runs 2s after SIGKILL", pid, c.DataDir)
+	return nil
 }
 
 // StallReplication stops the primary's WAL senders with SIGSTOP until
@@ -551,18 +561,7 @@ func childPIDs(pid int) []int {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...; comm may hold spaces, so cut after
-		// its closing parenthesis.
-		i := strings.LastIndexByte(string(stat), ')')
-		if i < 0 {
-			continue
-		}
-		fields := strings.Fields(string(stat[i+1:]))
-		if len(fields) >= 2 && fields[1] == strconv.Itoa(pid) {
+		if parentPID(p) == pid {
 			children = append(children, p)
 		}
 	}

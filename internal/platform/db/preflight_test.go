@@ -136,6 +136,23 @@ func TestPreflightReplication(t *testing.T) {
 
 	err = check(db.PreflightConfig{}, "&synchronous_commit=local")
 	require.ErrorContains(t, err, "DATABASE_ALLOW_ASYNC_REPLICATION: synchronous_commit is local for our sessions")
+
+	// Without its synchronous standby the primary answers reads and holds
+	// every commit: the probe says so within its bound, and the commit
+	// it left waiting does not stop the primary from taking the
+	// standby back.
+	pool, err := db.Open(ctx, url, 2)
+	require.NoError(t, err)
+	defer pool.Close()
+	require.NoError(t, db.CheckCommits(ctx, pool, 0), "commits return while the standby streams")
+	require.NoError(t, r.Standby().Crash())
+	var wait *db.CommitsWaitError
+	err = db.CheckCommits(ctx, pool, 0)
+	require.ErrorAs(t, err, &wait)
+	require.Equal(t, "*", wait.Standbys)
+	require.ErrorContains(t, err, `commits wait for a synchronous standby (synchronous_standby_names = "*")`)
+	require.NoError(t, r.Rebuild(ctx))
+	require.NoError(t, db.CheckCommits(ctx, pool, 0), "commits return once a standby streams again")
 }
 
 func freePort(t *testing.T) int {

@@ -105,7 +105,12 @@ func Run(ctx context.Context, cfg Config) (summary Summary, err error) {
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
-	s := &soak{cfg: cfg, start: time.Now(), traffic: newTraffic(), faults: newFaults()}
+	// A fault the soak cannot recover from (a standby that did not come
+	// back) ends it at once, with the reason, rather than leaving the
+	// clients to wait on a primary that holds every commit.
+	ctx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	s := &soak{cfg: cfg, start: time.Now(), traffic: newTraffic(), faults: newFaults(), abort: abort}
 	s.summary = Summary{Duration: cfg.Duration, Clients: cfg.Clients, Seed: cfg.Seed,
 		Failover: cfg.Failover, AsyncReplication: cfg.AsyncReplication, Pooler: cfg.Pooler}
 	defer func() {
@@ -118,7 +123,7 @@ func Run(ctx context.Context, cfg Config) (summary Summary, err error) {
 	}
 	s.chaos(ctx)
 	if ctx.Err() != nil {
-		return s.summary, fmt.Errorf("soak interrupted: %w", ctx.Err())
+		return s.summary, fmt.Errorf("soak interrupted: %w", context.Cause(ctx))
 	}
 	if err := s.judge(ctx); err != nil {
 		return s.summary, err
@@ -154,6 +159,7 @@ type soak struct {
 	summary Summary
 	traffic *traffic
 	faults  *faults
+	abort   context.CancelCauseFunc // ends the soak: see Run
 
 	root       string
 	dir        string // .data/chaos-<ts>: cluster, logs, mail
@@ -323,7 +329,7 @@ func (s *soak) chaos(ctx context.Context) {
 		restarts = append(restarts, s.cfg.Duration*3/4)
 	}
 	if s.cfg.Failover {
-		monkeys.Go(func() { newMonkey(3).failOver(ctx, stopChaos, s.pair, s.traffic, time.Now(), restarts) })
+		monkeys.Go(func() { newMonkey(3).failOver(ctx, stopChaos, s.pair, s.traffic, time.Now(), restarts, s.abort) })
 	} else {
 		monkeys.Go(func() { newMonkey(3).restartPostgres(ctx, stopChaos, *s.cluster, time.Now(), restarts) })
 	}

@@ -125,8 +125,12 @@ type failover struct {
 	rebuilt  time.Duration // promotion to a new standby streaming
 }
 
-// failOver runs the drill at each offset from start.
-func (m *monkey) failOver(ctx context.Context, stop <-chan struct{}, pair *localpg.Replicated, tr *traffic, start time.Time, at []time.Duration) {
+// failOver runs the drill at each offset from start. A failover the pair
+// does not come back from aborts the soak: a synchronous primary without
+// its standby holds every commit (docs/failures.md), so the clients could
+// only wait.
+func (m *monkey) failOver(ctx context.Context, stop <-chan struct{}, pair *localpg.Replicated, tr *traffic, start time.Time, at []time.Duration,
+	abort context.CancelCauseFunc) {
 	for _, offset := range at {
 		if !sleep(ctx, stop, time.Until(start.Add(offset))) {
 			return
@@ -149,12 +153,14 @@ func (m *monkey) failOver(ctx context.Context, stop <-chan struct{}, pair *local
 		}
 		if err := pair.Promote(ctx); err != nil {
 			m.faults.problem("promote: %v", err)
+			abort(fmt.Errorf("failover: the standby was not promoted: %w", err))
 			return
 		}
 		promoted := time.Now()
 		m.progress("standby promoted after %s; rebuilding a standby", promoted.Sub(killed).Round(time.Millisecond))
 		if err := pair.Rebuild(ctx); err != nil {
 			m.faults.problem("rebuild standby: %v", err)
+			abort(fmt.Errorf("failover: the standby did not come back, and the new primary holds every commit for it: %w", err))
 			return
 		}
 		f := failover{stalled: stall, promoted: promoted.Sub(killed), rebuilt: time.Since(promoted)}

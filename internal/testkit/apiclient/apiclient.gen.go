@@ -23,6 +23,7 @@ import (
 const (
 	ProblemCodeBodyTooLarge               ProblemCode = "body_too_large"
 	ProblemCodeCardDeclined               ProblemCode = "card_declined"
+	ProblemCodeDatabaseCommitsWaiting     ProblemCode = "database_commits_waiting"
 	ProblemCodeDatabaseContention         ProblemCode = "database_contention"
 	ProblemCodeDatabaseUnavailable        ProblemCode = "database_unavailable"
 	ProblemCodeIdempotencyKeyExpired      ProblemCode = "idempotency_key_expired"
@@ -54,6 +55,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeBodyTooLarge:
 		return true
 	case ProblemCodeCardDeclined:
+		return true
+	case ProblemCodeDatabaseCommitsWaiting:
 		return true
 	case ProblemCodeDatabaseContention:
 		return true
@@ -200,6 +203,7 @@ type Problem struct {
 	// - `request_cancelled` (503): the request was cancelled; retry with the same key.
 	// - `unavailable` (503): the API token could not be checked; retry.
 	// - `database_unavailable` (503): `/readyz` only: the database does not answer.
+	// - `database_commits_waiting` (503): `/readyz` only: the primary holds every commit for a synchronous standby that is not confirming them.
 	// - `ride_not_found` (404): no ride of yours has this id.
 	// - `not_found` (404): no such endpoint (the path in `detail` is cut to 256 bytes).
 	// - `method_not_allowed` (405): the endpoint does not support the method.
@@ -253,6 +257,7 @@ type Problem struct {
 // - `request_cancelled` (503): the request was cancelled; retry with the same key.
 // - `unavailable` (503): the API token could not be checked; retry.
 // - `database_unavailable` (503): `/readyz` only: the database does not answer.
+// - `database_commits_waiting` (503): `/readyz` only: the primary holds every commit for a synchronous standby that is not confirming them.
 // - `ride_not_found` (404): no ride of yours has this id.
 // - `not_found` (404): no such endpoint (the path in `detail` is cut to 256 bytes).
 // - `method_not_allowed` (405): the endpoint does not support the method.
@@ -494,7 +499,7 @@ type ClientInterface interface {
 
 	// CheckReadiness Readiness
 	//
-	// Answers 200 while the database answers; a load balancer stops sending traffic otherwise.
+	// Answers 200 while the database answers and takes commits; a load balancer stops sending traffic otherwise. A primary that holds its commits for a synchronous standby that is gone answers reads but not commits: a probe commit bounded to one second finds it.
 	//
 	// Corresponds with GET /readyz (the `CheckReadiness` operationId).
 	CheckReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -632,7 +637,7 @@ func (c *Client) GetOpenAPIDocument(ctx context.Context, reqEditors ...RequestEd
 
 // CheckReadiness Readiness
 //
-// Answers 200 while the database answers; a load balancer stops sending traffic otherwise.
+// Answers 200 while the database answers and takes commits; a load balancer stops sending traffic otherwise. A primary that holds its commits for a synchronous standby that is gone answers reads but not commits: a probe commit bounded to one second finds it.
 //
 // Corresponds with GET /readyz (the `CheckReadiness` operationId).
 func (c *Client) CheckReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1251,7 +1256,7 @@ type ClientWithResponsesInterface interface {
 
 	// CheckReadinessWithResponse Readiness
 	//
-	// Answers 200 while the database answers; a load balancer stops sending traffic otherwise.
+	// Answers 200 while the database answers and takes commits; a load balancer stops sending traffic otherwise. A primary that holds its commits for a synchronous standby that is gone answers reads but not commits: a probe commit bounded to one second finds it.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2290,7 +2295,7 @@ func (c *ClientWithResponses) GetOpenAPIDocumentWithResponse(ctx context.Context
 
 // CheckReadinessWithResponse Readiness
 //
-// Answers 200 while the database answers; a load balancer stops sending traffic otherwise.
+// Answers 200 while the database answers and takes commits; a load balancer stops sending traffic otherwise. A primary that holds its commits for a synchronous standby that is gone answers reads but not commits: a probe commit bounded to one second finds it.
 //
 // Returns a wrapper object for the known response body format(s).
 //

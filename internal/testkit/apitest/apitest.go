@@ -46,6 +46,9 @@ const StripeKey = "sk_test_apitest"
 
 // Options tune the stack.
 type Options struct {
+	// Pool is the stack's database, already migrated; nil gives the stack
+	// a fresh database of its own (dbtest.New).
+	Pool *pgxpool.Pool
 	// LockTimeout of idempotency keys; zero keeps the default.
 	LockTimeout time.Duration
 	// SimulatedErrors accepts raise_error=true.
@@ -95,7 +98,10 @@ type Stack struct {
 // New starts a stack whose resources end with the test.
 func New(t testing.TB, opts Options) *Stack {
 	t.Helper()
-	s := &Stack{Pool: dbtest.New(t)}
+	s := &Stack{Pool: opts.Pool}
+	if s.Pool == nil {
+		s.Pool = dbtest.New(t)
+	}
 	if opts.StripeURL != "" {
 		s.StripeURL = opts.StripeURL
 	} else {

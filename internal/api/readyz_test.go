@@ -1,0 +1,78 @@
+package api_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/dev/localpg"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
+	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
+	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
+)
+
+// TestReadyz runs the api on a cluster of its own, whose settings the test
+// changes: a primary told to wait for a synchronous standby that does not
+// exist, which is what a synchronous primary is once its standby is gone.
+func TestReadyz(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	project, err := localpg.New(localpg.Options{})
+	require.NoError(t, err)
+	dir, err := os.MkdirTemp(project.DataDir+"/..", "scratch-readyz-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	port, err := fleet.FreePort()
+	require.NoError(t, err)
+	cluster, err := localpg.New(localpg.Options{DataDir: dir + "/postgres", Port: port})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		require.NoError(t, cluster.Stop(context.Background()))
+		require.NoError(t, os.RemoveAll(dir))
+	})
+	require.NoError(t, cluster.Start(ctx))
+	require.NoError(t, db.MigrateUp(ctx, cluster.URL(), slog.New(slog.DiscardHandler)))
+	pool, err := db.Open(ctx, cluster.URL(), 4)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	b := apitest.New(t, apitest.Options{Pool: pool})
+
+	setStandbys := func(names string) {
+		t.Helper()
+		_, err := pool.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = '"+names+"'")
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "SELECT pg_reload_conf()")
+		require.NoError(t, err)
+	}
+
+	resp := b.Do(t, http.MethodGet, "/readyz", "")
+	require.Equal(t, http.StatusOK, resp.Status)
+
+	// Reads still answer, commits wait forever: not ready, and said why.
+	// That an answer comes at all shows the probe is bounded.
+	setStandbys("gone")
+	require.Eventually(t, func() bool {
+		resp := b.Do(t, http.MethodGet, "/readyz", "")
+		if resp.Status != http.StatusServiceUnavailable {
+			return false // the reload has not reached every session yet
+		}
+		require.Equal(t, "database_commits_waiting", resp.JSON(t)["code"])
+		require.Contains(t, resp.JSON(t)["detail"], `synchronous_standby_names = "gone"`)
+		return true
+	}, 30*time.Second, 100*time.Millisecond)
+	resp = b.Do(t, http.MethodHead, "/readyz", "")
+	require.Equal(t, http.StatusServiceUnavailable, resp.Status)
+
+	// With the wait lifted, ready again.
+	setStandbys("")
+	require.Eventually(t, func() bool {
+		return b.Do(t, http.MethodGet, "/readyz", "").Status == http.StatusOK
+	}, 30*time.Second, 100*time.Millisecond)
+}
