@@ -33,11 +33,16 @@ export CONSOLE_PASSWORD ?= rocketrides-dev
 FUZZTIME ?= 20000x
 FUZZ_TARGETS := FuzzParams FuzzEquivalentEncodings FuzzIdempotencyKey
 
-.PHONY: dev test lint fuzz chaos bench build db migrate seed vet fmt generate docs clean
+.PHONY: dev stop test lint fuzz chaos bench build db migrate seed vet fmt generate docs clean
 
-## dev: local Postgres, migrations, then every Procfile process (Ctrl-C stops them all)
+## dev: local Postgres, migrations, then every Procfile process. Ctrl-C stops
+## them all, and the local Postgres too when make dev started it
 dev: build
 	@set -euo pipefail; \
+	if [ -z "$${DATABASE_URL:-}" ] && ! $(BIN)/localpg status >/dev/null 2>&1; then \
+		trap 'echo "stopping the project-local Postgres"; $(BIN)/localpg stop' EXIT; \
+		trap 'exit 0' INT TERM; \
+	fi; \
 	export DATABASE_URL="$${DATABASE_URL:-$$($(BIN)/localpg url rocketrides)}"; \
 	$(BIN)/migrate up; \
 	runner=$$(scripts/procfile-runner); \
@@ -46,7 +51,14 @@ dev: build
 	echo "api:      http://$$API_HOST:$$API_PORT"; \
 	echo "metrics:  http://$$API_METRICS_ADDR/metrics"; \
 	echo "console:  http://$$CONSOLE_HOST:$$CONSOLE_PORT (any name, password $$CONSOLE_PASSWORD)"; \
-	exec $$runner
+	$$runner
+
+## stop: stop every project-local server: the cluster (make dev, make test),
+## the replicated pair and the pooler
+stop: build
+	@$(BIN)/localpg stop
+	@$(BIN)/localpg replica stop
+	@if command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; then $(BIN)/localpg pooler stop; fi
 
 ## test: vet, lint, the whole suite against real Postgres, River and the Stripe fake,
 ## then each fuzz target briefly
@@ -109,7 +121,7 @@ generate:
 docs:
 	$(GO) run ./internal/proof/configdoc
 
-## clean: stop the local cluster and remove binaries and local data
+## clean: stop the local servers (make stop) and remove binaries and local data
 clean:
-	-@[ -x $(BIN)/localpg ] && $(BIN)/localpg stop
+	-@[ -x $(BIN)/localpg ] && $(MAKE) --no-print-directory stop
 	rm -rf $(BIN) .data

@@ -26,7 +26,7 @@ func run() int {
 	quick := flag.Bool("quick", false, "short steps and 100k keys instead of 5M: a smoke run")
 	jsonPath := flag.String("json", "", "also write the figures as JSON to this file")
 	only := flag.String("only", "", "comma-separated steps to run (default all): "+strings.Join(bench.Steps, ","))
-	port := flag.Int("port", bench.DefaultPort, "port of the bench's own Postgres cluster")
+	port := flag.Int("port", 0, "port of the bench's own Postgres cluster (default LOCALPG_PORT+10, 54339 without it)")
 	keep := flag.Bool("keep", false, "leave the bench cluster running afterwards")
 	profile := flag.String("profile", "", "write a CPU profile of the api over new rides at 32 clients to this file (go tool pprof)")
 	flag.Parse()

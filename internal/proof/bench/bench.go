@@ -37,15 +37,11 @@ import (
 // Steps are the run's steps in the order they run.
 var Steps = []string{"limit", "new", "instances", "pooler", "replay", "hiding", "scale", "enqueuer", "completer", "reaper"}
 
-// DefaultPort is the bench cluster's port, next to the project cluster's
-// 54329 so that both can run at once.
-const DefaultPort = 54339
-
 // Config configures a run.
 type Config struct {
 	Root    string    // the project root; DataDir defaults to Root/.data/bench
 	DataDir string    // the cluster, the logs, the pgbench scripts
-	Port    int       // the cluster's port on 127.0.0.1
+	Port    int       // the cluster's port on 127.0.0.1; 0 is LOCALPG_PORT+10 (localpg.PortAbove)
 	Quick   bool      // short steps and 100k keys instead of 5M: a smoke run
 	Only    []string  // run just these of Steps
 	Keep    bool      // leave the cluster running afterwards
@@ -141,7 +137,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	cfg.DataDir = cmp.Or(cfg.DataDir, filepath.Join(cfg.Root, ".data", "bench"))
-	cfg.Port, cfg.Log = cmp.Or(cfg.Port, DefaultPort), cmp.Or(cfg.Log, io.Discard)
+	if cfg.Port == 0 {
+		port, err := localpg.PortAbove(10)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Port = port
+	}
+	cfg.Log = cmp.Or(cfg.Log, io.Discard)
 	r := &run{cfg: cfg, sz: sizesFor(cfg.Quick), start: time.Now(), runID: strings.ToLower(rand.Text()[:8]),
 		limit: map[int]float64{}, newRides: map[int]LoadResult{},
 		report: &Report{Command: cfg.Command, Started: time.Now().UTC(), Quick: cfg.Quick, Machine: Machine{

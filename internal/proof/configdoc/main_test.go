@@ -10,16 +10,17 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/project"
 )
 
-// TestReferenceIsCurrent fails when docs/configuration.md or known.go
-// says something else than the code: a setting added, removed or
-// changed without `make docs`.
+// TestReferenceIsCurrent fails when docs/configuration.md, .env.example
+// or known.go says something else than the code: a setting added,
+// removed or changed without `make docs`.
 func TestReferenceIsCurrent(t *testing.T) {
 	t.Parallel()
 	root, err := project.Root()
 	require.NoError(t, err)
-	doc, known, err := generate(root)
+	files, err := generate(root)
 	require.NoError(t, err)
-	for path, want := range map[string][]byte{docPath: doc, knownPath: known} {
+	require.Len(t, files, 3)
+	for path, want := range files {
 		got, err := os.ReadFile(filepath.Join(root, path))
 		require.NoError(t, err)
 		require.Equal(t, string(want), string(got), "%s is out of date: run make docs", path)
