@@ -116,6 +116,27 @@ func awaitGone(ctx context.Context, pid int, start string, what string) error {
 	}
 }
 
+// awaitDead waits until the process that had pid and started at start
+// has died: gone, or a zombie, which holds no memory, socket or file any
+// more. For a killed process that is a moment's wait.
+func awaitDead(ctx context.Context, pid int, start string) error {
+	deadline := time.Now().Add(goneTimeout)
+	for {
+		fields, ok := statFields(pid)
+		if !ok || fields[19] != start || fields[0] == "Z" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process %d still runs %s after SIGKILL", pid, goneTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for process %d to die: %w", pid, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // statFields are the fields of /proc/<pid>/stat after the command name,
 // which may hold spaces and parentheses: state is [0], ppid [1], the
 // start time [19].

@@ -433,22 +433,36 @@ func (r *Replicated) lock(ctx context.Context) (func(), error) {
 // that loses power would stop them: nothing is flushed or said goodbye
 // to. Crashing a cluster that is not running is not an error.
 func (c Cluster) Crash() error {
-	procs, err := c.Processes()
-	if err != nil || len(procs) == 0 {
+	pid, err := c.postmasterPID()
+	if err != nil || pid == 0 {
 		return err
 	}
-	// Children first, found while they are still the postmaster's: once
-	// it is gone they belong to init.
-	pid := procs[0]
 	start, _ := startTime(pid)
-	for _, p := range append(procs[1:], pid) {
+	// Freeze the postmaster first. Killed after its children, it would
+	// see one die, start reinitialising and fork new ones that nobody
+	// kills; they would keep the shared memory attached, and a new server
+	// refuses a segment still in use. Stopped, it forks nothing, so the
+	// children listed now are all of them.
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("stop postgres %d: %w", pid, err)
+	}
+	procs := append(childPIDs(pid), pid)
+	starts := make([]string, len(procs))
+	for i, p := range procs {
+		starts[i], _ = startTime(p)
 		if err := syscall.Kill(p, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("kill postgres process %d: %w", p, err)
 		}
 	}
-	// Wait until the postmaster has left the process table: dead is not
-	// enough, because postgres takes the lock files a zombie left behind
-	// for a live server's and refuses to start on its port (child.go).
+	// Every child dead (a zombie has let go of the shared memory), and the
+	// postmaster gone from the process table: dead is not enough there,
+	// because postgres takes the lock files a zombie left behind for a
+	// live server's and refuses to start on its port (child.go).
+	for i, p := range procs[:len(procs)-1] {
+		if err := awaitDead(context.Background(), p, starts[i]); err != nil {
+			return fmt.Errorf("crash postgres in %s: %w", c.DataDir, err)
+		}
+	}
 	if err := awaitGone(context.Background(), pid, start, "postgres"); err != nil {
 		return fmt.Errorf("crash postgres in %s: %w", c.DataDir, err)
 	}
