@@ -215,7 +215,7 @@ CREATE INDEX rides_user_id_id ON rides (user_id, id DESC);
 
 -- Staged jobs: inserted by an atomic phase in its own transaction, so a
 -- job exists only if the phase committed; the enqueuer hands each to River
--- in the transaction that deletes it. Owned by package staged.
+-- in the transaction that deletes it. Owned by package jobs.
 CREATE TABLE staged_jobs (
     id         BIGSERIAL   PRIMARY KEY,
     created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
@@ -223,7 +223,7 @@ CREATE TABLE staged_jobs (
     job_args   JSONB       NOT NULL
 );
 
--- One row per ride whose receipt was sent; owned by package receipt.
+-- One row per ride whose receipt was sent; owned by package jobs.
 -- Mail cannot be unsent, so the receipt job looks here before sending and
 -- records the send right after: a retried job does not mail again.
 CREATE TABLE ride_receipts (
