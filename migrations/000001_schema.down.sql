@@ -1,4 +1,8 @@
--- Everything 000001_schema.up.sql created, referencing tables first.
+-- Everything 000001_schema.up.sql created, tables that refer to others first.
+DROP FUNCTION idempotency_key_phase_check(BOOLEAN, TEXT);
+DROP FUNCTION idempotency_key_fence(BIGINT, UUID, TEXT);
+DROP TABLE reconcile_runs;
+DROP TABLE reaped_keys;
 DROP TABLE abandoned_requests;
 DROP TABLE ride_receipts;
 DROP TABLE staged_jobs;

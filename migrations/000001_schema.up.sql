@@ -1,285 +1,295 @@
--- The whole Rocket Rides schema. River's tables (river_job and friends) are
--- not here: cmd/migrate applies River's own migrations after this one.
+-- The Rocket Rides schema, whole, in the order the article meets its ideas:
+-- the key's row (recovery point, lock, stored response), the fence of an
+-- atomic phase, the phases' writes (audit records, rides and their charges,
+-- staged jobs), the receipt job's record, and what the reaper keeps for
+-- people. River's tables are not here: cmd/migrate applies River's own.
 --
--- Every constraint is a last line of defence: the code already refuses
--- what they refuse, and they make sure nothing that slips past it is ever
--- stored.
+-- Policy: until the first tagged release the schema is edited in place,
+-- here; no migration is added after this one. Nothing is deployed, so there
+-- is no history to keep: after pulling a change to this file, `make clean`
+-- resets a dev database. migrations/testdata/schema.sql is the schema as
+-- pg_dump prints it, and TestSchema fails until it is rewritten (-update).
+--
+-- Every constraint is a last line of defence: the code refuses the same
+-- things first, and these make sure nothing that slips past is stored.
 
-
--- Users of Rocket Rides. Owned by package user.
+-- Riders; owned by package user. A token is stored only as its SHA-256,
+-- so a leaked table leaks no credentials; its UNIQUE index is also how a
+-- request is authenticated.
 CREATE TABLE users (
     id                 BIGSERIAL PRIMARY KEY,
-
-    email              TEXT      NOT NULL UNIQUE
-        CHECK (char_length(email) <= 255),
-
-    -- Stripe customer with a card attached; every ride charges it.
-    stripe_customer_id TEXT      NOT NULL UNIQUE
-        CHECK (char_length(stripe_customer_id) <= 50),
-
-    -- A user's API token is never stored, only its SHA-256, so a leaked
-    -- table does not leak credentials. UNIQUE is also the index that
-    -- authenticates a request by its token.
-    api_token_hash     BYTEA     NOT NULL UNIQUE
-        CHECK (octet_length(api_token_hash) = 32)
+    email              TEXT      NOT NULL UNIQUE CHECK (char_length(email) <= 255),
+    -- The Stripe customer, with a card attached, that every ride charges.
+    stripe_customer_id TEXT      NOT NULL UNIQUE CHECK (char_length(stripe_customer_id) <= 50),
+    api_token_hash     BYTEA     NOT NULL UNIQUE CHECK (octet_length(api_token_hash) = 32)
 );
 
-
--- One row per idempotent request a client has made. Owned by package idem.
--- It remembers what was asked (method, path, params) so that a reused key
--- with a different request is refused, how far the request got
--- (recovery_point) so that a retry resumes instead of starting over, and,
--- once finished, the response so that a retry replays it.
+-- The key's row: one per idempotent request; owned by package idem. It
+-- remembers what was asked, so that the key reused for another request is
+-- refused; how far the request got, so that a retry resumes instead of
+-- starting over; and the response, so that a retry of a finished request
+-- replays it.
 CREATE TABLE idempotency_keys (
     id              BIGSERIAL   PRIMARY KEY,
     created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
-    idempotency_key TEXT        NOT NULL
-        CHECK (char_length(idempotency_key) BETWEEN 1 AND 255),
+    -- The client's Idempotency-Key header, scoped per user (index below).
+    idempotency_key TEXT        NOT NULL CHECK (char_length(idempotency_key) BETWEEN 1 AND 255),
+    -- When anyone last worked the key: a client's retry or the completer.
     last_run_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
 
-    -- Set while a request works the key. A lock older than the lock
-    -- timeout is considered abandoned and may be taken over.
+    -- The lock: set while a request works the key. A lock older than the
+    -- lock timeout was abandoned and may be taken over. Every claim takes a
+    -- new token and every phase commits only if the key still carries it
+    -- (the fence, below), so a request whose lock was taken over can no
+    -- longer move the key.
     locked_at       TIMESTAMPTZ DEFAULT now(),
-
-    -- Fencing token: every claim takes a new one and every atomic phase
-    -- commits only if the key still carries it, so a request whose lock
-    -- was taken over can no longer move the key.
     lock_token      UUID,
 
-    -- The request, as received.
-    request_method  TEXT        NOT NULL
-        CHECK (char_length(request_method) <= 10),
+    -- The request as received, and where from (for the completer's audit).
+    request_method  TEXT        NOT NULL CHECK (char_length(request_method) <= 10),
     request_params  JSONB       NOT NULL,
-    request_path    TEXT        NOT NULL
-        CHECK (char_length(request_path) <= 100),
-
-    -- Where the request came from, kept so that the completer can write
-    -- an honest audit record when it finishes the request on the client's
-    -- behalf.
+    request_path    TEXT        NOT NULL CHECK (char_length(request_path) <= 100),
     origin_ip       INET        NOT NULL,
 
-    -- The stored response, set together with recovery point 'finished'.
+    -- The stored response, written together with recovery point 'finished'.
     response_code   INT         NULL,
     response_body   JSONB       NULL,
 
-    -- The last atomic phase the request completed: 'started' when
-    -- claimed, 'finished' once the response is stored, and in between
-    -- whatever points the endpoint declares (package rides has
-    -- 'ride_created' and 'charge_created'). The table is shared by every
-    -- endpoint, so it asks only for the shape of a name; a new endpoint
-    -- needs no migration.
-    recovery_point  TEXT        NOT NULL
-        CHECK (recovery_point ~ '^[a-z][a-z0-9_]{0,49}$'),
+    -- The recovery point: the last atomic phase that committed. 'started'
+    -- when claimed, 'finished' once the response is stored, and between
+    -- them the endpoint's own (package rides: ride_created, charge_created).
+    -- Only a name's shape is checked, so a new endpoint needs no change here.
+    recovery_point  TEXT        NOT NULL CHECK (recovery_point ~ '^[a-z][a-z0-9_]{0,49}$'),
+    user_id         BIGINT      NOT NULL REFERENCES users ON DELETE RESTRICT,
 
-    user_id         BIGINT      NOT NULL
-        REFERENCES users ON DELETE RESTRICT,
-
-    -- What the key remembers about its foreign state mutation (the Stripe
-    -- charge), so that a retry can tell since when it has been tried and
-    -- how often it ended with an outcome nobody can know:
-    --
-    --   * Stripe forgets an idempotency key after 24 hours. A retry after
-    --     that would charge again, so past that window the charge is first
-    --     looked up at Stripe and adopted if it exists.
-    --   * An outcome that stays unknown however often it is retried
-    --     (Stripe keeps replaying a stored 500) must not be retried
-    --     forever: after a bounded number of attempts the key is set aside
-    --     for a human, with the reason, and the completer leaves it alone.
-    unknown_outcomes         INT         NOT NULL DEFAULT 0
-        CHECK (unknown_outcomes >= 0),
+    -- The foreign state mutation's history, beyond the article. Stripe
+    -- forgets an idempotency key after 24 hours, so past that a retry looks
+    -- the charge up before charging again; and an outcome that stays
+    -- unknown (Stripe replaying a stored 500) is retried a bounded number
+    -- of times, then the key is set aside for a person with the reason, and
+    -- the completer leaves it alone.
+    unknown_outcomes         INT         NOT NULL DEFAULT 0 CHECK (unknown_outcomes >= 0),
     first_foreign_attempt_at TIMESTAMPTZ NULL,
-    attention_reason         TEXT        NULL
-        CHECK (char_length(attention_reason) <= 500),
+    attention_reason         TEXT        NULL CHECK (char_length(attention_reason) <= 500),
 
-    -- A key is finished exactly when its response is stored, so a replay
-    -- always has a response to replay.
+    -- What the request created (the ride's id), for reaped_keys to name.
+    resource_id     BIGINT      NULL,
+
+    -- How often the key was claimed; each step names its attempt.
+    claims          INT         NOT NULL DEFAULT 1
+        CONSTRAINT idempotency_keys_claims_positive CHECK (claims >= 1),
+
+    -- A random identity, which the Stripe idempotency key carries
+    -- (rocket-rides-<id>-<identity>): a failover that loses the last commits
+    -- can hand out an id twice, never a UUID. A key without one (made before
+    -- identities existed) keeps the Stripe key of its id alone.
+    identity        UUID        NULL DEFAULT gen_random_uuid(),
+
+    -- The key's story for the console, oldest first: objects {at, event,
+    -- recovery_point, actor, attempt, detail}, appended by the statement
+    -- that takes the step, so a step costs no round trip. Events: claimed,
+    -- resumed, took_over, reached, unknown_outcome, set_aside (detail: why),
+    -- unlocked, reopened. The steps go with the key when it is reaped.
+    steps           JSONB       NOT NULL DEFAULT '[]'
+        CONSTRAINT idempotency_keys_steps_array CHECK (jsonb_typeof(steps) = 'array'),
+
+    -- Finished exactly when the response is stored: a replay has one.
     CONSTRAINT idempotency_keys_finished_has_response
         CHECK ((recovery_point = 'finished') = (response_code IS NOT NULL AND response_body IS NOT NULL)),
-
-    -- The two columns of the response go together. With the check above
-    -- this makes "response_code IS NULL" mean "unfinished", which is what
-    -- the completer's index is keyed on (below).
+    -- Both halves of the response or neither: "response_code IS NULL" then
+    -- means unfinished, which is what the completer's index is keyed on.
     CONSTRAINT idempotency_keys_response_complete
         CHECK ((response_code IS NULL) = (response_body IS NULL)),
-
-    -- A lock without a token could not be fenced; a token without a lock
-    -- would fence a request nobody is running.
+    -- A lock without a token could not be fenced.
     CONSTRAINT idempotency_keys_lock_has_token
         CHECK ((locked_at IS NULL) = (lock_token IS NULL))
 )
--- Free space on each page lets the phases that do not finish a key update
--- it in place (HOT): they change no indexed column, so the row can stay on
--- its page without a new entry in every index.
+-- Room on each page, so that a phase that changes no indexed column
+-- updates the row in place (HOT) without a new entry in every index.
 WITH (fillfactor = 80);
 
--- Keys are scoped per user: two users may pick the same key value. This is
--- the index a claim arbitrates on (INSERT ... ON CONFLICT).
-CREATE UNIQUE INDEX idempotency_keys_user_id_idempotency_key
-    ON idempotency_keys (user_id, idempotency_key);
+-- The claim arbitrates on this index (INSERT ... ON CONFLICT).
+CREATE UNIQUE INDEX idempotency_keys_user_id_idempotency_key ON idempotency_keys (user_id, idempotency_key);
 
--- The completer looks for unfinished keys that have not run recently.
--- Keyed on response_code IS NULL rather than recovery_point <> 'finished'
--- (the same keys, by the checks above), because every phase changes
--- recovery_point, which would make no update of a key HOT, and because the
--- planner could prove that a phase's "recovery_point = 'started'" implies
--- that predicate and scan this whole index instead of using the primary
--- key. response_code is changed only by the finishing phase, and no
--- phase's WHERE clause implies it is NULL (see docs/scaling.md).
+-- The completer's search: unfinished keys that have not run recently. On
+-- response_code, which only the finishing phase changes, not recovery_point,
+-- which every phase changes (no update would be HOT) and whose WHERE clause
+-- could lead the planner here instead of to the primary key (docs/scaling.md).
 CREATE INDEX idempotency_keys_unfinished_last_run_at
     ON idempotency_keys (last_run_at)
     WHERE response_code IS NULL;
 
 -- The reaper removes keys by age.
-CREATE INDEX idempotency_keys_created_at
-    ON idempotency_keys (created_at);
+CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at);
 
+-- The fence opens every atomic phase: it locks the key's row if the key
+-- still carries the phase's lock token and recovery point, and raises if
+-- not (RR001; RR002 for a key claimed as its predecessor was reaped).
+-- Raising, not answering, is what lets a phase send BEGIN to COMMIT in one
+-- round trip: nothing after a failed fence commits. Package idem says more.
+CREATE FUNCTION idempotency_key_fence(key_id BIGINT, token UUID, point TEXT) RETURNS VOID
+LANGUAGE plpgsql AS $$
+DECLARE
+    unreaped BOOLEAN;
+BEGIN
+    SELECT NOT EXISTS (
+               SELECT 1 FROM reaped_keys r
+               WHERE point = 'started' AND r.user_id = k.user_id AND r.idempotency_key = k.idempotency_key)
+    INTO unreaped
+    FROM idempotency_keys k
+    WHERE k.id = key_id AND k.lock_token = token AND k.recovery_point = point
+    FOR UPDATE OF k;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'idempotency key % no longer carries this lock at %', key_id, point
+            USING ERRCODE = 'RR001';
+    END IF;
+    IF NOT unreaped THEN
+        RAISE EXCEPTION 'idempotency key % has a reaped predecessor', key_id
+            USING ERRCODE = 'RR002';
+    END IF;
+END
+$$;
 
--- Who did what, from where; written in the same transaction as the change
--- it describes. Owned by package audit.
+-- A phase's check of its own writes, made by Postgres for the same reason:
+-- the statement's answer arrives with COMMIT's, too late to stop it (RR003).
+CREATE FUNCTION idempotency_key_phase_check(ok BOOLEAN, message TEXT) RETURNS VOID
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT ok THEN
+        RAISE EXCEPTION '%', message USING ERRCODE = 'RR003';
+    END IF;
+END
+$$;
+
+-- Who did what, from where, written in the same phase as the change it
+-- describes; owned by package audit. Indexed for one resource's history.
 CREATE TABLE audit_records (
     id            BIGSERIAL   PRIMARY KEY,
-    action        TEXT        NOT NULL
-        CHECK (char_length(action) <= 50),
+    action        TEXT        NOT NULL CHECK (char_length(action) <= 50),
     created_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
     data          JSONB       NOT NULL,
     origin_ip     INET        NOT NULL,
     resource_id   BIGINT      NOT NULL,
-    resource_type TEXT        NOT NULL
-        CHECK (char_length(resource_type) <= 50),
-    user_id       BIGINT      NOT NULL
-        REFERENCES users ON DELETE RESTRICT
+    resource_type TEXT        NOT NULL CHECK (char_length(resource_type) <= 50),
+    user_id       BIGINT      NOT NULL REFERENCES users ON DELETE RESTRICT
 );
+CREATE INDEX audit_records_resource ON audit_records (resource_type, resource_id);
 
--- The history of one resource, such as a ride.
-CREATE INDEX audit_records_resource
-    ON audit_records (resource_type, resource_id);
-
-
--- A ride, and the Stripe charge that paid for it once there is one. Owned
--- by package rides.
+-- A ride, and the Stripe charge that paid for it; owned by package rides.
 CREATE TABLE rides (
     id                 BIGSERIAL       PRIMARY KEY,
     created_at         TIMESTAMPTZ     NOT NULL DEFAULT now(),
-
-    -- Lets a retried request find the ride it already created. Keys are
+    -- How a resumed request finds the ride it already created. The key is
     -- reaped after a few days; the ride stays and loses the reference.
-    idempotency_key_id BIGINT
-        REFERENCES idempotency_keys ON DELETE SET NULL,
-
+    idempotency_key_id BIGINT          REFERENCES idempotency_keys ON DELETE SET NULL,
     origin_lat         NUMERIC(13, 10) NOT NULL CHECK (origin_lat BETWEEN -90 AND 90),
     origin_lon         NUMERIC(13, 10) NOT NULL CHECK (origin_lon BETWEEN -180 AND 180),
     target_lat         NUMERIC(13, 10) NOT NULL CHECK (target_lat BETWEEN -90 AND 90),
     target_lon         NUMERIC(13, 10) NOT NULL CHECK (target_lon BETWEEN -180 AND 180),
-
-    -- Price in the currency's smallest unit, always positive; the currency
-    -- as Stripe spells it, an ISO 4217 code in lower case. A receipt shows
-    -- both as they are.
+    -- In the currency's smallest unit; the currency as Stripe spells it.
     amount             BIGINT          NOT NULL CHECK (amount > 0),
     currency           TEXT            NOT NULL CHECK (currency ~ '^[a-z]{3}$'),
+    -- The foreign state mutation's result: ch_..., once the charge
+    -- succeeded. One charge pays for one ride.
+    stripe_charge_id   TEXT            UNIQUE CHECK (char_length(stripe_charge_id) <= 255),
+    user_id            BIGINT          NOT NULL REFERENCES users ON DELETE RESTRICT,
+    -- Set by the phase that settles the charge: pending until then;
+    -- succeeded (charged), declined (the stored 402) or failed (the stored
+    -- 502) for good; needs_review when no outcome could be settled and a
+    -- person is to look. Not indexed: GET /rides?status= filters one
+    -- user's rides, and an index would cost every settling an update.
+    status             TEXT            NOT NULL DEFAULT 'pending'
+        CONSTRAINT rides_status_known
+        CHECK (status IN ('pending', 'succeeded', 'declined', 'failed', 'needs_review')),
 
-    -- Stripe charge such as ch_123; NULL until the charge succeeded. One
-    -- charge pays for one ride.
-    stripe_charge_id   TEXT            UNIQUE
-        CHECK (char_length(stripe_charge_id) <= 255),
-
-    user_id            BIGINT          NOT NULL
-        REFERENCES users ON DELETE RESTRICT,
-
-    -- One ride per request: a request that resumes after a crash finds
-    -- the ride it created instead of creating a second one.
-    CONSTRAINT rides_user_id_idempotency_key_id_key UNIQUE (user_id, idempotency_key_id)
+    -- One ride per request, however often it resumes.
+    CONSTRAINT rides_user_id_idempotency_key_id_key UNIQUE (user_id, idempotency_key_id),
+    -- Charged exactly when it succeeded.
+    CONSTRAINT rides_succeeded_has_charge CHECK ((status = 'succeeded') = (stripe_charge_id IS NOT NULL))
 );
 
--- A phase finds its key's ride, and deleting a key sets the reference to
--- NULL, without scanning rides.
-CREATE INDEX rides_idempotency_key_id
-    ON rides (idempotency_key_id)
-    WHERE idempotency_key_id IS NOT NULL;
+-- A phase finds its key's ride, and deleting a key unsets it, without a
+-- scan; GET /rides lists a user's rides newest first.
+CREATE INDEX rides_idempotency_key_id ON rides (idempotency_key_id) WHERE idempotency_key_id IS NOT NULL;
+CREATE INDEX rides_user_id_id ON rides (user_id, id DESC);
 
--- GET /rides lists a user's rides newest first.
-CREATE INDEX rides_user_id_id
-    ON rides (user_id, id DESC);
-
-
--- Jobs staged inside an atomic phase's transaction; the enqueuer moves
--- them into River only once that transaction has committed, in the
--- transaction that deletes them. Owned by package staged.
+-- Staged jobs: inserted by an atomic phase in its own transaction, so a
+-- job exists only if the phase committed; the enqueuer hands each to River
+-- in the transaction that deletes it. Owned by package jobs.
 CREATE TABLE staged_jobs (
     id         BIGSERIAL   PRIMARY KEY,
     created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    job_name   TEXT        NOT NULL
-        CHECK (char_length(job_name) BETWEEN 1 AND 100),
+    job_name   TEXT        NOT NULL CHECK (char_length(job_name) BETWEEN 1 AND 100),
     job_args   JSONB       NOT NULL
 );
 
-
--- One row per ride whose receipt was sent. Owned by package receipt.
--- Sending mail is a foreign state mutation that cannot be rolled back, so
--- the worker looks here before sending and records the send right after:
--- a retried job finds the row and does not mail the rider again.
+-- One row per ride whose receipt was sent; owned by package jobs.
+-- Mail cannot be unsent, so the receipt job looks here before sending and
+-- records the send right after: a retried job does not mail again.
 CREATE TABLE ride_receipts (
-    -- Rides are never deleted; RESTRICT keeps it that way for rides that
-    -- have a receipt.
-    ride_id    BIGINT      PRIMARY KEY
-        REFERENCES rides ON DELETE RESTRICT,
-
-    -- Derived from the ride (<ride-123.receipt@...>), so a duplicate that
-    -- got out anyway carries the same Message-ID and can be recognised
-    -- downstream.
-    message_id TEXT        NOT NULL UNIQUE
-        CHECK (char_length(message_id) BETWEEN 1 AND 255),
-
-    recipient  TEXT        NOT NULL
-        CHECK (char_length(recipient) BETWEEN 1 AND 255),
-
+    ride_id    BIGINT      PRIMARY KEY REFERENCES rides ON DELETE RESTRICT,
+    -- <ride-123.receipt@...>: a duplicate that got out anyway is known.
+    message_id TEXT        NOT NULL UNIQUE CHECK (char_length(message_id) BETWEEN 1 AND 255),
+    recipient  TEXT        NOT NULL CHECK (char_length(recipient) BETWEEN 1 AND 255),
     sent_at    TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 
-
--- Requests that never finished, kept for a human after the reaper removed
--- their idempotency keys: the article's "put them in a list somewhere so
--- that a human can find out what failed". Owned by package idem. The
--- reaper writes a row in the same statement that deletes the key, so a
--- request cannot vanish between the two. The request's ride, if it got
--- that far, stays in rides (its idempotency_key_id set to NULL).
+-- The article's "list somewhere" of requests that never finished, for a
+-- person, written by the reaper in the statement that deletes the key;
+-- owned by package idem. The request's ride, if any, stays in rides.
 CREATE TABLE abandoned_requests (
-    -- The reaped key's id, which is also how Stripe knows the request: a
-    -- charge carries metadata idempotency_key_id and the idempotency key
-    -- rocket-rides-<id>. Key ids are never reused, so a key is listed at
-    -- most once.
+    -- The reaped key's id, as Stripe knows it (the charge's metadata and
+    -- Stripe idempotency key). Ids are never reused.
     idempotency_key_id BIGINT      PRIMARY KEY,
-
-    user_id            BIGINT      NOT NULL
-        REFERENCES users ON DELETE RESTRICT,
-
-    -- The request, as the client sent it.
-    idempotency_key    TEXT        NOT NULL
-        CHECK (char_length(idempotency_key) BETWEEN 1 AND 255),
-    request_method     TEXT        NOT NULL
-        CHECK (char_length(request_method) <= 10),
-    request_path       TEXT        NOT NULL
-        CHECK (char_length(request_path) <= 100),
+    user_id            BIGINT      NOT NULL REFERENCES users ON DELETE RESTRICT,
+    idempotency_key    TEXT        NOT NULL CHECK (char_length(idempotency_key) BETWEEN 1 AND 255),
+    request_method     TEXT        NOT NULL CHECK (char_length(request_method) <= 10),
+    request_path       TEXT        NOT NULL CHECK (char_length(request_path) <= 100),
     request_params     JSONB       NOT NULL,
-
-    -- The last atomic phase the request completed. Finished requests are
-    -- simply deleted; only the others need a person.
-    recovery_point     TEXT        NOT NULL
-        CHECK (recovery_point <> 'finished'),
-
-    -- The key's own timestamps: when the client first sent the request,
-    -- and when anyone (client retry or completer) last worked it.
+    recovery_point     TEXT        NOT NULL CHECK (recovery_point <> 'finished'),
     created_at         TIMESTAMPTZ NOT NULL,
     last_run_at        TIMESTAMPTZ NOT NULL,
-
     reaped_at          TIMESTAMPTZ NOT NULL DEFAULT now(),
-
-    -- Why the request is here, in words for the person reviewing it.
-    reason             TEXT        NOT NULL
-        CHECK (char_length(reason) BETWEEN 1 AND 1000)
+    -- Why, in words for the person reviewing it.
+    reason             TEXT        NOT NULL CHECK (char_length(reason) BETWEEN 1 AND 1000)
 );
+-- Not unique: a reaped key's value may be used again.
+CREATE INDEX abandoned_requests_user_id_idempotency_key ON abandoned_requests (user_id, idempotency_key);
 
--- Support looks a request up by the user and the Idempotency-Key the
--- client quotes. Not unique: once a key is reaped its value may be used
--- again.
-CREATE INDEX abandoned_requests_user_id_idempotency_key
-    ON abandoned_requests (user_id, idempotency_key);
+-- A record of every key the reaper deleted, written in the same statement,
+-- so that a retry after the key's lifetime is refused (410), not run again;
+-- owned by package idem. Kept for REAPED_KEY_RETENTION after first use.
+CREATE TABLE reaped_keys (
+    user_id               BIGINT      NOT NULL REFERENCES users ON DELETE RESTRICT,
+    idempotency_key       TEXT        NOT NULL CHECK (char_length(idempotency_key) BETWEEN 1 AND 255),
+    idempotency_key_id    BIGINT      NOT NULL,
+    -- The request's fingerprint, the parameters as the SHA-256 of their
+    -- JSONB text: the same request is told the key expired, another one
+    -- that the key was reused.
+    request_method        TEXT        NOT NULL CHECK (char_length(request_method) <= 10),
+    request_path          TEXT        NOT NULL CHECK (char_length(request_path) <= 100),
+    request_params_sha256 BYTEA       NOT NULL CHECK (octet_length(request_params_sha256) = 32),
+    -- The stored status (NULL: never finished) and what it created.
+    response_code         INT         NULL,
+    resource_id           BIGINT      NULL,
+    created_at            TIMESTAMPTZ NOT NULL,
+    reaped_at             TIMESTAMPTZ NOT NULL DEFAULT now(),
+    -- Once per user and value: while a record exists no new key of that
+    -- value is claimed (the fence retires one claimed in the very instant).
+    PRIMARY KEY (user_id, idempotency_key)
+);
+CREATE INDEX reaped_keys_created_at ON reaped_keys (created_at);
+
+-- The reconciler's latest findings (rides against Stripe's charges), for
+-- the console; owned by package reconcile, which keeps the recent ones.
+CREATE TABLE reconcile_runs (
+    id            BIGSERIAL   PRIMARY KEY,
+    ran_at        TIMESTAMPTZ NOT NULL DEFAULT now(),
+    since         TIMESTAMPTZ NOT NULL,
+    until         TIMESTAMPTZ NOT NULL,
+    charges       INT         NOT NULL CHECK (charges >= 0),
+    rides         INT         NOT NULL CHECK (rides >= 0),
+    pending       INT         NOT NULL CHECK (pending >= 0),
+    -- Each discrepancy: {"kind", "charge_id", "ride_id", "detail"}.
+    discrepancies JSONB       NOT NULL CHECK (jsonb_typeof(discrepancies) = 'array')
+);

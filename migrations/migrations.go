@@ -1,10 +1,12 @@
 // Package migrations embeds the SQL that defines the schema, so that every
 // binary carries the schema it was built against.
 //
-// The schema starts with one migration, 000001_schema, to be read top to
-// bottom: nothing had been deployed when the history that led to it was
-// squashed. Every change since is a new numbered pair (000002_ride_status,
-// ...); an applied migration is never edited.
+// The schema is one migration, 000001_schema, to be read top to bottom.
+// Until the first tagged release it is edited in place rather than
+// followed by new migrations: nothing is deployed, and `make clean` resets
+// a dev database built from an earlier version. testdata/schema.sql holds
+// the schema as pg_dump prints it; TestSchema compares the two, so every
+// change to the schema shows in review as a change to that file.
 package migrations
 
 import "embed"

@@ -10,11 +10,10 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/rocketrides/rocketrides/internal/jobs"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
-	"github.com/rocketrides/rocketrides/internal/receipt"
-	"github.com/rocketrides/rocketrides/internal/staged"
 )
 
 func main() { process.Main(command()) }
@@ -30,12 +29,12 @@ func command() *process.Config {
 
 func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error) {
 	databaseURL := env.Required("DATABASE_URL")
-	cfg := &staged.Config{
+	cfg := &jobs.EnqueuerConfig{
 		// The kinds the worker works: a job of any other kind stays
 		// staged, and logged, rather than failing in River.
-		Kinds:        receipt.Kinds(),
-		PollInterval: env.Duration("ENQUEUER_POLL_INTERVAL", staged.DefaultPollInterval),
-		BatchSize:    env.Int("ENQUEUER_BATCH_SIZE", staged.DefaultBatchSize),
+		Kinds:        jobs.Kinds(),
+		PollInterval: env.Duration("ENQUEUER_POLL_INTERVAL", jobs.DefaultPollInterval),
+		BatchSize:    env.Int("ENQUEUER_BATCH_SIZE", jobs.DefaultBatchSize),
 		Logger:       logger,
 	}
 	metricsAddr := env.String("METRICS_ADDR", "")
@@ -50,7 +49,7 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	enqueued := metrics.NewEnqueued(reg)
 	cfg.Pool = pool
 	cfg.OnMoved = func(n int) { enqueued.Add(float64(n)) }
-	e, err := staged.New(cfg)
+	e, err := jobs.NewEnqueuer(cfg)
 	if err != nil {
 		return nil, err
 	}

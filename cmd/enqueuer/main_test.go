@@ -9,10 +9,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocketrides/rocketrides/internal/jobs"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
-	"github.com/rocketrides/rocketrides/internal/receipt"
-	"github.com/rocketrides/rocketrides/internal/staged"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/testkit/proctest"
 )
@@ -53,8 +52,8 @@ func TestBuild(t *testing.T) {
 		url := dbtest.NewURL(t)
 		setEnv(t, url, "ENQUEUER_BATCH_SIZE", "1")
 		stage(t, url,
-			receipt.Args{RideID: 1, UserID: 1, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_1"},
-			receipt.Args{RideID: 2, UserID: 1, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_2"})
+			jobs.ReceiptArgs{RideID: 1, UserID: 1, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_1"},
+			jobs.ReceiptArgs{RideID: 2, UserID: 1, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_2"})
 
 		env := &config.Env{}
 		program, err := build(t.Context(), env, logger)
@@ -66,7 +65,7 @@ func TestBuild(t *testing.T) {
 		require.Equal(t, 1.0, counter(t, program.Metrics, "rocketrides_enqueuer_jobs_enqueued_total"))
 		// What the start line says.
 		require.Contains(t, env.Attrs(), slog.String("enqueuer_batch_size", "1"))
-		require.Contains(t, env.Attrs(), slog.String("enqueuer_poll_interval", config.FormatDuration(staged.DefaultPollInterval)))
+		require.Contains(t, env.Attrs(), slog.String("enqueuer_poll_interval", config.FormatDuration(jobs.DefaultPollInterval)))
 	})
 }
 
@@ -80,7 +79,7 @@ func stage(t *testing.T, databaseURL string, args ...river.JobArgs) {
 	err = pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
 		var b pgx.Batch
 		for _, a := range args {
-			if err := staged.Stage(&b, a); err != nil {
+			if err := jobs.Stage(&b, a); err != nil {
 				return err
 			}
 		}

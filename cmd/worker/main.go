@@ -17,12 +17,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/rocketrides/rocketrides/internal/jobs"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/mail"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/platform/project"
-	"github.com/rocketrides/rocketrides/internal/receipt"
 )
 
 const (
@@ -67,7 +67,7 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	onceTimeout := env.Duration("WORKER_ONCE_TIMEOUT", defaultOnceTimeout)
 	jobTimeout := env.Duration("WORKER_JOB_TIMEOUT", defaultJobTimeout)
 	rescueAfter := env.Duration("WORKER_RESCUE_STUCK_AFTER", defaultRescueStuckAfter)
-	from := env.String("RECEIPT_FROM", receipt.DefaultFrom)
+	from := env.String("RECEIPT_FROM", jobs.DefaultReceiptFrom)
 	smtpURL := env.String("SMTP_URL", "")
 	mailDir := env.String("MAIL_DIR", "")
 	metricsAddr := env.String("METRICS_ADDR", "")
@@ -86,7 +86,7 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	if err != nil {
 		return nil, err
 	}
-	client, err := receipt.NewClient(&receipt.ClientConfig{
+	client, err := jobs.NewClient(&jobs.ClientConfig{
 		Pool: pool, Mailer: mailer, Logger: logger, JobTimeout: jobTimeout, RescueStuckJobsAfter: rescueAfter,
 	})
 	if err != nil {
@@ -101,13 +101,13 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 		Once: func(ctx context.Context) (string, error) {
 			ctx, cancel := context.WithTimeout(ctx, onceTimeout)
 			defer cancel()
-			worked, err := receipt.WorkAvailable(ctx, client)
+			worked, err := jobs.WorkAvailable(ctx, client)
 			return fmt.Sprintf("worked=%d", worked), err
 		},
 		Metrics:     reg,
 		MetricsAddr: metricsAddr,
 		Settings: []slog.Attr{
-			slog.Int("max_workers", receipt.DefaultMaxWorkers),
+			slog.Int("max_workers", jobs.DefaultMaxWorkers),
 		},
 		Close: pool.Close,
 	}, nil

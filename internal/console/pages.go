@@ -22,11 +22,10 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/audit"
 	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/jobs"
 	"github.com/rocketrides/rocketrides/internal/payment"
-	"github.com/rocketrides/rocketrides/internal/receipt"
 	"github.com/rocketrides/rocketrides/internal/reconcile"
 	"github.com/rocketrides/rocketrides/internal/rides"
-	"github.com/rocketrides/rocketrides/internal/staged"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 
@@ -44,7 +43,7 @@ var funcs = template.FuncMap{
 		}
 		return *s
 	},
-	"amount": receipt.FormatAmount,
+	"amount": jobs.FormatAmount,
 	"json": func(b []byte) string {
 		var out bytes.Buffer
 		if err := json.Indent(&out, b, "", "  "); err != nil {
@@ -162,7 +161,7 @@ func (c *Console) snapshot(ctx context.Context) (*Overview, error) {
 		return nil, err
 	}
 	o.RidesPerSecond = float64(recent) / ratePeriod.Seconds()
-	if o.Staged, err = staged.Waiting(ctx, c.pool); err != nil {
+	if o.Staged, err = jobs.Waiting(ctx, c.pool); err != nil {
 		return nil, err
 	}
 	// River's own count, through its driver.
@@ -401,7 +400,7 @@ func (c *Console) story(w http.ResponseWriter, r *http.Request, s *session) {
 			c.fail(w, r, err)
 			return
 		}
-		sent, found, err := receipt.ForRide(ctx, c.pool, ride.ID)
+		sent, found, err := jobs.ReceiptForRide(ctx, c.pool, ride.ID)
 		if err != nil {
 			c.fail(w, r, err)
 			return

@@ -16,7 +16,7 @@ import (
 const (
 	metadataRideID           = "ride_id"
 	metadataIdempotencyKeyID = "idempotency_key_id"
-	// Only on charges of keys that have an identity (migration 000006):
+	// Only on charges of keys that have an identity (idempotency_keys.identity):
 	// an id can name two requests after a failover lost one of them,
 	// the identity cannot.
 	metadataIdempotencyKeyIdentity = "idempotency_key_identity"

@@ -10,10 +10,9 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/audit"
 	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/jobs"
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/problem"
-	"github.com/rocketrides/rocketrides/internal/receipt"
-	"github.com/rocketrides/rocketrides/internal/staged"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 
@@ -261,7 +260,7 @@ func (r *request) stageReceipt(ctx context.Context, tx *idem.Tx) (idem.Outcome, 
 	if ride.StripeChargeID == nil {
 		return idem.Outcome{}, fmt.Errorf("bug: key %d is at %s but ride %d has no charge", r.key.ID, ChargeCreated, ride.ID)
 	}
-	if err := staged.Stage(tx, receipt.Args{
+	if err := jobs.Stage(tx, jobs.ReceiptArgs{
 		RideID:         ride.ID,
 		UserID:         r.user.ID,
 		Amount:         ride.Amount,

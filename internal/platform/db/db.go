@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"strings"
 	"time"
@@ -53,6 +54,12 @@ func MigrateUp(ctx context.Context, url string, logger *slog.Logger) error {
 	}
 	defer m.Close()
 	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		if errors.Is(err, fs.ErrNotExist) {
+			// Until the first release the schema is edited in place (see
+			// package migrations), so a dev database built before a squash
+			// carries a version this build has no file for.
+			return fmt.Errorf("migrate project schema up: %w; the database was built from an earlier schema: reset a dev database with make clean", err)
+		}
 		return fmt.Errorf("migrate project schema up: %w", err)
 	}
 	return withRiverMigrator(ctx, url, logger, func(rm *rivermigrate.Migrator[pgxTx]) error {

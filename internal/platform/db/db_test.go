@@ -52,4 +52,21 @@ func TestMigrate(t *testing.T) {
 		require.Equal(t, 6, tables(t, url))
 		require.NoError(t, db.MigrateUp(ctx, url, logger), "up is idempotent")
 	})
+
+	// A database built before the migrations were squashed carries a
+	// version no file has; the error says how to reset it.
+	t.Run("UpNamesTheResetForAVersionItHasNoFileFor", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		url := dbtest.NewURL(t)
+		pool, err := db.Open(ctx, url, 1)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `UPDATE schema_migrations SET version = 8`)
+		pool.Close()
+		require.NoError(t, err)
+
+		err = db.MigrateUp(ctx, url, slog.New(slog.DiscardHandler))
+		require.ErrorContains(t, err, "no migration found for version 8")
+		require.ErrorContains(t, err, "make clean")
+	})
 }

@@ -2,8 +2,8 @@
 // or, where none is configured, as .eml files written into a directory
 // (Dir), the mail catcher of development and tests.
 //
-// It knows nothing of what the messages say; package receipt composes the
-// one kind Rocket Rides sends.
+// It knows nothing of what the messages say; the receipt job (package
+// jobs) composes the one kind Rocket Rides sends.
 package mail
 
 import (

@@ -12,8 +12,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocketrides/rocketrides/internal/jobs"
 	"github.com/rocketrides/rocketrides/internal/platform/mail"
-	"github.com/rocketrides/rocketrides/internal/receipt"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet/fleettest"
 	"github.com/rocketrides/rocketrides/internal/testkit/invariant"
@@ -41,14 +41,14 @@ func TestRideToReceipt(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(r.Body, &ride))
 
-	mail := filepath.Join(mailDir, mail.FileName(receipt.MessageID(ride.ID)))
+	mail := filepath.Join(mailDir, mail.FileName(jobs.ReceiptMessageID(ride.ID)))
 	waitFor(t, 10*time.Second, "the receipt of ride in "+mail, func() bool {
 		_, err := os.Stat(mail)
 		return err == nil
 	})
 	content, err := os.ReadFile(mail)
 	require.NoError(t, err)
-	require.Contains(t, string(content), "Subject: "+receipt.Subject)
+	require.Contains(t, string(content), "Subject: "+jobs.ReceiptSubject)
 	require.Contains(t, string(content), "user@example.com")
 	require.Len(t, mails(t, mailDir), 1)
 

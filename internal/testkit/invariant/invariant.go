@@ -29,7 +29,7 @@ import (
 	"github.com/stripe/stripe-go/v76/client"
 
 	"github.com/rocketrides/rocketrides/internal/idem"
-	"github.com/rocketrides/rocketrides/internal/receipt"
+	"github.com/rocketrides/rocketrides/internal/jobs"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
@@ -216,7 +216,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Duration) (*
 	if st.customers, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 		return nil, fmt.Errorf("read users: %w", err)
 	}
-	kind := receipt.Args{}.Kind()
+	kind := jobs.ReceiptArgs{}.Kind()
 	if st.stagedJobs, err = counts(ctx, tx, `
 		SELECT (job_args->>'ride_id')::bigint AS ride_id, count(*)::int AS n
 		FROM staged_jobs WHERE job_name = $1 GROUP BY 1`, kind); err != nil {

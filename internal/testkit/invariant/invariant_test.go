@@ -11,9 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/rocketrides/rocketrides/internal/jobs"
 	"github.com/rocketrides/rocketrides/internal/platform/mail"
-	"github.com/rocketrides/rocketrides/internal/receipt"
-	"github.com/rocketrides/rocketrides/internal/staged"
 	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 	"github.com/rocketrides/rocketrides/internal/testkit/invariant"
 )
@@ -260,7 +259,7 @@ func TestCheck(t *testing.T) {
 		b := setup(t)
 		exec(t, b, `DELETE FROM staged_jobs WHERE (job_args->>'ride_id')::bigint = $1`, b.rideIDs[0])
 		exec(t, b, `INSERT INTO staged_jobs (job_name, job_args) SELECT job_name, job_args FROM staged_jobs WHERE (job_args->>'ride_id')::bigint = $1`, b.rideIDs[1])
-		exec(t, b, `INSERT INTO staged_jobs (job_name, job_args) VALUES ($1, '{"ride_id": 999999}')`, receipt.Args{}.Kind())
+		exec(t, b, `INSERT INTO staged_jobs (job_name, job_args) VALUES ($1, '{"ride_id": 999999}')`, jobs.ReceiptArgs{}.Kind())
 		report := check(t, b, invariant.Options{})
 		requireViolations(t, report, map[invariant.Kind]int{
 			invariant.ReceiptJobMissing:    1,
@@ -280,16 +279,16 @@ func TestCheck(t *testing.T) {
 		// the worker sends them. The jobs now count in River.
 		ctx := context.Background()
 		logger := slog.New(slog.NewTextHandler(t.Output(), nil))
-		enqueuer, err := staged.New(&staged.Config{Pool: b.Pool, Kinds: receipt.Kinds(), Logger: logger})
+		enqueuer, err := jobs.NewEnqueuer(&jobs.EnqueuerConfig{Pool: b.Pool, Kinds: jobs.Kinds(), Logger: logger})
 		require.NoError(t, err)
 		moved, err := enqueuer.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 2, moved)
-		mailer, err := mail.NewDir(&mail.DirConfig{Dir: t.TempDir(), From: receipt.DefaultFrom})
+		mailer, err := mail.NewDir(&mail.DirConfig{Dir: t.TempDir(), From: jobs.DefaultReceiptFrom})
 		require.NoError(t, err)
-		client, err := receipt.NewClient(&receipt.ClientConfig{Pool: b.Pool, Mailer: mailer, Logger: logger})
+		client, err := jobs.NewClient(&jobs.ClientConfig{Pool: b.Pool, Mailer: mailer, Logger: logger})
 		require.NoError(t, err)
-		worked, err := receipt.WorkAvailable(ctx, client)
+		worked, err := jobs.WorkAvailable(ctx, client)
 		require.NoError(t, err)
 		require.Equal(t, 2, worked)
 

@@ -1,10 +1,9 @@
-package receipt_test
+package jobs_test
 
 import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"mime/quotedprintable"
 	netmail "net/mail"
 	"os"
@@ -15,15 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/rocketrides/rocketrides/internal/jobs"
 	"github.com/rocketrides/rocketrides/internal/platform/mail"
-	"github.com/rocketrides/rocketrides/internal/receipt"
-	"github.com/rocketrides/rocketrides/internal/staged"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 )
 
@@ -35,7 +32,7 @@ func TestReceiptWorker(t *testing.T) {
 		pool    *pgxpool.Pool
 		mailDir string
 		mailer  *countingMailer
-		args    receipt.Args // a charged ride's receipt
+		args    jobs.ReceiptArgs // a charged ride's receipt
 		email   string
 	}
 
@@ -44,7 +41,7 @@ func TestReceiptWorker(t *testing.T) {
 		ctx := t.Context()
 		pool := dbtest.New(t)
 		mailDir := filepath.Join(t.TempDir(), "mail")
-		dir, err := mail.NewDir(&mail.DirConfig{Dir: mailDir, From: receipt.DefaultFrom})
+		dir, err := mail.NewDir(&mail.DirConfig{Dir: mailDir, From: jobs.DefaultReceiptFrom})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,20 +68,20 @@ func TestReceiptWorker(t *testing.T) {
 			pool:    pool,
 			mailDir: mailDir,
 			mailer:  &countingMailer{Mailer: dir},
-			args: receipt.Args{
+			args: jobs.ReceiptArgs{
 				RideID: rideID, UserID: userID, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_receipt",
 			},
 			email: email,
 		}
 	}
 
-	work := func(t *testing.T, bundle *testBundle, mailer mail.Mailer, args receipt.Args) error {
+	work := func(t *testing.T, bundle *testBundle, mailer mail.Mailer, args jobs.ReceiptArgs) error {
 		t.Helper()
-		w, err := receipt.NewWorker(&receipt.WorkerConfig{Pool: bundle.pool, Mailer: mailer, Logger: testLogger(t)})
+		w, err := jobs.NewReceiptWorker(&jobs.ReceiptWorkerConfig{Pool: bundle.pool, Mailer: mailer, Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return w.Work(bundle.ctx, &river.Job[receipt.Args]{
+		return w.Work(bundle.ctx, &river.Job[jobs.ReceiptArgs]{
 			JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, Kind: args.Kind()},
 			Args:   args,
 		})
@@ -95,7 +92,7 @@ func TestReceiptWorker(t *testing.T) {
 		bundle := setup(t)
 		stage(t, bundle.pool, bundle.args)
 
-		e, err := staged.New(&staged.Config{Pool: bundle.pool, Kinds: receipt.Kinds(), Logger: testLogger(t)})
+		e, err := jobs.NewEnqueuer(&jobs.EnqueuerConfig{Pool: bundle.pool, Kinds: jobs.Kinds(), Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,13 +100,13 @@ func TestReceiptWorker(t *testing.T) {
 			t.Fatalf("RunOnce = %d, %v; want 1, nil", moved, err)
 		}
 
-		client, err := receipt.NewClient(&receipt.ClientConfig{Pool: bundle.pool, Mailer: bundle.mailer, Logger: testLogger(t)})
+		client, err := jobs.NewClient(&jobs.ClientConfig{Pool: bundle.pool, Mailer: bundle.mailer, Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(bundle.ctx, 30*time.Second)
 		defer cancel()
-		worked, err := receipt.WorkAvailable(ctx, client)
+		worked, err := jobs.WorkAvailable(ctx, client)
 		if err != nil {
 			t.Fatalf("WorkAvailable: %v", err)
 		}
@@ -128,7 +125,7 @@ func TestReceiptWorker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantID := receipt.MessageID(bundle.args.RideID)
+		wantID := jobs.ReceiptMessageID(bundle.args.RideID)
 		if len(entries) != 1 || entries[0].Name() != mail.FileName(wantID) {
 			t.Fatalf("mail directory holds %v, want only %s", entries, mail.FileName(wantID))
 		}
@@ -139,8 +136,8 @@ func TestReceiptWorker(t *testing.T) {
 		if got := msg.Header.Get("To"); !strings.Contains(got, bundle.email) {
 			t.Errorf("To = %q, want %s", got, bundle.email)
 		}
-		if got := msg.Header.Get("Subject"); got != receipt.Subject {
-			t.Errorf("Subject = %q, want %q", got, receipt.Subject)
+		if got := msg.Header.Get("Subject"); got != jobs.ReceiptSubject {
+			t.Errorf("Subject = %q, want %q", got, jobs.ReceiptSubject)
 		}
 		if got := msg.Header.Get("From"); !strings.Contains(got, "receipts@rocketrides.local") {
 			t.Errorf("From = %q, want the default sender", got)
@@ -235,7 +232,7 @@ func TestFormatAmount(t *testing.T) {
 			{500, "jpy", "¥500 JPY"},
 			{99_90, "chf", "99.90 CHF"},
 		} {
-			if got := receipt.FormatAmount(tc.amount, tc.currency); got != tc.want {
+			if got := jobs.FormatAmount(tc.amount, tc.currency); got != tc.want {
 				t.Errorf("FormatAmount(%d, %q) = %q, want %q", tc.amount, tc.currency, got, tc.want)
 			}
 		}
@@ -327,63 +324,23 @@ func readMessage(t *testing.T, path string) (*netmail.Message, string) {
 	return msg, string(body)
 }
 
-// stage commits args as staged jobs in one transaction, as an atomic phase
-// would.
-func stage(t *testing.T, pool *pgxpool.Pool, args ...river.JobArgs) {
-	t.Helper()
-	err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
-		var b pgx.Batch
-		for _, a := range args {
-			if err := staged.Stage(&b, a); err != nil {
-				return err
-			}
-		}
-		return tx.SendBatch(t.Context(), &b).Close()
-	})
-	if err != nil {
-		t.Fatalf("stage %d jobs: %v", len(args), err)
-	}
-}
-
-func countRows(t *testing.T, pool *pgxpool.Pool, table string) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&n); err != nil {
-		t.Fatalf("count %s: %v", table, err)
-	}
-	return n
-}
-
-// testLogger writes through t.Log, so a failing test shows what the code
-// under test logged.
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(string(p))
-	return len(p), nil
-}
-
-func TestConfig(t *testing.T) {
+func TestWorkerConfig(t *testing.T) {
 	t.Parallel()
 
 	t.Run("WorkerRefusesMissingDependencies", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.New(t)
 		for _, tc := range []struct {
-			config *receipt.WorkerConfig
+			config *jobs.ReceiptWorkerConfig
 			field  string
 		}{
-			{nil, "WorkerConfig.Pool"},
-			{&receipt.WorkerConfig{Mailer: failingMailer{}}, "WorkerConfig.Pool"},
-			{&receipt.WorkerConfig{Pool: pool}, "WorkerConfig.Mailer"},
+			{nil, "ReceiptWorkerConfig.Pool"},
+			{&jobs.ReceiptWorkerConfig{Mailer: failingMailer{}}, "ReceiptWorkerConfig.Pool"},
+			{&jobs.ReceiptWorkerConfig{Pool: pool}, "ReceiptWorkerConfig.Mailer"},
 		} {
-			_, err := receipt.NewWorker(tc.config)
+			_, err := jobs.NewReceiptWorker(tc.config)
 			if err == nil || !strings.Contains(err.Error(), tc.field) {
-				t.Errorf("NewWorker(%+v) = %v, want an error naming %s", tc.config, err, tc.field)
+				t.Errorf("NewReceiptWorker(%+v) = %v, want an error naming %s", tc.config, err, tc.field)
 			}
 		}
 	})
@@ -392,15 +349,15 @@ func TestConfig(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.New(t)
 		for _, tc := range []struct {
-			config *receipt.ClientConfig
+			config *jobs.ClientConfig
 			field  string
 		}{
 			{nil, "ClientConfig.Pool"},
-			{&receipt.ClientConfig{Mailer: failingMailer{}}, "ClientConfig.Pool"},
-			{&receipt.ClientConfig{Pool: pool}, "ClientConfig.Mailer"},
-			{&receipt.ClientConfig{Pool: pool, Mailer: failingMailer{}, MaxWorkers: -1}, "ClientConfig.MaxWorkers"},
+			{&jobs.ClientConfig{Mailer: failingMailer{}}, "ClientConfig.Pool"},
+			{&jobs.ClientConfig{Pool: pool}, "ClientConfig.Mailer"},
+			{&jobs.ClientConfig{Pool: pool, Mailer: failingMailer{}, MaxWorkers: -1}, "ClientConfig.MaxWorkers"},
 		} {
-			_, err := receipt.NewClient(tc.config)
+			_, err := jobs.NewClient(tc.config)
 			if err == nil || !strings.Contains(err.Error(), tc.field) {
 				t.Errorf("NewClient(%+v) = %v, want an error naming %s", tc.config, err, tc.field)
 			}

@@ -1,4 +1,4 @@
-package staged_test
+package jobs_test
 
 import (
 	"context"
@@ -14,8 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/rocketrides/rocketrides/internal/receipt"
-	"github.com/rocketrides/rocketrides/internal/staged"
+	"github.com/rocketrides/rocketrides/internal/jobs"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 )
 
@@ -32,19 +31,19 @@ func TestEnqueuer(t *testing.T) {
 		return &testBundle{ctx: t.Context(), pool: dbtest.New(t)}
 	}
 
-	newEnqueuer := func(t *testing.T, pool *pgxpool.Pool, config staged.Config) *staged.Enqueuer {
+	newEnqueuer := func(t *testing.T, pool *pgxpool.Pool, config jobs.EnqueuerConfig) *jobs.Enqueuer {
 		t.Helper()
 		config.Pool = pool
-		config.Kinds = receipt.Kinds()
+		config.Kinds = jobs.Kinds()
 		config.Logger = testLogger(t)
-		e, err := staged.New(&config)
+		e, err := jobs.NewEnqueuer(&config)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return e
 	}
 
-	runOnce := func(t *testing.T, bundle *testBundle, e *staged.Enqueuer) int {
+	runOnce := func(t *testing.T, bundle *testBundle, e *jobs.Enqueuer) int {
 		t.Helper()
 		moved, err := e.RunOnce(bundle.ctx)
 		if err != nil {
@@ -56,10 +55,10 @@ func TestEnqueuer(t *testing.T) {
 	t.Run("ReportsMovedJobs", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		stage(t, bundle.pool, receipt.Args{RideID: 1, UserID: 1, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_1"})
-		stage(t, bundle.pool, receipt.Args{RideID: 2, UserID: 1, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_2"})
+		stage(t, bundle.pool, jobs.ReceiptArgs{RideID: 1, UserID: 1, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_1"})
+		stage(t, bundle.pool, jobs.ReceiptArgs{RideID: 2, UserID: 1, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_2"})
 		var reported []int
-		enqueuer := newEnqueuer(t, bundle.pool, staged.Config{OnMoved: func(n int) { reported = append(reported, n) }})
+		enqueuer := newEnqueuer(t, bundle.pool, jobs.EnqueuerConfig{OnMoved: func(n int) { reported = append(reported, n) }})
 		runOnce(t, bundle, enqueuer)
 		runOnce(t, bundle, enqueuer) // nothing left: not reported
 		if len(reported) != 1 || reported[0] != 2 {
@@ -70,10 +69,10 @@ func TestEnqueuer(t *testing.T) {
 	t.Run("MovesStagedJobsIntoRiver", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		args := receipt.Args{RideID: 7, UserID: 3, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_123"}
+		args := jobs.ReceiptArgs{RideID: 7, UserID: 3, Amount: 20_00, Currency: "usd", StripeChargeID: "ch_123"}
 		stage(t, bundle.pool, args)
 
-		if moved := runOnce(t, bundle, newEnqueuer(t, bundle.pool, staged.Config{})); moved != 1 {
+		if moved := runOnce(t, bundle, newEnqueuer(t, bundle.pool, jobs.EnqueuerConfig{})); moved != 1 {
 			t.Fatalf("moved = %d, want 1", moved)
 		}
 
@@ -86,7 +85,7 @@ func TestEnqueuer(t *testing.T) {
 			t.Errorf("river job kind=%s state=%s queue=%s, want send_ride_receipt available %s",
 				job.Kind, job.State, job.Queue, river.QueueDefault)
 		}
-		var got receipt.Args
+		var got jobs.ReceiptArgs
 		if err := json.Unmarshal(job.Args, &got); err != nil {
 			t.Fatalf("decode river job args %s: %v", job.Args, err)
 		}
@@ -102,7 +101,7 @@ func TestEnqueuer(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		if moved := runOnce(t, bundle, newEnqueuer(t, bundle.pool, staged.Config{})); moved != 0 {
+		if moved := runOnce(t, bundle, newEnqueuer(t, bundle.pool, jobs.EnqueuerConfig{})); moved != 0 {
 			t.Fatalf("moved = %d, want 0", moved)
 		}
 		if n := countRows(t, bundle.pool, "river_job"); n != 0 {
@@ -114,7 +113,7 @@ func TestEnqueuer(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 		stage(t, bundle.pool, receipts(1, 25)...)
-		e := newEnqueuer(t, bundle.pool, staged.Config{BatchSize: 10})
+		e := newEnqueuer(t, bundle.pool, jobs.EnqueuerConfig{BatchSize: 10})
 
 		var batches []int
 		for moved := runOnce(t, bundle, e); moved > 0; moved = runOnce(t, bundle, e) {
@@ -132,7 +131,7 @@ func TestEnqueuer(t *testing.T) {
 			t.Fatalf("river jobs = %d, want 25", len(found))
 		}
 		for i, job := range found {
-			var got receipt.Args
+			var got jobs.ReceiptArgs
 			if err := json.Unmarshal(job.Args, &got); err != nil {
 				t.Fatal(err)
 			}
@@ -154,7 +153,7 @@ func TestEnqueuer(t *testing.T) {
 			moved int
 		)
 		for range 2 {
-			e := newEnqueuer(t, bundle.pool, staged.Config{BatchSize: 100})
+			e := newEnqueuer(t, bundle.pool, jobs.EnqueuerConfig{BatchSize: 100})
 			wg.Go(func() {
 				for {
 					n, err := e.RunOnce(bundle.ctx)
@@ -199,7 +198,7 @@ func TestEnqueuer(t *testing.T) {
 			t.Fatal(err)
 		}
 		var b pgx.Batch
-		if err := staged.Stage(&b, receipts(1, 1)[0]); err != nil {
+		if err := jobs.Stage(&b, receipts(1, 1)[0]); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.SendBatch(bundle.ctx, &b).Close(); err != nil {
@@ -209,7 +208,7 @@ func TestEnqueuer(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		if moved := runOnce(t, bundle, newEnqueuer(t, bundle.pool, staged.Config{})); moved != 0 {
+		if moved := runOnce(t, bundle, newEnqueuer(t, bundle.pool, jobs.EnqueuerConfig{})); moved != 0 {
 			t.Fatalf("moved = %d, want 0", moved)
 		}
 		for _, table := range []string{"staged_jobs", "river_job"} {
@@ -223,7 +222,7 @@ func TestEnqueuer(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 		stage(t, bundle.pool, unknownArgs{N: 1}, receipts(1, 1)[0], unknownArgs{N: 2})
-		e := newEnqueuer(t, bundle.pool, staged.Config{BatchSize: 1})
+		e := newEnqueuer(t, bundle.pool, jobs.EnqueuerConfig{BatchSize: 1})
 
 		// The unknown job staged first must not hold up the known one.
 		if moved := runOnce(t, bundle, e); moved != 1 {
@@ -248,7 +247,7 @@ func TestEnqueuer(t *testing.T) {
 		stage(t, bundle.pool, args)
 		stage(t, bundle.pool, args)
 
-		if moved := runOnce(t, bundle, newEnqueuer(t, bundle.pool, staged.Config{})); moved != 2 {
+		if moved := runOnce(t, bundle, newEnqueuer(t, bundle.pool, jobs.EnqueuerConfig{})); moved != 2 {
 			t.Fatalf("moved = %d, want 2", moved)
 		}
 		if n := countRows(t, bundle.pool, "staged_jobs"); n != 0 {
@@ -264,7 +263,7 @@ func TestEnqueuer(t *testing.T) {
 		bundle := setup(t)
 		// Far longer than the test may take: only a notification can
 		// explain a quick move.
-		stop := startRun(t, newEnqueuer(t, bundle.pool, staged.Config{PollInterval: time.Hour}))
+		stop := startRun(t, newEnqueuer(t, bundle.pool, jobs.EnqueuerConfig{PollInterval: time.Hour}))
 
 		// Run's first batch comes after its LISTEN, so once this job has
 		// moved the enqueuer is listening.
@@ -283,7 +282,7 @@ func TestEnqueuer(t *testing.T) {
 	t.Run("RunListensAgainAfterLosingItsConnection", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		stop := startRun(t, newEnqueuer(t, bundle.pool, staged.Config{PollInterval: time.Hour}))
+		stop := startRun(t, newEnqueuer(t, bundle.pool, jobs.EnqueuerConfig{PollInterval: time.Hour}))
 
 		// What a Postgres restart does to the listening connection.
 		first := listenerPID(t, bundle.pool, 0)
@@ -305,18 +304,18 @@ func TestEnqueuer(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 		for _, tc := range []struct {
-			config *staged.Config
+			config *jobs.EnqueuerConfig
 			field  string
 		}{
-			{nil, "Config.Pool"},
-			{&staged.Config{Kinds: receipt.Kinds()}, "Config.Pool"},
-			{&staged.Config{Pool: bundle.pool}, "Config.Kinds"},
-			{&staged.Config{Pool: bundle.pool, Kinds: receipt.Kinds(), BatchSize: -1}, "Config.BatchSize"},
-			{&staged.Config{Pool: bundle.pool, Kinds: receipt.Kinds(), PollInterval: -time.Second}, "Config.PollInterval"},
+			{nil, "EnqueuerConfig.Pool"},
+			{&jobs.EnqueuerConfig{Kinds: jobs.Kinds()}, "EnqueuerConfig.Pool"},
+			{&jobs.EnqueuerConfig{Pool: bundle.pool}, "EnqueuerConfig.Kinds"},
+			{&jobs.EnqueuerConfig{Pool: bundle.pool, Kinds: jobs.Kinds(), BatchSize: -1}, "EnqueuerConfig.BatchSize"},
+			{&jobs.EnqueuerConfig{Pool: bundle.pool, Kinds: jobs.Kinds(), PollInterval: -time.Second}, "EnqueuerConfig.PollInterval"},
 		} {
-			_, err := staged.New(tc.config)
+			_, err := jobs.NewEnqueuer(tc.config)
 			if err == nil || !strings.Contains(err.Error(), tc.field) {
-				t.Errorf("New(%+v) = %v, want an error naming %s", tc.config, err, tc.field)
+				t.Errorf("NewEnqueuer(%+v) = %v, want an error naming %s", tc.config, err, tc.field)
 			}
 		}
 	})
@@ -324,7 +323,7 @@ func TestEnqueuer(t *testing.T) {
 	t.Run("RunReturnsWhenCancelledBeforeStarting", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		e := newEnqueuer(t, bundle.pool, staged.Config{PollInterval: time.Hour})
+		e := newEnqueuer(t, bundle.pool, jobs.EnqueuerConfig{PollInterval: time.Hour})
 
 		ctx, cancel := context.WithCancel(bundle.ctx)
 		cancel()
@@ -348,7 +347,7 @@ func stage(t *testing.T, pool *pgxpool.Pool, args ...river.JobArgs) {
 	err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
 		var b pgx.Batch
 		for _, a := range args {
-			if err := staged.Stage(&b, a); err != nil {
+			if err := jobs.Stage(&b, a); err != nil {
 				return err
 			}
 		}
@@ -364,7 +363,7 @@ func stage(t *testing.T, pool *pgxpool.Pool, args ...river.JobArgs) {
 func receipts(firstRideID int64, n int) []river.JobArgs {
 	args := make([]river.JobArgs, n)
 	for i := range args {
-		args[i] = receipt.Args{
+		args[i] = jobs.ReceiptArgs{
 			RideID:         firstRideID + int64(i),
 			UserID:         1,
 			Amount:         20_00,
@@ -406,7 +405,7 @@ func riverJobs(t *testing.T, pool *pgxpool.Pool) []riverJob {
 
 // startRun runs e in the background and returns a function that cancels it
 // and fails the test unless Run then returns promptly and cleanly.
-func startRun(t *testing.T, e *staged.Enqueuer) (stop func()) {
+func startRun(t *testing.T, e *jobs.Enqueuer) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -1,6 +1,9 @@
-// Package staged owns staged jobs (the staged_jobs table): jobs recorded
-// inside an atomic phase's transaction, and the enqueuer that moves them
-// into River once that transaction has committed.
+// Package jobs owns the work done after a request, outside it: staged
+// jobs (the staged_jobs table) and the enqueuer that moves them into River
+// (enqueuer.go), the receipt job and its worker (receipt.go, which owns
+// ride_receipts), and the River client that works them (client.go).
+// Delivering mail is not here: package mail of the platform sends what the
+// receipt job composes.
 //
 // Staging is what makes a job part of an atomic phase. Inserting straight
 // into a queue from inside a transaction would let a worker pick up a job
@@ -8,9 +11,9 @@
 // transaction committed after the queue insert failed; a staged job
 // exists if and only if the phase that staged it committed.
 //
-// The package knows no particular job: the kinds it moves are the ones
-// its Config lists (package receipt has the only one today).
-package staged
+// The enqueuer knows no particular job: the kinds it moves are the ones
+// its EnqueuerConfig lists (Kinds, today the receipt job alone).
+package jobs
 
 import (
 	"context"

@@ -1,9 +1,15 @@
-package receipt
+package jobs
 
 import "github.com/rocketrides/rocketrides/internal/platform/config"
 
-// Variables are the worker's, which works receipt jobs.
+// Variables are the enqueuer's (ENQUEUER_*) and the worker's, which works
+// receipt jobs (WORKER_*, RECEIPT_FROM).
 var Variables = config.Declare(
+	config.Setting{Name: "ENQUEUER_POLL_INTERVAL", Type: config.TypeDuration,
+		Help: "how often the enqueuer looks for staged jobs without being woken; a NOTIFY from the staging transaction wakes it sooner"},
+	config.Setting{Name: "ENQUEUER_BATCH_SIZE", Type: config.TypeInt, Unit: "jobs",
+		Help: "staged jobs moved into River per transaction"},
+
 	config.Setting{Name: "WORKER_SHUTDOWN_TIMEOUT", Type: config.TypeDuration,
 		Help: "how long a stopping worker lets the receipts in progress finish before it cancels them (a cancelled one is retried later, never sent twice)"},
 	config.Setting{Name: "WORKER_ONCE_TIMEOUT", Type: config.TypeDuration,

@@ -1,11 +1,9 @@
-// Package receipt owns ride receipts: the send_ride_receipt job (Args),
-// the worker that mails it, the River client that runs that worker, and
-// the ride_receipts table that makes sending idempotent.
-//
-// A ride's receipt is staged (package staged) in the atomic phase that
-// finishes the ride request, moved into River by the enqueuer once that
-// phase has committed, and worked here.
-package receipt
+package jobs
+
+// The receipt job: a ride's receipt is staged (Stage) in the atomic phase
+// that finishes the ride request, moved into River by the enqueuer once
+// that phase has committed, and mailed by ReceiptWorker, which records
+// each send in ride_receipts so that a retried job does not mail again.
 
 import (
 	"cmp"
@@ -24,9 +22,9 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/mail"
 )
 
-// Args are the arguments of a send_ride_receipt job: everything a receipt
-// shows, captured when the charge was recorded.
-type Args struct {
+// ReceiptArgs are the arguments of a send_ride_receipt job: everything a
+// receipt shows, captured when the charge was recorded.
+type ReceiptArgs struct {
 	RideID         int64  `json:"ride_id"`
 	UserID         int64  `json:"user_id"`
 	Amount         int64  `json:"amount"`
@@ -35,38 +33,38 @@ type Args struct {
 }
 
 // Kind is the job's name in staged_jobs and in River.
-func (Args) Kind() string { return "send_ride_receipt" }
+func (ReceiptArgs) Kind() string { return "send_ride_receipt" }
 
 // InsertOpts makes a receipt job unique per set of args, and so per ride:
 // every field is fixed once the ride's charge is recorded. Should a ride's
 // receipt ever be staged twice, River keeps only one job while the first
 // is queued, running or recently completed, so two workers never race to
 // send the same receipt. The ride_receipts check in the worker is what
-// stops a second send after that (see Worker).
-func (Args) InsertOpts() river.InsertOpts {
+// stops a second send after that (see ReceiptWorker).
+func (ReceiptArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
 }
 
-// DefaultFrom is the sender of receipts unless configured otherwise.
-const DefaultFrom = "Rocket Rides <receipts@rocketrides.local>"
+// DefaultReceiptFrom is the sender of receipts unless configured otherwise.
+const DefaultReceiptFrom = "Rocket Rides <receipts@rocketrides.local>"
 
-// Subject is the subject line of every ride receipt.
-const Subject = "Your Rocket Rides receipt"
+// ReceiptSubject is the subject line of every ride receipt.
+const ReceiptSubject = "Your Rocket Rides receipt"
 
 // recordTimeout bounds recording a sent receipt. The record is written
 // even when the job's own context has just ended: a send that is not
 // recorded is sent again on retry.
 const recordTimeout = 10 * time.Second
 
-// MessageID is the Message-ID of ride rideID's receipt. It is
+// ReceiptMessageID is the Message-ID of ride rideID's receipt. It is
 // derived from the ride rather than random so that every attempt at the
 // same receipt carries the same ID, and a duplicate that does get out can
 // be recognised (and dropped) by whatever receives it.
-func MessageID(rideID int64) string {
+func ReceiptMessageID(rideID int64) string {
 	return "ride-" + strconv.FormatInt(rideID, 10) + ".receipt@rocketrides.local"
 }
 
-// Worker mails the receipt of a charged ride.
+// ReceiptWorker mails the receipt of a charged ride.
 //
 // Mailing is a foreign state mutation: once an SMTP server has accepted a
 // message it cannot be taken back, and River retries a job whose attempt
@@ -80,21 +78,21 @@ func MessageID(rideID int64) string {
 // the send and the row cannot share a transaction, and recording before
 // sending would turn the same crash into a receipt that is never sent.
 // The duplicate has the same Message-ID as the original (see
-// MessageID), so mail servers and clients that deduplicate on it
+// ReceiptMessageID), so mail servers and clients that deduplicate on it
 // show one receipt.
 //
-// Two workers cannot race on one ride: Args are unique in River (see
-// Args.InsertOpts), so there is only ever one job per ride to work.
-type Worker struct {
-	river.WorkerDefaults[Args]
+// Two workers cannot race on one ride: ReceiptArgs are unique in River
+// (see ReceiptArgs.InsertOpts), so there is only ever one job per ride to work.
+type ReceiptWorker struct {
+	river.WorkerDefaults[ReceiptArgs]
 
 	pool   *pgxpool.Pool
 	mailer mail.Mailer
 	logger *slog.Logger
 }
 
-// WorkerConfig configures a Worker.
-type WorkerConfig struct {
+// ReceiptWorkerConfig configures a ReceiptWorker.
+type ReceiptWorkerConfig struct {
 	// Pool is the database holding rides, users and ride_receipts.
 	// Required.
 	Pool *pgxpool.Pool
@@ -106,31 +104,32 @@ type WorkerConfig struct {
 	Logger *slog.Logger
 }
 
-func (c *WorkerConfig) validate() error {
+func (c *ReceiptWorkerConfig) validate() error {
 	switch {
 	case c.Pool == nil:
-		return errors.New("receipt: WorkerConfig.Pool is required")
+		return errors.New("jobs: ReceiptWorkerConfig.Pool is required")
 	case c.Mailer == nil:
-		return errors.New("receipt: WorkerConfig.Mailer is required")
+		return errors.New("jobs: ReceiptWorkerConfig.Mailer is required")
 	}
 	return nil
 }
 
-// NewWorker returns a worker mailing receipts through config.Mailer.
-func NewWorker(config *WorkerConfig) (*Worker, error) {
+// NewReceiptWorker returns a worker mailing receipts through
+// config.Mailer.
+func NewReceiptWorker(config *ReceiptWorkerConfig) (*ReceiptWorker, error) {
 	if config == nil {
-		return nil, errors.New("receipt: WorkerConfig is required (WorkerConfig.Pool and WorkerConfig.Mailer)")
+		return nil, errors.New("jobs: ReceiptWorkerConfig is required (ReceiptWorkerConfig.Pool and ReceiptWorkerConfig.Mailer)")
 	}
 	if err := config.validate(); err != nil {
 		return nil, err
 	}
-	return &Worker{pool: config.Pool, mailer: config.Mailer, logger: cmp.Or(config.Logger, slog.Default())}, nil
+	return &ReceiptWorker{pool: config.Pool, mailer: config.Mailer, logger: cmp.Or(config.Logger, slog.Default())}, nil
 }
 
 // Work sends the receipt for job's ride unless it was sent before.
-func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
+func (w *ReceiptWorker) Work(ctx context.Context, job *river.Job[ReceiptArgs]) error {
 	args := job.Args
-	messageID := MessageID(args.RideID)
+	messageID := ReceiptMessageID(args.RideID)
 
 	var sent bool
 	if err := w.pool.QueryRow(ctx,
@@ -170,7 +169,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	msg := &mail.Message{
 		ID:      messageID,
 		To:      email,
-		Subject: Subject,
+		Subject: ReceiptSubject,
 		Date:    time.Now(),
 		Body:    body(args, riddenAt),
 	}
@@ -179,7 +178,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 
 	// The receipt is out. Record it even if ctx ends now: a cancelled
-	// record is the duplicate-send window described on Worker.
+	// record is the duplicate-send window described on ReceiptWorker.
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	if _, err := w.pool.Exec(recordCtx, `
@@ -195,7 +194,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	return nil
 }
 
-func body(args Args, riddenAt time.Time) string {
+func body(args ReceiptArgs, riddenAt time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Thanks for riding with Rocket Rides!\n\n")
 	fmt.Fprintf(&b, "Ride:    #%d\n", args.RideID)
@@ -232,27 +231,27 @@ func FormatAmount(amount int64, currency string) string {
 	return currencySymbols[currency] + number + " " + strings.ToUpper(currency)
 }
 
-// Sent is a row of ride_receipts: a receipt that went out.
-type Sent struct {
+// SentReceipt is a row of ride_receipts: a receipt that went out.
+type SentReceipt struct {
 	RideID    int64     `db:"ride_id"`
 	MessageID string    `db:"message_id"`
 	Recipient string    `db:"recipient"`
 	SentAt    time.Time `db:"sent_at"`
 }
 
-// ForRide returns the receipt sent for ride rideID; found is false when
-// none was sent (yet).
-func ForRide(ctx context.Context, pool *pgxpool.Pool, rideID int64) (sent Sent, found bool, err error) {
+// ReceiptForRide returns the receipt sent for ride rideID; found is false
+// when none was sent (yet).
+func ReceiptForRide(ctx context.Context, pool *pgxpool.Pool, rideID int64) (sent SentReceipt, found bool, err error) {
 	rows, err := pool.Query(ctx, `SELECT ride_id, message_id, recipient, sent_at FROM ride_receipts WHERE ride_id = $1`, rideID)
 	if err != nil {
-		return Sent{}, false, fmt.Errorf("read receipt of ride %d: %w", rideID, err)
+		return SentReceipt{}, false, fmt.Errorf("read receipt of ride %d: %w", rideID, err)
 	}
-	sent, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Sent])
+	sent, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[SentReceipt])
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Sent{}, false, nil
+		return SentReceipt{}, false, nil
 	}
 	if err != nil {
-		return Sent{}, false, fmt.Errorf("read receipt of ride %d: %w", rideID, err)
+		return SentReceipt{}, false, fmt.Errorf("read receipt of ride %d: %w", rideID, err)
 	}
 	return sent, true, nil
 }

@@ -1,4 +1,4 @@
-package staged
+package jobs
 
 import (
 	"cmp"
@@ -57,14 +57,14 @@ func kindOpts(args []river.JobArgs) map[string]river.InsertOpts {
 	return kinds
 }
 
-// Config configures an Enqueuer.
-type Config struct {
+// EnqueuerConfig configures an Enqueuer.
+type EnqueuerConfig struct {
 	// Pool is the database the jobs are staged in, and whose River queue
 	// they are moved into. Required.
 	Pool *pgxpool.Pool
 
 	// Kinds are the jobs a worker exists for, one value of each args type
-	// (such as receipt.Args{}); a type implementing
+	// (such as ReceiptArgs{}); a type implementing
 	// river.JobArgsWithInsertOpts brings its insert options. Required.
 	//
 	// The enqueuer moves only these kinds. A job nobody can work is
@@ -93,16 +93,16 @@ type Config struct {
 	OnMoved func(n int)
 }
 
-func (c *Config) validate() error {
+func (c *EnqueuerConfig) validate() error {
 	switch {
 	case c.Pool == nil:
-		return errors.New("staged: Config.Pool is required")
+		return errors.New("jobs: EnqueuerConfig.Pool is required")
 	case len(c.Kinds) == 0:
-		return errors.New("staged: Config.Kinds must list at least one job kind")
+		return errors.New("jobs: EnqueuerConfig.Kinds must list at least one job kind")
 	case c.BatchSize < 0:
-		return fmt.Errorf("staged: Config.BatchSize must not be negative, got %d", c.BatchSize)
+		return fmt.Errorf("jobs: EnqueuerConfig.BatchSize must not be negative, got %d", c.BatchSize)
 	case c.PollInterval < 0:
-		return fmt.Errorf("staged: Config.PollInterval must not be negative, got %s", c.PollInterval)
+		return fmt.Errorf("jobs: EnqueuerConfig.PollInterval must not be negative, got %s", c.PollInterval)
 	}
 	return nil
 }
@@ -129,11 +129,11 @@ type Enqueuer struct {
 	lastUnknownReport time.Time
 }
 
-// New returns an enqueuer moving jobs staged in config.Pool's database
+// NewEnqueuer returns an enqueuer moving jobs staged in config.Pool's database
 // into the River queue of the same database.
-func New(config *Config) (*Enqueuer, error) {
+func NewEnqueuer(config *EnqueuerConfig) (*Enqueuer, error) {
 	if config == nil {
-		return nil, errors.New("staged: Config is required (Config.Pool and Config.Kinds)")
+		return nil, errors.New("jobs: EnqueuerConfig is required (EnqueuerConfig.Pool and EnqueuerConfig.Kinds)")
 	}
 	if err := config.validate(); err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package receipt
+package jobs
 
 import (
 	"cmp"
@@ -18,9 +18,9 @@ import (
 )
 
 // Kinds are the jobs the workers of NewClient handle, and so the kinds an
-// enqueuer feeding them moves (staged.Config.Kinds).
+// enqueuer feeding them moves (EnqueuerConfig.Kinds).
 func Kinds() []river.JobArgs {
-	return []river.JobArgs{Args{}}
+	return []river.JobArgs{ReceiptArgs{}}
 }
 
 // DefaultMaxWorkers is how many jobs one worker process runs at once
@@ -62,11 +62,11 @@ type ClientConfig struct {
 func (c *ClientConfig) validate() error {
 	switch {
 	case c.Pool == nil:
-		return errors.New("receipt: ClientConfig.Pool is required")
+		return errors.New("jobs: ClientConfig.Pool is required")
 	case c.Mailer == nil:
-		return errors.New("receipt: ClientConfig.Mailer is required")
+		return errors.New("jobs: ClientConfig.Mailer is required")
 	case c.MaxWorkers < 0:
-		return fmt.Errorf("receipt: ClientConfig.MaxWorkers must not be negative, got %d", c.MaxWorkers)
+		return fmt.Errorf("jobs: ClientConfig.MaxWorkers must not be negative, got %d", c.MaxWorkers)
 	}
 	return nil
 }
@@ -75,13 +75,13 @@ func (c *ClientConfig) validate() error {
 // Kinds) from the default queue once started.
 func NewClient(config *ClientConfig) (*river.Client[pgx.Tx], error) {
 	if config == nil {
-		return nil, errors.New("receipt: ClientConfig is required (ClientConfig.Pool and ClientConfig.Mailer)")
+		return nil, errors.New("jobs: ClientConfig is required (ClientConfig.Pool and ClientConfig.Mailer)")
 	}
 	if err := config.validate(); err != nil {
 		return nil, err
 	}
 	logger := cmp.Or(config.Logger, slog.Default())
-	worker, err := NewWorker(&WorkerConfig{Pool: config.Pool, Mailer: config.Mailer, Logger: logger})
+	worker, err := NewReceiptWorker(&ReceiptWorkerConfig{Pool: config.Pool, Mailer: config.Mailer, Logger: logger})
 	if err != nil {
 		return nil, err
 	}

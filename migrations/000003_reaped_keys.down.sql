@@ -1,3 +1,0 @@
--- Everything 000003_reaped_keys.up.sql added.
-DROP TABLE reaped_keys;
-ALTER TABLE idempotency_keys DROP COLUMN resource_id;

@@ -1,2 +1,0 @@
-DROP TABLE idempotency_key_steps;
-ALTER TABLE idempotency_keys DROP COLUMN claims;

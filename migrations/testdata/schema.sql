@@ -1,0 +1,340 @@
+CREATE FUNCTION public.idempotency_key_fence(key_id bigint, token uuid, point text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    unreaped BOOLEAN;
+BEGIN
+    SELECT NOT EXISTS (
+               SELECT 1 FROM reaped_keys r
+               WHERE point = 'started' AND r.user_id = k.user_id AND r.idempotency_key = k.idempotency_key)
+    INTO unreaped
+    FROM idempotency_keys k
+    WHERE k.id = key_id AND k.lock_token = token AND k.recovery_point = point
+    FOR UPDATE OF k;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'idempotency key % no longer carries this lock at %', key_id, point
+            USING ERRCODE = 'RR001';
+    END IF;
+    IF NOT unreaped THEN
+        RAISE EXCEPTION 'idempotency key % has a reaped predecessor', key_id
+            USING ERRCODE = 'RR002';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION public.idempotency_key_phase_check(ok boolean, message text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT ok THEN
+        RAISE EXCEPTION '%', message USING ERRCODE = 'RR003';
+    END IF;
+END
+$$;
+
+CREATE TABLE public.abandoned_requests (
+    idempotency_key_id bigint NOT NULL,
+    user_id bigint NOT NULL,
+    idempotency_key text NOT NULL,
+    request_method text NOT NULL,
+    request_path text NOT NULL,
+    request_params jsonb NOT NULL,
+    recovery_point text NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    last_run_at timestamp with time zone NOT NULL,
+    reaped_at timestamp with time zone DEFAULT now() NOT NULL,
+    reason text NOT NULL,
+    CONSTRAINT abandoned_requests_idempotency_key_check CHECK (((char_length(idempotency_key) >= 1) AND (char_length(idempotency_key) <= 255))),
+    CONSTRAINT abandoned_requests_reason_check CHECK (((char_length(reason) >= 1) AND (char_length(reason) <= 1000))),
+    CONSTRAINT abandoned_requests_recovery_point_check CHECK ((recovery_point <> 'finished'::text)),
+    CONSTRAINT abandoned_requests_request_method_check CHECK ((char_length(request_method) <= 10)),
+    CONSTRAINT abandoned_requests_request_path_check CHECK ((char_length(request_path) <= 100))
+);
+
+CREATE TABLE public.audit_records (
+    id bigint NOT NULL,
+    action text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    data jsonb NOT NULL,
+    origin_ip inet NOT NULL,
+    resource_id bigint NOT NULL,
+    resource_type text NOT NULL,
+    user_id bigint NOT NULL,
+    CONSTRAINT audit_records_action_check CHECK ((char_length(action) <= 50)),
+    CONSTRAINT audit_records_resource_type_check CHECK ((char_length(resource_type) <= 50))
+);
+
+CREATE SEQUENCE public.audit_records_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.audit_records_id_seq OWNED BY public.audit_records.id;
+
+CREATE TABLE public.idempotency_keys (
+    id bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    idempotency_key text NOT NULL,
+    last_run_at timestamp with time zone DEFAULT now() NOT NULL,
+    locked_at timestamp with time zone DEFAULT now(),
+    lock_token uuid,
+    request_method text NOT NULL,
+    request_params jsonb NOT NULL,
+    request_path text NOT NULL,
+    origin_ip inet NOT NULL,
+    response_code integer,
+    response_body jsonb,
+    recovery_point text NOT NULL,
+    user_id bigint NOT NULL,
+    unknown_outcomes integer DEFAULT 0 NOT NULL,
+    first_foreign_attempt_at timestamp with time zone,
+    attention_reason text,
+    resource_id bigint,
+    claims integer DEFAULT 1 NOT NULL,
+    identity uuid DEFAULT gen_random_uuid(),
+    steps jsonb DEFAULT '[]'::jsonb NOT NULL,
+    CONSTRAINT idempotency_keys_attention_reason_check CHECK ((char_length(attention_reason) <= 500)),
+    CONSTRAINT idempotency_keys_claims_positive CHECK ((claims >= 1)),
+    CONSTRAINT idempotency_keys_finished_has_response CHECK (((recovery_point = 'finished'::text) = ((response_code IS NOT NULL) AND (response_body IS NOT NULL)))),
+    CONSTRAINT idempotency_keys_idempotency_key_check CHECK (((char_length(idempotency_key) >= 1) AND (char_length(idempotency_key) <= 255))),
+    CONSTRAINT idempotency_keys_lock_has_token CHECK (((locked_at IS NULL) = (lock_token IS NULL))),
+    CONSTRAINT idempotency_keys_recovery_point_check CHECK ((recovery_point ~ '^[a-z][a-z0-9_]{0,49}$'::text)),
+    CONSTRAINT idempotency_keys_request_method_check CHECK ((char_length(request_method) <= 10)),
+    CONSTRAINT idempotency_keys_request_path_check CHECK ((char_length(request_path) <= 100)),
+    CONSTRAINT idempotency_keys_response_complete CHECK (((response_code IS NULL) = (response_body IS NULL))),
+    CONSTRAINT idempotency_keys_steps_array CHECK ((jsonb_typeof(steps) = 'array'::text)),
+    CONSTRAINT idempotency_keys_unknown_outcomes_check CHECK ((unknown_outcomes >= 0))
+)
+WITH (fillfactor='80');
+
+CREATE SEQUENCE public.idempotency_keys_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.idempotency_keys_id_seq OWNED BY public.idempotency_keys.id;
+
+CREATE TABLE public.reaped_keys (
+    user_id bigint NOT NULL,
+    idempotency_key text NOT NULL,
+    idempotency_key_id bigint NOT NULL,
+    request_method text NOT NULL,
+    request_path text NOT NULL,
+    request_params_sha256 bytea NOT NULL,
+    response_code integer,
+    resource_id bigint,
+    created_at timestamp with time zone NOT NULL,
+    reaped_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT reaped_keys_idempotency_key_check CHECK (((char_length(idempotency_key) >= 1) AND (char_length(idempotency_key) <= 255))),
+    CONSTRAINT reaped_keys_request_method_check CHECK ((char_length(request_method) <= 10)),
+    CONSTRAINT reaped_keys_request_params_sha256_check CHECK ((octet_length(request_params_sha256) = 32)),
+    CONSTRAINT reaped_keys_request_path_check CHECK ((char_length(request_path) <= 100))
+);
+
+CREATE TABLE public.reconcile_runs (
+    id bigint NOT NULL,
+    ran_at timestamp with time zone DEFAULT now() NOT NULL,
+    since timestamp with time zone NOT NULL,
+    until timestamp with time zone NOT NULL,
+    charges integer NOT NULL,
+    rides integer NOT NULL,
+    pending integer NOT NULL,
+    discrepancies jsonb NOT NULL,
+    CONSTRAINT reconcile_runs_charges_check CHECK ((charges >= 0)),
+    CONSTRAINT reconcile_runs_discrepancies_check CHECK ((jsonb_typeof(discrepancies) = 'array'::text)),
+    CONSTRAINT reconcile_runs_pending_check CHECK ((pending >= 0)),
+    CONSTRAINT reconcile_runs_rides_check CHECK ((rides >= 0))
+);
+
+CREATE SEQUENCE public.reconcile_runs_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.reconcile_runs_id_seq OWNED BY public.reconcile_runs.id;
+
+CREATE TABLE public.ride_receipts (
+    ride_id bigint NOT NULL,
+    message_id text NOT NULL,
+    recipient text NOT NULL,
+    sent_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ride_receipts_message_id_check CHECK (((char_length(message_id) >= 1) AND (char_length(message_id) <= 255))),
+    CONSTRAINT ride_receipts_recipient_check CHECK (((char_length(recipient) >= 1) AND (char_length(recipient) <= 255)))
+);
+
+CREATE TABLE public.rides (
+    id bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    idempotency_key_id bigint,
+    origin_lat numeric(13,10) NOT NULL,
+    origin_lon numeric(13,10) NOT NULL,
+    target_lat numeric(13,10) NOT NULL,
+    target_lon numeric(13,10) NOT NULL,
+    amount bigint NOT NULL,
+    currency text NOT NULL,
+    stripe_charge_id text,
+    user_id bigint NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    CONSTRAINT rides_amount_check CHECK ((amount > 0)),
+    CONSTRAINT rides_currency_check CHECK ((currency ~ '^[a-z]{3}$'::text)),
+    CONSTRAINT rides_origin_lat_check CHECK (((origin_lat >= ('-90'::integer)::numeric) AND (origin_lat <= (90)::numeric))),
+    CONSTRAINT rides_origin_lon_check CHECK (((origin_lon >= ('-180'::integer)::numeric) AND (origin_lon <= (180)::numeric))),
+    CONSTRAINT rides_status_known CHECK ((status = ANY (ARRAY['pending'::text, 'succeeded'::text, 'declined'::text, 'failed'::text, 'needs_review'::text]))),
+    CONSTRAINT rides_stripe_charge_id_check CHECK ((char_length(stripe_charge_id) <= 255)),
+    CONSTRAINT rides_succeeded_has_charge CHECK (((status = 'succeeded'::text) = (stripe_charge_id IS NOT NULL))),
+    CONSTRAINT rides_target_lat_check CHECK (((target_lat >= ('-90'::integer)::numeric) AND (target_lat <= (90)::numeric))),
+    CONSTRAINT rides_target_lon_check CHECK (((target_lon >= ('-180'::integer)::numeric) AND (target_lon <= (180)::numeric)))
+);
+
+CREATE SEQUENCE public.rides_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.rides_id_seq OWNED BY public.rides.id;
+
+CREATE TABLE public.schema_migrations (
+    version bigint NOT NULL,
+    dirty boolean NOT NULL
+);
+
+CREATE TABLE public.staged_jobs (
+    id bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    job_name text NOT NULL,
+    job_args jsonb NOT NULL,
+    CONSTRAINT staged_jobs_job_name_check CHECK (((char_length(job_name) >= 1) AND (char_length(job_name) <= 100)))
+);
+
+CREATE SEQUENCE public.staged_jobs_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.staged_jobs_id_seq OWNED BY public.staged_jobs.id;
+
+CREATE TABLE public.users (
+    id bigint NOT NULL,
+    email text NOT NULL,
+    stripe_customer_id text NOT NULL,
+    api_token_hash bytea NOT NULL,
+    CONSTRAINT users_api_token_hash_check CHECK ((octet_length(api_token_hash) = 32)),
+    CONSTRAINT users_email_check CHECK ((char_length(email) <= 255)),
+    CONSTRAINT users_stripe_customer_id_check CHECK ((char_length(stripe_customer_id) <= 50))
+);
+
+CREATE SEQUENCE public.users_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.users_id_seq OWNED BY public.users.id;
+
+ALTER TABLE ONLY public.audit_records ALTER COLUMN id SET DEFAULT nextval('public.audit_records_id_seq'::regclass);
+
+ALTER TABLE ONLY public.idempotency_keys ALTER COLUMN id SET DEFAULT nextval('public.idempotency_keys_id_seq'::regclass);
+
+ALTER TABLE ONLY public.reconcile_runs ALTER COLUMN id SET DEFAULT nextval('public.reconcile_runs_id_seq'::regclass);
+
+ALTER TABLE ONLY public.rides ALTER COLUMN id SET DEFAULT nextval('public.rides_id_seq'::regclass);
+
+ALTER TABLE ONLY public.staged_jobs ALTER COLUMN id SET DEFAULT nextval('public.staged_jobs_id_seq'::regclass);
+
+ALTER TABLE ONLY public.users ALTER COLUMN id SET DEFAULT nextval('public.users_id_seq'::regclass);
+
+ALTER TABLE ONLY public.abandoned_requests
+    ADD CONSTRAINT abandoned_requests_pkey PRIMARY KEY (idempotency_key_id);
+
+ALTER TABLE ONLY public.audit_records
+    ADD CONSTRAINT audit_records_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.idempotency_keys
+    ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.reaped_keys
+    ADD CONSTRAINT reaped_keys_pkey PRIMARY KEY (user_id, idempotency_key);
+
+ALTER TABLE ONLY public.reconcile_runs
+    ADD CONSTRAINT reconcile_runs_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.ride_receipts
+    ADD CONSTRAINT ride_receipts_message_id_key UNIQUE (message_id);
+
+ALTER TABLE ONLY public.ride_receipts
+    ADD CONSTRAINT ride_receipts_pkey PRIMARY KEY (ride_id);
+
+ALTER TABLE ONLY public.rides
+    ADD CONSTRAINT rides_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.rides
+    ADD CONSTRAINT rides_stripe_charge_id_key UNIQUE (stripe_charge_id);
+
+ALTER TABLE ONLY public.rides
+    ADD CONSTRAINT rides_user_id_idempotency_key_id_key UNIQUE (user_id, idempotency_key_id);
+
+ALTER TABLE ONLY public.schema_migrations
+    ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY public.staged_jobs
+    ADD CONSTRAINT staged_jobs_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.users
+    ADD CONSTRAINT users_api_token_hash_key UNIQUE (api_token_hash);
+
+ALTER TABLE ONLY public.users
+    ADD CONSTRAINT users_email_key UNIQUE (email);
+
+ALTER TABLE ONLY public.users
+    ADD CONSTRAINT users_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.users
+    ADD CONSTRAINT users_stripe_customer_id_key UNIQUE (stripe_customer_id);
+
+CREATE INDEX abandoned_requests_user_id_idempotency_key ON public.abandoned_requests USING btree (user_id, idempotency_key);
+
+CREATE INDEX audit_records_resource ON public.audit_records USING btree (resource_type, resource_id);
+
+CREATE INDEX idempotency_keys_created_at ON public.idempotency_keys USING btree (created_at);
+
+CREATE INDEX idempotency_keys_unfinished_last_run_at ON public.idempotency_keys USING btree (last_run_at) WHERE (response_code IS NULL);
+
+CREATE UNIQUE INDEX idempotency_keys_user_id_idempotency_key ON public.idempotency_keys USING btree (user_id, idempotency_key);
+
+CREATE INDEX reaped_keys_created_at ON public.reaped_keys USING btree (created_at);
+
+CREATE INDEX rides_idempotency_key_id ON public.rides USING btree (idempotency_key_id) WHERE (idempotency_key_id IS NOT NULL);
+
+CREATE INDEX rides_user_id_id ON public.rides USING btree (user_id, id DESC);
+
+ALTER TABLE ONLY public.abandoned_requests
+    ADD CONSTRAINT abandoned_requests_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(id) ON DELETE RESTRICT;
+
+ALTER TABLE ONLY public.audit_records
+    ADD CONSTRAINT audit_records_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(id) ON DELETE RESTRICT;
+
+ALTER TABLE ONLY public.idempotency_keys
+    ADD CONSTRAINT idempotency_keys_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(id) ON DELETE RESTRICT;
+
+ALTER TABLE ONLY public.reaped_keys
+    ADD CONSTRAINT reaped_keys_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(id) ON DELETE RESTRICT;
+
+ALTER TABLE ONLY public.ride_receipts
+    ADD CONSTRAINT ride_receipts_ride_id_fkey FOREIGN KEY (ride_id) REFERENCES public.rides(id) ON DELETE RESTRICT;
+
+ALTER TABLE ONLY public.rides
+    ADD CONSTRAINT rides_idempotency_key_id_fkey FOREIGN KEY (idempotency_key_id) REFERENCES public.idempotency_keys(id) ON DELETE SET NULL;
+
+ALTER TABLE ONLY public.rides
+    ADD CONSTRAINT rides_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(id) ON DELETE RESTRICT;
