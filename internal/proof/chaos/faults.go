@@ -90,9 +90,27 @@ func (m *monkey) killProcesses(ctx context.Context, stop <-chan struct{}, procs 
 		time.Sleep(down)
 		// The restart is not cut short by stop: every instance must be up
 		// for the drain.
-		if err := p.Restart(ctx); err != nil {
-			m.faults.problem("restart %s: %v", p.Name, err)
+		m.restart(ctx, p)
+	}
+}
+
+// restart starts p again, and again after a pause if it refuses to start,
+// as a supervisor would: a process may rightly refuse for a moment, such
+// as an api that finds the standby of a failover drill still catching up
+// (db.Preflight's refusal of an asynchronous standby).
+func (m *monkey) restart(ctx context.Context, p *fleet.Process) {
+	const attempts, pause = 10, 2 * time.Second
+	for attempt := 1; ; attempt++ {
+		err := p.Restart(ctx)
+		if err == nil {
+			return
 		}
+		if attempt == attempts || ctx.Err() != nil {
+			m.faults.problem("restart %s: %d attempts, the last: %v", p.Name, attempt, err)
+			return
+		}
+		m.progress("%s did not start (%s); again in %s", p.Name, firstLine(err.Error()), pause)
+		time.Sleep(pause)
 	}
 }
 
