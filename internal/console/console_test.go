@@ -451,6 +451,39 @@ func TestConsole(t *testing.T) {
 		require.NotContains(t, body, b.Token, "never an API token")
 	})
 
+	// The story says what today's code did: the Stripe key carries the
+	// key's identity, and only a charged ride has a receipt staged.
+	t.Run("StorySentencesMatchTheCode", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+
+		paid, err := b.Keys.KeyByID(context.Background(), b.ride(t))
+		require.NoError(t, err)
+		require.NotNil(t, paid.Identity)
+		_, body := b.get(t, "/keys/"+strconv.FormatInt(paid.ID, 10))
+		stripeKey := "rocket-rides-" + strconv.FormatInt(paid.ID, 10) + "-" + paid.Identity.String()
+		require.Equal(t, stripeKey, rides.StripeKey(paid))
+		require.Contains(t, body, `<code id="stripe-key">`+stripeKey+`</code>`)
+		require.Contains(t, body, "rocket-rides-&lt;key id&gt;-&lt;key identity&gt; (here "+stripeKey+")")
+		require.NotContains(t, body, "rocket-rides-&lt;key id&gt;,", "the key without its identity")
+		require.Contains(t, body, "receipt staged as a job in the same transaction")
+
+		declinedKey := apitest.NewKey()
+		resp := b.Do(t, http.MethodPost, "/rides", apitest.DefaultParams,
+			"Authorization", "Bearer "+b.BadSourceToken, "Idempotency-Key", declinedKey,
+			"Content-Type", "application/x-www-form-urlencoded")
+		require.Equal(t, http.StatusPaymentRequired, resp.Status)
+		keys, err := b.Keys.FindKeys(context.Background(), declinedKey, 1)
+		require.NoError(t, err)
+		require.Len(t, keys, 1)
+		_, body = b.get(t, "/keys/"+strconv.FormatInt(keys[0].ID, 10))
+		require.Contains(t, body, "step-reached")
+		require.NotContains(t, body, "receipt staged", "a declined ride has no receipt staged")
+		require.Contains(t, body, "Nothing was charged, so no receipt is staged")
+		require.Contains(t, body, "only a charged ride gets a receipt")
+	})
+
 	t.Run("SettlesAsTheOperator", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
