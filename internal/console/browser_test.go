@@ -353,6 +353,25 @@ func TestBrowser(t *testing.T) {
 			))
 			require.Positive(t, events, "scenario %s", scenario)
 			require.Positive(t, links, "scenario %s: the sentences link docs/failures.md", scenario)
+			if scenario == "answer_lost" {
+				// The loss is seen, not absorbed by stripe-go's own retry:
+				// the api answered attempt 1 with a 503, the fake dropped
+				// every answer it gave, and the retry heard the one charge.
+				var attempts []string
+				var labText, stripeKey string
+				require.NoError(t, chromedp.Run(ctx,
+					chromedp.Evaluate(`Array.from(document.querySelectorAll('#lab tr.lab-event')).filter(r => r.cells[2].textContent.startsWith("Attempt")).map(r => r.cells[2].textContent + ": " + r.cells[3].textContent)`, &attempts),
+					chromedp.Text(`#lab`, &labText),
+					chromedp.Text(`#stripe-key`, &stripeKey),
+				))
+				require.Len(t, attempts, 2, "two attempts: %v", attempts)
+				require.True(t, strings.HasPrefix(attempts[0], "Attempt 1: 503 payment_unavailable"), attempts[0])
+				require.True(t, strings.HasPrefix(attempts[1], "Attempt 2: 201 Created"), attempts[1])
+				require.Regexp(t, `Its record of attempt 1 \(GET /_fake/stats\): (\d+) charge requests, 1 charge made, \d+ replays?, (\d+) answers dropped`, labText)
+				require.Contains(t, labText, "Its record of the retry: 1 charge request, 0 charges made, 1 replay.")
+				require.Regexp(t, `^rocket-rides-\d+-[0-9a-f-]{36}$`, stripeKey)
+				require.Contains(t, labText, "same Stripe idempotency key, "+stripeKey)
+			}
 			screenshot(t, ctx, "lab-"+scenario)
 		}
 		var steps string

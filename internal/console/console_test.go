@@ -451,6 +451,92 @@ func TestConsole(t *testing.T) {
 		require.NotContains(t, body, b.Token, "never an API token")
 	})
 
+	// The story says what today's code did: the Stripe key carries the
+	// key's identity, and only a charged ride has a receipt staged.
+	t.Run("StorySentencesMatchTheCode", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+
+		paid, err := b.Keys.KeyByID(context.Background(), b.ride(t))
+		require.NoError(t, err)
+		require.NotNil(t, paid.Identity)
+		_, body := b.get(t, "/keys/"+strconv.FormatInt(paid.ID, 10))
+		stripeKey := "rocket-rides-" + strconv.FormatInt(paid.ID, 10) + "-" + paid.Identity.String()
+		require.Equal(t, stripeKey, rides.StripeKey(paid))
+		require.Contains(t, body, `<code id="stripe-key">`+stripeKey+`</code>`)
+		require.Contains(t, body, "rocket-rides-&lt;key id&gt;-&lt;key identity&gt; (here "+stripeKey+")")
+		require.NotContains(t, body, "rocket-rides-&lt;key id&gt;,", "the key without its identity")
+		require.Contains(t, body, "receipt staged as a job in the same transaction")
+
+		declinedKey := apitest.NewKey()
+		resp := b.Do(t, http.MethodPost, "/rides", apitest.DefaultParams,
+			"Authorization", "Bearer "+b.BadSourceToken, "Idempotency-Key", declinedKey,
+			"Content-Type", "application/x-www-form-urlencoded")
+		require.Equal(t, http.StatusPaymentRequired, resp.Status)
+		keys, err := b.Keys.FindKeys(context.Background(), declinedKey, 1)
+		require.NoError(t, err)
+		require.Len(t, keys, 1)
+		_, body = b.get(t, "/keys/"+strconv.FormatInt(keys[0].ID, 10))
+		require.Contains(t, body, "step-reached")
+		require.NotContains(t, body, "receipt staged", "a declined ride has no receipt staged")
+		require.Contains(t, body, "Nothing was charged, so no receipt is staged")
+		require.Contains(t, body, "only a charged ride gets a receipt")
+	})
+
+	// Stripe charges and the answer is lost on its way to the api,
+	// stripe-go's own resends included: the api answers 503 with the ride
+	// pending, and the client's retry hears the one charge replayed. The
+	// story shows both attempts and the fake's record of what it did.
+	t.Run("LabShowsTheLostAnswerAndWhatRecoveredIt", func(t *testing.T) {
+		t.Parallel()
+		lab := setupWith(t, func(s *apitest.Stack) *console.Lab {
+			// A timeout shorter than stripe-go's resends take: the first
+			// attempt waits for the api's answer all the same.
+			return &console.Lab{APIURL: s.URL, Token: s.Token, StripeBase: s.StripeURL, StripeKey: "sk_test_lab", Timeout: 500 * time.Millisecond}
+		})
+		lab.login(t)
+		resp := lab.post(t, "/lab", lab.console.URL, url.Values{"csrf": {lab.csrf(t)}, "scenario": {"answer_lost"}})
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+		story := resp.Header.Get("Location")
+		require.True(t, strings.HasPrefix(story, "/keys/"), story)
+		var page string
+		require.Eventually(t, func() bool {
+			_, page = lab.get(t, story)
+			return strings.Contains(page, "The lab's clients are done.")
+		}, 60*time.Second, 100*time.Millisecond)
+
+		id, err := strconv.ParseInt(strings.TrimPrefix(story, "/keys/"), 10, 64)
+		require.NoError(t, err)
+		key, err := lab.Keys.KeyByID(context.Background(), id)
+		require.NoError(t, err)
+		require.Equal(t, idem.Finished, key.RecoveryPoint)
+		require.Equal(t, http.StatusCreated, *key.ResponseCode)
+		require.Len(t, lab.Stripe.Charges(), 1, "one charge at Stripe")
+		require.Equal(t, fakestripe.Faults{}, lab.Stripe.Faults(), "the fake as the lab found it")
+
+		// Attempt 1 saw the loss; attempt 2 the charge.
+		require.Regexp(t, `Attempt 1</td><td>503 payment_unavailable after`, page, "the api answered the lost answer with a 503")
+		require.Regexp(t, `Attempt 2</td><td>201 Created after`, page)
+		require.Contains(t, page, "the ride is pending")
+		// The fake's record: every answer of attempt 1 dropped, stripe-go's
+		// resends among them, and one charge.
+		m := regexp.MustCompile(`Its record of attempt 1 \(GET /_fake/stats\): (\d+) charge requests, 1 charge made, (\d+) replays?, (\d+) answers dropped`).FindStringSubmatch(page)
+		require.NotNil(t, m, page)
+		requests, _ := strconv.Atoi(m[1])
+		replays, _ := strconv.Atoi(m[2])
+		dropped, _ := strconv.Atoi(m[3])
+		require.GreaterOrEqual(t, requests, 2, "stripe-go resent the charge")
+		require.Equal(t, requests-1, replays)
+		require.Equal(t, requests, dropped, "no answer reached the api")
+		require.Contains(t, page, "Its record of the retry: 1 charge request, 0 charges made, 1 replay.")
+		require.Contains(t, page, "Stripe replayed the charge attempt 1 had made. One ride, one charge")
+		require.Contains(t, page, "same Stripe idempotency key, "+rides.StripeKey(key))
+		// The key's own steps: attempt 1 unlocked it at ride_created, and
+		// attempt 2 resumed there.
+		require.Regexp(t, `(?s)class="step step-unlocked">.*?<td>ride_created</td>.*class="step step-resumed">`, page)
+	})
+
 	t.Run("SettlesAsTheOperator", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -18,7 +18,7 @@ func TestFailuresLinksLand(t *testing.T) {
 	sections := []string{sectionMurphy, sectionSeed, sectionResidual}
 	for _, event := range []idem.StepEvent{idem.StepClaimed, idem.StepResumed, idem.StepTookOver, idem.StepReached,
 		idem.StepUnknownOutcome, idem.StepSetAside, idem.StepUnlocked, idem.StepReopened} {
-		w := why(idem.Step{Event: event})
+		w := why(idem.Step{Event: event}, &idem.Key{ID: 1})
 		require.NotEmpty(t, w.Section, "step %s", event)
 		require.Contains(t, sections, w.Section, "step %s", event)
 	}

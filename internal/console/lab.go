@@ -57,6 +57,17 @@ const (
 	labAttempts = 8
 	// maxLabCalls is the most charge calls Stripe can be down for (N).
 	maxLabCalls = 5
+	// labLostAnswers is how many answers the Stripe fake may drop while
+	// the answer-lost scenario's first attempt runs: more than the api's
+	// Stripe client sends in one call (1 + stripe-go's MaxNetworkRetries,
+	// 2 by default), so that every one is lost whatever the api's count.
+	// The lab turns the fault off once the api has answered.
+	labLostAnswers = 10
+	// labPatience bounds the answer-lost scenario's first attempt, which
+	// waits for the api's answer: stripe-go spaces its resends out (half a
+	// second, then a second), longer than a client's usual timeout, and
+	// the lesson is what the api answers, not the client's patience.
+	labPatience = 30 * time.Second
 )
 
 func (l *Lab) validate() error {
@@ -85,9 +96,9 @@ var scenarios = []scenario{
 	{"dies_after_ride", "The request dies after the ride is created",
 		"The api fails the request on purpose (raise_error) after the ride's atomic phase and before the charge. The client gives up, as an app that was closed; the completer finishes the request."},
 	{"stripe_down", "Stripe is down for N calls",
-		"The fake answers the next N charge calls with a 500 before charging. The client retries with the same key and backoff."},
+		"The fake answers the next N charge calls with a 500 before charging (stripe-go does not resend a POST answered 500, so each is one attempt of the client). A Stripe 500 may have charged, so the api counts it as an unknown outcome, answers 503 and keeps the key at ride_created; the client retries with the same key and backoff. (Past MAX_CHARGE_ATTEMPTS such answers the key would be set aside for a person.)"},
 	{"answer_lost", "Stripe charges, then the answer is lost",
-		"The fake makes the charge and drops the connection without answering. The charge is repeated with the same Stripe idempotency key."},
+		"The fake makes the charge and drops the connection instead of answering, and keeps dropping answers until the api has answered: the resends of the api's Stripe client (stripe-go retries a broken connection with the same Stripe idempotency key) get the charge replayed, and lose that answer too. The api answers 503 with the ride pending; the client retries with the same key, and Stripe replays the one charge. Losing only the answer that made the charge would show nothing: stripe-go would hear the replay inside the first attempt. So the api runs as it always does, stripe-go's retry included, and only the fake's network is worse. The first attempt waits for the api's answer (up to " + labPatience.String() + "), so that you see it."},
 	{"slow_stripe", "Stripe is slower than the client's timeout",
 		"The fake waits longer than the client's timeout before charging. The client gives up on its first attempt and retries with the same key."},
 	{"race", "Two clients race one key",
@@ -259,7 +270,7 @@ func (c *Console) runLab(ctx context.Context, run *labRun, calls int) {
 	}()
 	switch run.Scenario.Name {
 	case "dies_after_ride":
-		resp := c.labPost(ctx, run.Key, true)
+		resp := c.labPost(ctx, run.Key, true, l.Timeout)
 		c.labSaw(run, "client", 1, resp)
 		run.add("client", "The client gives up and goes away, like an app that was closed.", "",
 			Why{"Nothing is lost: the completer looks for keys left unfinished and drives them to the end through the same code as the api, resuming at the recovery point the ride's atomic phase committed. Watch the steps above for its attempt.", sectionMurphy})
@@ -268,11 +279,12 @@ func (c *Console) runLab(ctx context.Context, run *labRun, calls int) {
 		setFaults(fmt.Sprintf(`{"fail_next":%d}`, calls),
 			fmt.Sprintf("The Stripe fake will fail the next %d charge calls.", calls))
 	case "answer_lost":
-		setFaults(`{"drop_after_commit_next":1}`, "The Stripe fake will make the next charge and lose its answer.")
+		c.labAnswerLost(ctx, run, setFaults)
+		return
 	case "slow_stripe":
 		setFaults(fmt.Sprintf(`{"latency_ms":%d}`, (3*l.Timeout/2).Milliseconds()),
 			fmt.Sprintf("The Stripe fake will take %s per charge; the client waits %s.", 3*l.Timeout/2, l.Timeout))
-		resp := c.labPost(ctx, run.Key, false)
+		resp := c.labPost(ctx, run.Key, false, l.Timeout)
 		c.labSaw(run, "client", 1, resp)
 		setFaults(`{"latency_ms":0}`, "Stripe is fast again.")
 		c.labRetry(ctx, run, "client", 2)
@@ -290,12 +302,124 @@ func (c *Console) runLab(ctx context.Context, run *labRun, calls int) {
 	c.labRetry(ctx, run, "client", 1)
 }
 
+// labAnswerLost is the answer-lost scenario. Stripe's answer must reach
+// no one for the lesson to show: the api's Stripe client is stripe-go,
+// which resends a request whose connection broke with the same Stripe
+// idempotency key, and a fake that lost only the answer that made the
+// charge (drop_after_commit_next) would have its replay heard inside the
+// api's first attempt, a clean 201. Rather than run the api otherwise than
+// it runs everywhere (its retry off), the lab has the fake lose every
+// answer (drop_answer_next, charges and replays alike) until the api has
+// answered; then Stripe answers again, and the client's retry resumes at
+// ride_created and hears the one charge replayed. The fake's own counts
+// (GET /_fake/stats), read before and after, show what it did.
+func (c *Console) labAnswerLost(ctx context.Context, run *labRun, setFaults func(patch, what string)) {
+	start, startErr := c.labStripeCounts(ctx)
+	setFaults(fmt.Sprintf(`{"drop_answer_next":%d}`, labLostAnswers),
+		"The Stripe fake will carry out every charge request it gets and drop the connection instead of answering, until the api has answered the client.")
+	resp := c.labPost(ctx, run.Key, false, labPatience)
+	c.labSaw(run, "client", 1, resp)
+	setFaults(`{"drop_answer_next":0}`, "The Stripe fake answers again.")
+	stripeKey := c.labStripeKey(ctx, run)
+	lost, lostErr := c.labStripeCounts(ctx)
+	if err := errors.Join(startErr, lostErr); err != nil {
+		run.add("lab", "The Stripe fake's counts could not be read.", "refused: "+err.Error(), Why{})
+	} else {
+		d := lost.minus(start)
+		why := fmt.Sprintf("Each request carried the ride's Stripe idempotency key, %s (rocket-rides-<key id>-<key identity>).", stripeKey)
+		if d.Charges == 1 && d.Replays > 0 && d.Replays == d.ChargeRequests-1 {
+			why += " The first made the charge. stripe-go, the api's Stripe client, resent it on the broken connection with the same key" +
+				" (its MaxNetworkRetries, 2 by default), and Stripe replayed the charge to each resend instead of making another."
+		}
+		if d.ChargeRequests > 0 && d.DroppedAnswers >= d.ChargeRequests {
+			why += " No answer got through, so the api recorded nothing past ride_created: the charge exists at Stripe, and the ride is pending."
+		}
+		run.add("Stripe fake", fmt.Sprintf("Its record of attempt 1 (GET /_fake/stats): %s, %s made, %s, %s dropped.",
+			plural(d.ChargeRequests, "charge request"), plural(d.Charges, "charge"), plural(d.Replays, "replay"), plural(d.DroppedAnswers, "answer")), "",
+			Why{why, sectionSeed})
+	}
+	if resp.final() {
+		return // a final answer after all: nothing to retry
+	}
+	c.labRetry(ctx, run, "client", 2)
+	end, endErr := c.labStripeCounts(ctx)
+	if startErr != nil || lostErr != nil || endErr != nil {
+		return
+	}
+	d, total := end.minus(lost), end.minus(start)
+	what := fmt.Sprintf("Its record of the retry: %s, %s made, %s.",
+		plural(d.ChargeRequests, "charge request"), plural(d.Charges, "charge"), plural(d.Replays, "replay"))
+	w := Why{fmt.Sprintf("%s made while this ride ran.", plural(total.Charges, "charge")), sectionSeed}
+	if total.Charges == 1 && d.Charges == 0 && d.Replays > 0 {
+		w.Text = fmt.Sprintf("The retry resumed at ride_created and asked Stripe for the charge again with the same Stripe idempotency key, %s, "+
+			"and Stripe replayed the charge attempt 1 had made. One ride, one charge, for %s: "+
+			"the Stripe key, derived from our key's row, made the retry safe.", stripeKey, plural(total.ChargeRequests, "charge request"))
+	}
+	run.add("Stripe fake", what, "", w)
+}
+
+// labStripeKey is the Stripe idempotency key of run's request, or its
+// pattern if the key cannot be read.
+func (c *Console) labStripeKey(ctx context.Context, run *labRun) string {
+	keys, err := c.keys.FindKeys(ctx, run.Key, 1)
+	if err != nil || len(keys) == 0 {
+		return "rocket-rides-<key id>-<key identity>"
+	}
+	return rides.StripeKey(keys[0])
+}
+
+// stripeCounts is the part of the Stripe fake's GET /_fake/stats the lab
+// reads. The counts are the fake's, not the run's: a simulator ride sent
+// meanwhile is counted too.
+type stripeCounts struct {
+	Charges        int `json:"charges"`
+	ChargeRequests int `json:"charge_requests"`
+	Replays        int `json:"replays"`
+	DroppedAnswers int `json:"dropped_answers"`
+}
+
+func (a stripeCounts) minus(b stripeCounts) stripeCounts {
+	return stripeCounts{
+		Charges: a.Charges - b.Charges, ChargeRequests: a.ChargeRequests - b.ChargeRequests,
+		Replays: a.Replays - b.Replays, DroppedAnswers: a.DroppedAnswers - b.DroppedAnswers,
+	}
+}
+
+// labStripeCounts reads the Stripe fake's counts.
+func (c *Console) labStripeCounts(ctx context.Context) (stripeCounts, error) {
+	var counts stripeCounts
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(c.lab.StripeBase, "/")+"/_fake/stats", nil)
+	if err != nil {
+		return counts, err
+	}
+	resp, err := c.labClient.Do(req)
+	if err != nil {
+		return counts, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return counts, fmt.Errorf("GET /_fake/stats: %s (is STRIPE_API_BASE the Stripe fake?)", resp.Status)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&counts); err != nil {
+		return counts, fmt.Errorf("GET /_fake/stats: %w", err)
+	}
+	return counts, nil
+}
+
+// plural is n things, in words: "1 charge", "3 charges".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return strconv.Itoa(n) + " " + thing + "s"
+}
+
 // labRetry retries the ride, as a mobile app does: the same key, the same
 // parameters, a wait that doubles, until a final answer.
 func (c *Console) labRetry(ctx context.Context, run *labRun, client string, attempt int) {
 	wait := labBackoff
 	for ; attempt <= labAttempts; attempt++ {
-		resp := c.labPost(ctx, run.Key, false)
+		resp := c.labPost(ctx, run.Key, false, c.lab.Timeout)
 		c.labSaw(run, client, attempt, resp)
 		if resp.final() {
 			return
@@ -315,13 +439,24 @@ type labResponse struct {
 	Replayed bool
 	Took     time.Duration
 	Err      error
+	// Timeout is how long the client would wait.
+	Timeout time.Duration
 }
 
+// final reports whether the answer ends the client's retries: any 4xx
+// but 409 and 429, and the 502 of a key set aside for a person, which
+// every retry would get until someone settles it.
 func (r labResponse) final() bool {
-	return r.Err == nil && r.Status != http.StatusConflict && r.Status != http.StatusTooManyRequests && r.Status < 500
+	if r.Err != nil {
+		return false
+	}
+	return r.Status < 500 && r.Status != http.StatusConflict && r.Status != http.StatusTooManyRequests ||
+		r.Code == "payment_needs_review"
 }
 
-func (c *Console) labPost(ctx context.Context, key string, raiseError bool) labResponse {
+// labPost sends the lab's ride once, with key, and waits for its answer
+// at most timeout.
+func (c *Console) labPost(ctx context.Context, key string, raiseError bool, timeout time.Duration) labResponse {
 	form := url.Values{
 		"origin_lat": {"37.7749"}, "origin_lon": {"-122.4194"},
 		"target_lat": {"37.8044"}, "target_lon": {"-122.2712"},
@@ -329,7 +464,7 @@ func (c *Console) labPost(ctx context.Context, key string, raiseError bool) labR
 	if raiseError {
 		form.Set(rides.SimulateErrorParam, "true")
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.lab.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.lab.APIURL, "/")+"/rides", strings.NewReader(form.Encode()))
@@ -341,7 +476,7 @@ func (c *Console) labPost(ctx context.Context, key string, raiseError bool) labR
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	resp, err := c.labClient.Do(req)
 	if err != nil {
-		return labResponse{Err: err, Took: time.Since(start)}
+		return labResponse{Err: err, Took: time.Since(start), Timeout: timeout}
 	}
 	defer resp.Body.Close()
 	var problem struct {
@@ -362,8 +497,8 @@ func (c *Console) labSaw(run *labRun, client string, attempt int, r labResponse)
 	var w Why
 	switch {
 	case r.Err != nil && errors.Is(r.Err, context.DeadlineExceeded):
-		outcome = fmt.Sprintf("no answer within %s", c.lab.Timeout)
-		w = Why{"The client cannot know whether it was charged. It retries with the same Idempotency-Key, which is safe: the api runs a request once per key, and hands the retry the first one's result.", sectionMurphy}
+		outcome = fmt.Sprintf("no answer within %s", r.Timeout)
+		w = Why{"The client cannot know whether it was charged. It retries with the same Idempotency-Key, which is safe: the api resumes the request where it stopped, and once it has finished, hands every retry the stored answer.", sectionMurphy}
 	case r.Err != nil:
 		outcome = "error: " + r.Err.Error()
 		w = Why{"The connection failed; the client retries with the same key.", sectionMurphy}
@@ -373,15 +508,24 @@ func (c *Console) labSaw(run *labRun, client string, attempt int, r labResponse)
 	case r.Status == http.StatusCreated:
 		outcome = "201 Created"
 		w = Why{"Finished: one ride, one charge, and the response stored with the key for any retry to replay.", sectionMurphy}
+	case r.Status == http.StatusConflict && r.Code == "request_taken_over":
+		outcome = "409 " + r.Code
+		w = Why{"This attempt stalled and another took its key over with a fresh lock token: the fence kept this one from writing. The client retries with the same key to get the result.", sectionMurphy}
 	case r.Status == http.StatusConflict:
 		outcome = "409 " + r.Code
 		w = Why{"Another request holds the key's lock: the api never runs the same request twice at once. The client waits and tries again.", sectionMurphy}
-	case r.Status == http.StatusInternalServerError && r.Code == "internal_error":
+	case r.Status == http.StatusInternalServerError && r.Code == "internal_error" && run.Scenario.Name == "dies_after_ride" && attempt == 1:
 		outcome = "500 " + r.Code + " (the failure asked for)"
 		w = Why{"The request died after the ride's atomic phase: the ride and recovery point ride_created committed together, and the key was unlocked there, so whoever comes next resumes from it instead of starting over.", sectionMurphy}
+	case r.Status == http.StatusServiceUnavailable && r.Code == "payment_unavailable":
+		outcome = strconv.Itoa(r.Status) + " " + r.Code
+		w = Why{"Stripe gave the api no usable answer, so nothing past ride_created was recorded: the ride is pending, and the key was unlocked there. The retry resumes at ride_created and asks Stripe again with the same Stripe idempotency key, rocket-rides-<key id>-<key identity>: a charge Stripe already made is replayed, not made again.", sectionMurphy}
+	case r.Status == http.StatusBadGateway && r.Code == "payment_needs_review":
+		outcome = strconv.Itoa(r.Status) + " " + r.Code
+		w = Why{"Stripe's answer stayed unknown too often (MAX_CHARGE_ATTEMPTS): the key is set aside for a person and the ride is needs_review. No retry or completer touches it until someone settles it (Needs attention), so the client stops here.", sectionResidual}
 	case r.Status >= 500:
 		outcome = strconv.Itoa(r.Status) + " " + r.Code
-		w = Why{"Nothing past ride_created was recorded and the key was unlocked: the retry resumes there and charges with the same Stripe idempotency key, rocket-rides-<key id>.", sectionMurphy}
+		w = Why{"An error the api did not store: the key was unlocked at its last committed recovery point, and the retry resumes from there.", sectionMurphy}
 	default:
 		outcome = strconv.Itoa(r.Status) + " " + r.Code
 		w = Why{"A final answer: the client does not retry it.", sectionSeed}

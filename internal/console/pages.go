@@ -367,6 +367,9 @@ func (c *Console) story(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	data := map[string]any{"Key": key, "Message": r.URL.Query().Get("message"), "Error": r.URL.Query().Get("error")}
+	if key.RequestPath == rides.Path {
+		data["StripeKey"] = rides.StripeKey(key)
+	}
 	lab := c.labFor(key)
 	data["Lab"] = lab
 	// The page reloads itself while something may still change: the key

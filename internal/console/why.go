@@ -1,6 +1,9 @@
 package console
 
 import (
+	"fmt"
+	"net/http"
+
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
@@ -15,12 +18,14 @@ type Why struct {
 // Link is the console's link to the section.
 func (w Why) Link() string { return failuresLink(w.Section) }
 
-func why(s idem.Step) Why {
+// why is the sentence for step s of key's story: what the step is, in
+// the design's words, as today's code does it.
+func why(s idem.Step, key *idem.Key) Why {
 	switch s.Event {
 	case idem.StepClaimed:
-		return Why{"The key is claimed by an INSERT … ON CONFLICT on (user, key): if two clients race one key, exactly one insert wins and the other is told 409.", sectionMurphy}
+		return Why{"The key is claimed by an INSERT … ON CONFLICT on (user, key): if two clients race one key, exactly one insert wins; the other finds the key locked and is told 409 (or, once the winner has finished, gets its stored answer).", sectionMurphy}
 	case idem.StepResumed:
-		return Why{"A retry (or the completer) takes the released key and resumes from its last recovery point instead of starting over: nothing done before is done again.", sectionMurphy}
+		return Why{"A retry, the completer or a person takes the released key and resumes from its last recovery point instead of starting over: what a committed phase did is not done again, and a repeated charge carries the same Stripe idempotency key.", sectionMurphy}
 	case idem.StepTookOver:
 		return Why{"The lock had gone stale, so it was taken over with a fresh lock token: the request that held it is fenced off and can no longer move the key.", sectionMurphy}
 	case idem.StepReached:
@@ -28,13 +33,14 @@ func why(s idem.Step) Why {
 		case rides.RideCreated:
 			return Why{"Atomic phase: the ride and its audit record committed together with the recovery point.", sectionMurphy}
 		case rides.ChargeCreated:
-			return Why{"The Stripe charge, made outside any transaction with the idempotency key rocket-rides-<key id>, is recorded: a repeated call could never have charged twice.", sectionSeed}
+			return Why{fmt.Sprintf("The charge is recorded on the ride in an atomic phase. Stripe was asked outside any transaction, with the Stripe idempotency key "+
+				"rocket-rides-<key id>-<key identity> (here %s): asked again after any failure, Stripe answers with the charge it made, not a second one.", rides.StripeKey(key)), sectionSeed}
 		case idem.Finished:
-			return Why{"The response is stored with the key (and the receipt staged in the same transaction): every retry replays it.", sectionMurphy}
+			return finished(key)
 		}
 		return Why{"An atomic phase committed.", sectionMurphy}
 	case idem.StepUnknownOutcome:
-		return Why{"Stripe could not say whether it charged. The attempt is counted; past the budget the key is set aside instead of retried forever.", sectionMurphy}
+		return Why{"Stripe answered 500: it may have charged, and Stripe stores a 500 against the idempotency key and replays it to every retry, so asking again may never tell. The attempt is counted on the key; after MAX_CHARGE_ATTEMPTS such answers the key is set aside instead of retried forever.", sectionSeed}
 	case idem.StepSetAside:
 		return Why{"Set aside for a person, with the ride marked needs_review: no retry or completer touches it until someone settles it (Needs attention).", sectionResidual}
 	case idem.StepUnlocked:
@@ -43,4 +49,24 @@ func why(s idem.Step) Why {
 		return Why{"A person released the key for another attempt, with a fresh budget for unknown outcomes.", sectionResidual}
 	}
 	return Why{}
+}
+
+// finished is the sentence for the phase that stored key's response,
+// which says what that phase wrote: a receipt is staged only for a ride
+// that was charged (rides' stageReceipt); a declined or failed ride is
+// settled without one (rides' settle).
+func finished(key *idem.Key) Why {
+	code := 0
+	if key.ResponseCode != nil {
+		code = *key.ResponseCode
+	}
+	switch code {
+	case http.StatusCreated:
+		return Why{"The 201 is stored with the key, and the ride's receipt staged as a job in the same transaction (the enqueuer moves it into River once that has committed): every retry replays the 201 instead of staging another receipt.", sectionMurphy}
+	case http.StatusPaymentRequired:
+		return Why{"Stripe declined the card: the ride is declined and the 402 stored with the key in one atomic phase. Nothing was charged, so no receipt is staged; a decline is final, and every retry replays it instead of charging again.", sectionSeed}
+	case http.StatusBadGateway:
+		return Why{"No charge went through (Stripe rejected it, or a person closed the request after Stripe showed none): the ride failed and the 502 is stored with the key in one atomic phase. No receipt is staged; every retry replays the answer.", sectionSeed}
+	}
+	return Why{"The response is stored with the key: every retry replays it. No receipt is staged for a ride that was not charged.", sectionMurphy}
 }

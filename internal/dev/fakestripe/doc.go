@@ -32,8 +32,11 @@
 //   - Faults. Tests drive failures through Server.SetFaults, or over HTTP
 //     with POST /_fake/faults for black-box tests: failing the next requests
 //     before they execute, slowing charges down, committing a charge and then
-//     dropping the connection (the ambiguous timeout), and storing an internal
-//     error against an idempotency key. GET /_fake/stats counts what happened.
+//     dropping the connection (the ambiguous timeout), dropping the answers
+//     of the next requests whether they charge or replay (so that a client's
+//     own resends with the same key are lost too), and storing an internal
+//     error against an idempotency key. GET /_fake/stats counts what happened,
+//     answers dropped included.
 //
 // Package fakestripetest starts a Server for a test and builds a stripe-go
 // client pointed at it; cmd/fakestripe serves one on a port.

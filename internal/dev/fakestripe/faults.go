@@ -32,6 +32,18 @@ type Faults struct {
 	// happened.
 	DropAfterCommitNext int
 
+	// DropAnswerNext drops the answer of the next n charge requests that
+	// are served, whether executed now or replayed from their idempotency
+	// key: the request takes effect (a charge is made and stored, or the
+	// stored one is replayed), and the connection is then dropped without
+	// the answer. DropAfterCommitNext counts only requests that execute,
+	// so a client that resends with the same key at once, as stripe-go
+	// does on a broken connection (its MaxNetworkRetries), gets the replay
+	// and never sees the loss; DropAnswerNext loses those answers too, as
+	// a network that stays down for a moment would. The idempotency
+	// layer's own refusals (409 key in use, 400 key reused) are answered.
+	DropAnswerNext int
+
 	// StoreFailureNext makes the next n charge requests that carry an
 	// Idempotency-Key fail with a 500 while executing, without creating a
 	// charge. The 500 is stored against the key, so retries with that key
@@ -73,6 +85,7 @@ type faultsJSON struct {
 	FailStatus          int   `json:"fail_status"`
 	LatencyMS           int64 `json:"latency_ms"`
 	DropAfterCommitNext int   `json:"drop_after_commit_next"`
+	DropAnswerNext      int   `json:"drop_answer_next"`
 	StoreFailureNext    int   `json:"store_failure_next"`
 }
 
@@ -83,6 +96,7 @@ type faultsPatch struct {
 	FailStatus          *int   `json:"fail_status"`
 	LatencyMS           *int64 `json:"latency_ms"`
 	DropAfterCommitNext *int   `json:"drop_after_commit_next"`
+	DropAnswerNext      *int   `json:"drop_answer_next"`
 	StoreFailureNext    *int   `json:"store_failure_next"`
 }
 
@@ -90,6 +104,7 @@ func (p faultsPatch) validate() error {
 	for name, n := range map[string]*int{
 		"fail_next":              p.FailNext,
 		"drop_after_commit_next": p.DropAfterCommitNext,
+		"drop_answer_next":       p.DropAnswerNext,
 		"store_failure_next":     p.StoreFailureNext,
 	} {
 		if n != nil && *n < 0 {
@@ -119,6 +134,9 @@ func (p faultsPatch) apply(f *Faults) {
 	}
 	if p.DropAfterCommitNext != nil {
 		f.DropAfterCommitNext = *p.DropAfterCommitNext
+	}
+	if p.DropAnswerNext != nil {
+		f.DropAnswerNext = *p.DropAnswerNext
 	}
 	if p.StoreFailureNext != nil {
 		f.StoreFailureNext = *p.StoreFailureNext
@@ -163,6 +181,7 @@ func faultsView(f Faults) faultsJSON {
 		FailStatus:          f.failStatus(),
 		LatencyMS:           f.Latency.Milliseconds(),
 		DropAfterCommitNext: f.DropAfterCommitNext,
+		DropAnswerNext:      f.DropAnswerNext,
 		StoreFailureNext:    f.StoreFailureNext,
 	}
 }
@@ -170,7 +189,8 @@ func faultsView(f Faults) faultsJSON {
 // chargeFrontDoor counts charge requests and fails them with FailNext. It
 // runs before the idempotency layer: the failure it injects happens before
 // anything executes, so there is nothing to store, and a retry with the same
-// key must run.
+// key must run. A request it lets through is marked as a charge, whose
+// answer DropAnswerNext may drop (loseAnswer).
 func (s *Server) chargeFrontDoor(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
@@ -190,8 +210,19 @@ func (s *Server) chargeFrontDoor(next http.Handler) http.Handler {
 			})
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), chargeRequest{}, true)))
 	})
+}
+
+// chargeRequest marks the context of a request chargeFrontDoor let
+// through.
+type chargeRequest struct{}
+
+// loseAnswer reports whether r's answer is to be dropped: r is a charge
+// request and DropAnswerNext has a drop left, which this takes.
+func (s *Server) loseAnswer(r *http.Request) bool {
+	charge, _ := r.Context().Value(chargeRequest{}).(bool)
+	return charge && s.takeFault(func(f *Faults) *int { return &f.DropAnswerNext })
 }
 
 // takeFault reports whether the counter points at a fault still to fire,

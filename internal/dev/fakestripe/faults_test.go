@@ -10,8 +10,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/client"
 
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
+	"github.com/rocketrides/rocketrides/internal/payment"
 )
 
 func TestFaults(t *testing.T) {
@@ -87,6 +89,64 @@ func TestFaults(t *testing.T) {
 		require.Len(t, bundle.fake.server.Charges(), 1)
 	})
 
+	// stripe-go, as the api runs it, resends a request whose connection
+	// broke, with the same idempotency key, MaxNetworkRetries times (2 by
+	// default). DropAfterCommitNext drops only the answer of the request
+	// that executed, so the resend's replay reaches the client inside
+	// the same call: the loss is absorbed where nobody sees it.
+	t.Run("DropAfterCommitIsAbsorbedByStripeGosRetry", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		retrying := retryingClient(t, bundle.fake.baseURL)
+		bundle.fake.server.SetFaults(fakestripe.Faults{DropAfterCommitNext: 1})
+
+		charge, err := retrying.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
+		require.NoError(t, err, "stripe-go's own retry got the replay")
+		require.Equal(t, "true", charge.LastResponse.Header.Get("Idempotent-Replayed"))
+		stats := bundle.fake.server.Stats()
+		require.Equal(t, 1, stats.Charges)
+		require.Equal(t, 2, stats.ChargeRequests, "the lost one and stripe-go's resend")
+		require.Equal(t, 1, stats.DroppedAnswers)
+	})
+
+	// DropAnswerNext loses the replays' answers too: a client that
+	// resends with the same key gets no answer until the drops are used
+	// up, and Stripe still made one charge.
+	t.Run("DropAnswerLosesReplaysToo", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		retrying := retryingClient(t, bundle.fake.baseURL)
+		bundle.fake.server.SetFaults(fakestripe.Faults{DropAnswerNext: 3})
+
+		_, err := retrying.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
+		require.True(t, isConnectionError(err), "want a connection error, got %v", err)
+		stats := bundle.fake.server.Stats()
+		require.Equal(t, 1, stats.Charges, "one charge, made by the first request")
+		require.Equal(t, 3, stats.ChargeRequests, "the first and stripe-go's two resends")
+		require.Equal(t, 2, stats.Replays)
+		require.Equal(t, 3, stats.DroppedAnswers)
+		require.Zero(t, bundle.fake.server.Faults().DropAnswerNext, "every drop was used")
+
+		// The next call with the same key hears the charge made.
+		charge, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))
+		require.NoError(t, err)
+		require.Equal(t, "true", charge.LastResponse.Header.Get("Idempotent-Replayed"))
+		require.Equal(t, bundle.fake.server.Charges()[0].ID, charge.ID)
+		require.Len(t, bundle.fake.server.Charges(), 1)
+	})
+
+	t.Run("DropAnswerWithoutKeyStillCharges", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		bundle.fake.server.SetFaults(fakestripe.Faults{DropAnswerNext: 1})
+
+		_, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, ""))
+		require.True(t, isConnectionError(err), "want a connection error, got %v", err)
+		require.Len(t, bundle.fake.server.Charges(), 1)
+		_, err = bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, ""))
+		require.NoError(t, err)
+	})
+
 	t.Run("StoreFailureReplaysInternalError", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
@@ -156,12 +216,12 @@ func TestFaults(t *testing.T) {
 	t.Run("FaultsTouchOnlyCharges", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		bundle.fake.server.SetFaults(fakestripe.Faults{FailNext: 1, DropAfterCommitNext: 1, StoreFailureNext: 1})
+		bundle.fake.server.SetFaults(fakestripe.Faults{FailNext: 1, DropAfterCommitNext: 1, DropAnswerNext: 1, StoreFailureNext: 1})
 
 		bundle.fake.createCustomer(t, "other@example.com", fakestripe.TokenVisa)
 		_, err := bundle.fake.client.Charges.Get("ch_missing", nil)
 		requireStripeError(t, err, http.StatusNotFound, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeResourceMissing)
-		require.Equal(t, fakestripe.Faults{FailNext: 1, DropAfterCommitNext: 1, StoreFailureNext: 1}, bundle.fake.server.Faults())
+		require.Equal(t, fakestripe.Faults{FailNext: 1, DropAfterCommitNext: 1, DropAnswerNext: 1, StoreFailureNext: 1}, bundle.fake.server.Faults())
 	})
 }
 
@@ -173,6 +233,7 @@ func TestFaultsEndpoint(t *testing.T) {
 		FailStatus          int   `json:"fail_status"`
 		LatencyMS           int64 `json:"latency_ms"`
 		DropAfterCommitNext int   `json:"drop_after_commit_next"`
+		DropAnswerNext      int   `json:"drop_answer_next"`
 		StoreFailureNext    int   `json:"store_failure_next"`
 	}
 
@@ -202,15 +263,15 @@ func TestFaultsEndpoint(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.status, string(resp.body))
 		require.Equal(t, faults{FailNext: 2, FailStatus: 503}, decode[faults](t, resp.body))
 
-		resp = postFaults(t, bundle, `{"latency_ms": 50, "drop_after_commit_next": 1, "store_failure_next": 3}`)
+		resp = postFaults(t, bundle, `{"latency_ms": 50, "drop_after_commit_next": 1, "drop_answer_next": 4, "store_failure_next": 3}`)
 		require.Equal(t, http.StatusOK, resp.status)
-		want := faults{FailNext: 2, FailStatus: 503, LatencyMS: 50, DropAfterCommitNext: 1, StoreFailureNext: 3}
+		want := faults{FailNext: 2, FailStatus: 503, LatencyMS: 50, DropAfterCommitNext: 1, DropAnswerNext: 4, StoreFailureNext: 3}
 		require.Equal(t, want, decode[faults](t, resp.body))
 
 		resp = bundle.fake.do(t, http.MethodGet, "/_fake/faults", "", "", "")
 		require.Equal(t, want, decode[faults](t, resp.body))
 		require.Equal(t, fakestripe.Faults{
-			FailNext: 2, FailStatus: 503, Latency: 50 * time.Millisecond, DropAfterCommitNext: 1, StoreFailureNext: 3,
+			FailNext: 2, FailStatus: 503, Latency: 50 * time.Millisecond, DropAfterCommitNext: 1, DropAnswerNext: 4, StoreFailureNext: 3,
 		}, bundle.fake.server.Faults())
 	})
 
@@ -233,6 +294,7 @@ func TestFaultsEndpoint(t *testing.T) {
 			`{"fail_nxt": 1}`,
 			`{"fail_next": -1}`,
 			`{"latency_ms": -5}`,
+			`{"drop_answer_next": -1}`,
 			`{"fail_status": 200}`,
 			`not json`,
 		} {
@@ -265,6 +327,16 @@ func TestFaultsEndpoint(t *testing.T) {
 
 		resp := bundle.fake.do(t, http.MethodGet, "/_fake/stats", "", "", "")
 		require.Equal(t, http.StatusOK, resp.status)
-		require.JSONEq(t, `{"charges": 1, "customers": 1, "charge_requests": 3, "replays": 1, "idempotency_mismatches": 0}`, string(resp.body))
+		require.JSONEq(t, `{"charges": 1, "customers": 1, "charge_requests": 3, "replays": 1, "idempotency_mismatches": 0, "dropped_answers": 0}`, string(resp.body))
 	})
+}
+
+// retryingClient is a stripe-go client for the fake at baseURL built as
+// the api's payment.Gateway builds its own: stripe-go's network retries
+// at their default.
+func retryingClient(t *testing.T, baseURL string) *client.API {
+	t.Helper()
+	api, err := payment.NewStripeClient(&payment.Config{APIKey: testAPIKey, BaseURL: baseURL})
+	require.NoError(t, err)
+	return api
 }

@@ -62,8 +62,9 @@ type response struct {
 	// it, changed nothing, so a corrected retry with the same key must run.
 	executed bool
 
-	// drop ends the exchange without answering once the result is stored:
-	// the ambiguous timeout, where the client can't know what happened.
+	// drop ends the exchange without answering once the result is stored
+	// (DropAfterCommitNext, DropAnswerNext): the ambiguous timeout, where
+	// the client can't know what happened.
 	drop bool
 }
 
@@ -100,7 +101,9 @@ func (s *Server) idempotent(h postHandler) http.HandlerFunc {
 
 		key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
 		if key == "" {
-			s.respond(w, s.execute(h, r))
+			resp := s.execute(h, r)
+			resp.drop = resp.drop || s.loseAnswer(r)
+			s.respond(w, resp)
 			return
 		}
 		if len(key) > maxIdempotencyKeyLength {
@@ -122,12 +125,13 @@ func (s *Server) idempotent(h postHandler) http.HandlerFunc {
 		if replay != nil {
 			w.Header().Set("Idempotent-Replayed", "true")
 			w.Header().Set("Original-Request", replay.requestID)
-			writeBody(w, replay.status, replay.body)
+			s.respond(w, response{status: replay.status, body: replay.body, drop: s.loseAnswer(r)})
 			return
 		}
 
 		resp := s.execute(h, r)
 		s.settleKey(scope, resp, requestID)
+		resp.drop = resp.drop || s.loseAnswer(r)
 		s.respond(w, resp)
 	}
 }
@@ -250,6 +254,9 @@ func (s *Server) respond(w http.ResponseWriter, resp response) {
 		writeBody(w, resp.status, resp.body)
 		return
 	}
+	s.mu.Lock()
+	s.stats.DroppedAnswers++
+	s.mu.Unlock()
 	if err := dropConnection(w); err != nil {
 		s.logger.Error("Drop connection", slog.Any("error", err))
 		// Without a connection to hijack (HTTP/2), abort the response, which

@@ -154,6 +154,10 @@ type Stats struct {
 	// idempotency key was first used for another endpoint or other
 	// parameters: a client that reused a key for a different request.
 	IdempotencyMismatches int `json:"idempotency_mismatches"`
+	// DroppedAnswers counts answers the server dropped the connection
+	// instead of sending (DropAfterCommitNext, DropAnswerNext): each
+	// request took effect, and its client never heard.
+	DroppedAnswers int `json:"dropped_answers"`
 }
 
 // Stats returns the current counts.
