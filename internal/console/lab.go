@@ -384,7 +384,7 @@ func (c *Console) labSaw(run *labRun, client string, attempt int, r labResponse)
 		w = Why{"Nothing past ride_created was recorded and the key was unlocked: the retry resumes there and charges with the same Stripe idempotency key, rocket-rides-<key id>.", sectionMurphy}
 	default:
 		outcome = strconv.Itoa(r.Status) + " " + r.Code
-		w = Why{"A final answer: the client does not retry it.", sectionSeed}
+		w = Why{"A final answer: the client does not retry it.", sectionAssumptions}
 	}
 	if r.Err == nil {
 		outcome += fmt.Sprintf(" after %s", r.Took.Round(time.Millisecond))

@@ -28,7 +28,7 @@ func why(s idem.Step) Why {
 		case rides.RideCreated:
 			return Why{"Atomic phase: the ride and its audit record committed together with the recovery point.", sectionMurphy}
 		case rides.ChargeCreated:
-			return Why{"The Stripe charge, made outside any transaction with the idempotency key rocket-rides-<key id>, is recorded: a repeated call could never have charged twice.", sectionSeed}
+			return Why{"The Stripe charge, made outside any transaction with the idempotency key rocket-rides-<key id>, is recorded: a repeated call could never have charged twice.", sectionAssumptions}
 		case idem.Finished:
 			return Why{"The response is stored with the key (and the receipt staged in the same transaction): every retry replays it.", sectionMurphy}
 		}
