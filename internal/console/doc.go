@@ -18,9 +18,9 @@ import (
 
 // Sections of docs/failures.md that the story's sentences link.
 const (
-	sectionMurphy   = "The article's \"Murphy's law\" list"
-	sectionSeed     = "Seed 004's four assumptions"
-	sectionResidual = "Residual risks, and who notices"
+	sectionMurphy      = "The article's \"Murphy's law\" list"
+	sectionAssumptions = "Four assumptions: claim, intent, memory, boundary"
+	sectionResidual    = "Residual risks, and who notices"
 )
 
 // anchor is a heading's id on the console's copy of docs/failures.md:

@@ -15,7 +15,7 @@ func TestFailuresLinksLand(t *testing.T) {
 	t.Parallel()
 	html, err := renderFailures()
 	require.NoError(t, err)
-	sections := []string{sectionMurphy, sectionSeed, sectionResidual}
+	sections := []string{sectionMurphy, sectionAssumptions, sectionResidual}
 	for _, event := range []idem.StepEvent{idem.StepClaimed, idem.StepResumed, idem.StepTookOver, idem.StepReached,
 		idem.StepUnknownOutcome, idem.StepSetAside, idem.StepUnlocked, idem.StepReopened} {
 		w := why(idem.Step{Event: event}, &idem.Key{ID: 1})
@@ -27,4 +27,5 @@ func TestFailuresLinksLand(t *testing.T) {
 		require.Contains(t, string(html), `id="`+id+`"`, "section %q", s)
 	}
 	require.Equal(t, "the-articles-murphys-law-list", anchor(sectionMurphy))
+	require.Equal(t, "four-assumptions-claim-intent-memory-boundary", anchor(sectionAssumptions))
 }

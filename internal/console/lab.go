@@ -336,7 +336,7 @@ func (c *Console) labAnswerLost(ctx context.Context, run *labRun, setFaults func
 		}
 		run.add("Stripe fake", fmt.Sprintf("Its record of attempt 1 (GET /_fake/stats): %s, %s made, %s, %s dropped.",
 			plural(d.ChargeRequests, "charge request"), plural(d.Charges, "charge"), plural(d.Replays, "replay"), plural(d.DroppedAnswers, "answer")), "",
-			Why{why, sectionSeed})
+			Why{why, sectionAssumptions})
 	}
 	if resp.final() {
 		return // a final answer after all: nothing to retry
@@ -349,7 +349,7 @@ func (c *Console) labAnswerLost(ctx context.Context, run *labRun, setFaults func
 	d, total := end.minus(lost), end.minus(start)
 	what := fmt.Sprintf("Its record of the retry: %s, %s made, %s.",
 		plural(d.ChargeRequests, "charge request"), plural(d.Charges, "charge"), plural(d.Replays, "replay"))
-	w := Why{fmt.Sprintf("%s made while this ride ran.", plural(total.Charges, "charge")), sectionSeed}
+	w := Why{fmt.Sprintf("%s made while this ride ran.", plural(total.Charges, "charge")), sectionAssumptions}
 	if total.Charges == 1 && d.Charges == 0 && d.Replays > 0 {
 		w.Text = fmt.Sprintf("The retry resumed at ride_created and asked Stripe for the charge again with the same Stripe idempotency key, %s, "+
 			"and Stripe replayed the charge attempt 1 had made. One ride, one charge, for %s: "+
@@ -528,7 +528,7 @@ func (c *Console) labSaw(run *labRun, client string, attempt int, r labResponse)
 		w = Why{"An error the api did not store: the key was unlocked at its last committed recovery point, and the retry resumes from there.", sectionMurphy}
 	default:
 		outcome = strconv.Itoa(r.Status) + " " + r.Code
-		w = Why{"A final answer: the client does not retry it.", sectionSeed}
+		w = Why{"A final answer: the client does not retry it.", sectionAssumptions}
 	}
 	if r.Err == nil {
 		outcome += fmt.Sprintf(" after %s", r.Took.Round(time.Millisecond))

@@ -34,13 +34,13 @@ func why(s idem.Step, key *idem.Key) Why {
 			return Why{"Atomic phase: the ride and its audit record committed together with the recovery point.", sectionMurphy}
 		case rides.ChargeCreated:
 			return Why{fmt.Sprintf("The charge is recorded on the ride in an atomic phase. Stripe was asked outside any transaction, with the Stripe idempotency key "+
-				"rocket-rides-<key id>-<key identity> (here %s): asked again after any failure, Stripe answers with the charge it made, not a second one.", rides.StripeKey(key)), sectionSeed}
+				"rocket-rides-<key id>-<key identity> (here %s): asked again after any failure, Stripe answers with the charge it made, not a second one.", rides.StripeKey(key)), sectionAssumptions}
 		case idem.Finished:
 			return finished(key)
 		}
 		return Why{"An atomic phase committed.", sectionMurphy}
 	case idem.StepUnknownOutcome:
-		return Why{"Stripe answered 500: it may have charged, and Stripe stores a 500 against the idempotency key and replays it to every retry, so asking again may never tell. The attempt is counted on the key; after MAX_CHARGE_ATTEMPTS such answers the key is set aside instead of retried forever.", sectionSeed}
+		return Why{"Stripe answered 500: it may have charged, and Stripe stores a 500 against the idempotency key and replays it to every retry, so asking again may never tell. The attempt is counted on the key; after MAX_CHARGE_ATTEMPTS such answers the key is set aside instead of retried forever.", sectionAssumptions}
 	case idem.StepSetAside:
 		return Why{"Set aside for a person, with the ride marked needs_review: no retry or completer touches it until someone settles it (Needs attention).", sectionResidual}
 	case idem.StepUnlocked:
@@ -64,9 +64,9 @@ func finished(key *idem.Key) Why {
 	case http.StatusCreated:
 		return Why{"The 201 is stored with the key, and the ride's receipt staged as a job in the same transaction (the enqueuer moves it into River once that has committed): every retry replays the 201 instead of staging another receipt.", sectionMurphy}
 	case http.StatusPaymentRequired:
-		return Why{"Stripe declined the card: the ride is declined and the 402 stored with the key in one atomic phase. Nothing was charged, so no receipt is staged; a decline is final, and every retry replays it instead of charging again.", sectionSeed}
+		return Why{"Stripe declined the card: the ride is declined and the 402 stored with the key in one atomic phase. Nothing was charged, so no receipt is staged; a decline is final, and every retry replays it instead of charging again.", sectionAssumptions}
 	case http.StatusBadGateway:
-		return Why{"No charge went through (Stripe rejected it, or a person closed the request after Stripe showed none): the ride failed and the 502 is stored with the key in one atomic phase. No receipt is staged; every retry replays the answer.", sectionSeed}
+		return Why{"No charge went through (Stripe rejected it, or a person closed the request after Stripe showed none): the ride failed and the 502 is stored with the key in one atomic phase. No receipt is staged; every retry replays the answer.", sectionAssumptions}
 	}
 	return Why{"The response is stored with the key: every retry replays it. No receipt is staged for a ride that was not charged.", sectionMurphy}
 }

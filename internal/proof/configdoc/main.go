@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/rocketrides/rocketrides/internal/dev/localpg"
 	"github.com/rocketrides/rocketrides/internal/payment"
@@ -192,6 +193,27 @@ func prefixes() string {
 	return strings.Join(words, ", ")
 }
 
+// failuresLink is a setting's Failures, "<section of docs/failures.md>
+// (<what in it>)", with the section linked by its heading's anchor, as
+// GitHub makes it (the docs' test checks that it lands).
+func failuresLink(failures string) string {
+	section, detail, _ := strings.Cut(failures, " (")
+	var anchor strings.Builder
+	for _, r := range strings.ToLower(section) {
+		switch {
+		case r == ' ':
+			anchor.WriteByte('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			anchor.WriteRune(r)
+		}
+	}
+	link := fmt.Sprintf("[%s](failures.md#%s)", section, anchor.String())
+	if detail != "" {
+		link += " (" + detail
+	}
+	return link
+}
+
 // cell escapes s for a Markdown table cell.
 func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 
@@ -236,7 +258,7 @@ func reference(processes, others []section) []byte {
 					by = append(by, s.name)
 				}
 			}
-			p("| `%s` | %s | %s | %s |\n", r.Name, strings.Join(by, ", "), cell(r.Trades), cell(r.Failures))
+			p("| `%s` | %s | %s | %s |\n", r.Name, strings.Join(by, ", "), cell(r.Trades), cell(failuresLink(r.Failures)))
 		}
 	}
 	p("\n")
