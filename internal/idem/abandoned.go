@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -191,24 +192,11 @@ func (s *Store) Reap(ctx context.Context, maxAge time.Duration, limit int, settl
 	return keys, nil
 }
 
-// ForgetReaped deletes up to limit records of reaped keys first used more
-// than retention ago, the reaper's other batch: past it, the key's value
-// may be used for a new request. It returns how many it deleted; fewer
-// than limit means no more are due, or that the rest are locked by
-// another reaper.
-func (s *Store) ForgetReaped(ctx context.Context, retention time.Duration, limit int) (int, error) {
-	tag, err := s.pool.Exec(ctx, `
-		DELETE FROM reaped_keys
-		WHERE (user_id, idempotency_key) IN (
-			SELECT user_id, idempotency_key
-			FROM reaped_keys
-			WHERE created_at < now() - $1::interval
-			ORDER BY created_at
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED
-		)`, retention, limit)
-	if err != nil {
-		return 0, fmt.Errorf("forget reaped idempotency keys older than %s: %w", retention, err)
+// keyColumnsOf is keyColumns qualified by table alias a.
+func keyColumnsOf(a string) string {
+	cols := strings.Split(keyColumns, ",")
+	for i, c := range cols {
+		cols[i] = a + "." + strings.TrimSpace(c)
 	}
-	return int(tag.RowsAffected()), nil
+	return strings.Join(cols, ", ")
 }

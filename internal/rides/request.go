@@ -1,3 +1,23 @@
+// Package rides is the ride request, POST /rides: its parameters, its
+// atomic phases and its HTTP handlers. It owns the rides table.
+//
+// A ride request is a small state machine whose states are recovery
+// points. Each arrow is an atomic phase, one Postgres transaction that
+// makes its writes and moves the recovery point together:
+//
+//	started ──(ride + audit record)──> ride_created
+//	ride_created ──(Stripe charge, then record it)──> charge_created
+//	charge_created ──(staged receipt job + stored 201)──> finished
+//
+// The Stripe charge is the one foreign state mutation. It happens between
+// transactions, never inside one, and carries the idempotency key
+// rocket-rides-<idempotency key id>-<key identity> (StripeKey), so that a
+// request resumed after any crash asks Stripe for the same charge again
+// and is charged at most once.
+//
+// request.go is the state machine, one arm per recovery point;
+// ambiguous.go is what the charge step does when Stripe cannot say
+// whether it charged.
 package rides
 
 import (
@@ -6,7 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
+	"strconv"
 
 	"github.com/rocketrides/rocketrides/internal/audit"
 	"github.com/rocketrides/rocketrides/internal/idem"
@@ -17,19 +37,10 @@ import (
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 
-// The seams of a ride request where tests inject a failure or a crash
-// (ServiceConfig.Failpoint), in the order a request passes them. Each
-// fires at one place, named here; an after_<recovery point> seam fires
-// once the atomic phase that reached that recovery point has committed.
+// The ride's recovery points between idem.Started and idem.Finished.
 const (
-	FailAfterClaim         = "after_claim"          // run, before the first arm
-	FailAfterRideCreated   = "after_ride_created"   // run, after createRide
-	FailBeforeCharge       = "before_charge"        // charge, before Stripe is asked
-	FailAfterCharge        = "after_charge"         // charge: Stripe answered; the charge is not recorded yet
-	FailInRecordCharge     = "in_record_charge"     // recordCharge, inside its transaction
-	FailAfterChargeCreated = "after_charge_created" // charge or adoptForgottenCharge, after recordCharge (see phases)
-	FailAfterFinished      = "after_finished"       // run or charge, after the phase that stores the response
-	FailBeforeResponse     = "before_response"      // Handler.create, before the response is written
+	RideCreated   idem.RecoveryPoint = "ride_created"
+	ChargeCreated idem.RecoveryPoint = "charge_created"
 )
 
 // request is one ride request on its way through the DAG: who asked, the
@@ -83,29 +94,6 @@ func (r *request) run(ctx context.Context) (idem.Response, error) {
 func (r *request) stop(ctx context.Context, err error) (idem.Response, error) {
 	r.unlock(ctx, r.key)
 	return idem.Response{}, err
-}
-
-// createdRideID returns the id of the ride a request that stopped on an
-// error had created, or 0 if it created none. Where the request's own
-// state cannot tell (it resumed past started without reading its ride, or
-// its first phase may have committed unseen), it looks, briefly and
-// detached from a client that may be gone; a ride it cannot confirm
-// counts as none.
-func (r *request) createdRideID(ctx context.Context) int64 {
-	started := r.key.RecoveryPoint == idem.Started
-	switch {
-	case started && r.ride == nil:
-		return 0 // the first phase never ran
-	case !started && r.ride != nil:
-		return r.ride.ID
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	ride, err := rideByKey(ctx, r.pool, r.key.ID)
-	if err != nil {
-		return 0
-	}
-	return ride.ID
 }
 
 // phase runs fn as an atomic phase of the request's key, then fires the
@@ -217,6 +205,23 @@ func (r *request) charge(ctx context.Context) error {
 	// request: the two phases go out in one pipeline, each still its own
 	// transaction (tx -> charge_created, tx -> finished).
 	return r.phases(ctx, r.recordCharge(chargeID), FailAfterChargeCreated, r.stageReceipt, FailAfterFinished)
+}
+
+// StripeKey is the idempotency key sent to Stripe for the charge of the
+// request of key: rocket-rides-<key id>-<key identity>. It is derived from
+// our key row, not from the client's key, so that it is unique across all
+// users and the same on every retry of the request. The identity, a
+// random UUID, keeps it unique when a failover loses the database's last
+// commits and the id sequence hands a lost key's id to another request
+// (migration 000006). Keys created before the identity existed keep
+// rocket-rides-<key id>, the key Stripe may already hold their charge
+// under.
+func StripeKey(key *idem.Key) string {
+	id := "rocket-rides-" + strconv.FormatInt(key.ID, 10)
+	if key.Identity == nil {
+		return id
+	}
+	return id + "-" + key.Identity.String()
 }
 
 // loadRide reads the ride of a request that resumes at ride_created.
