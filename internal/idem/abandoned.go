@@ -3,7 +3,6 @@ package idem
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,7 +28,7 @@ import (
 //
 // Each claimed key records its step in the same statement: took_over
 // where a stale lock was taken, resumed otherwise ($5 is the actor).
-var claimAbandonedSQL = `
+const claimAbandonedSQL = `
 	WITH candidate AS (
 		SELECT id, locked_at IS NOT NULL AS stale
 		FROM idempotency_keys
@@ -44,10 +43,17 @@ var claimAbandonedSQL = `
 	)
 	UPDATE idempotency_keys k
 	SET locked_at = now(), last_run_at = now(), lock_token = gen_random_uuid(), claims = k.claims + 1,
-	    steps = ` + step("CASE WHEN candidate.stale THEN 'took_over' ELSE 'resumed' END", "k.recovery_point", "$5", "k.claims + 1") + `
+	    steps = (CASE WHEN jsonb_array_length(steps) < 100 THEN steps
+	             ELSE jsonb_build_array(steps -> 0) || jsonb_path_query_array(steps, '$[last - 97 to last]') END)
+	         || jsonb_build_object('at', clock_timestamp(),
+	                               'event', (CASE WHEN candidate.stale THEN 'took_over' ELSE 'resumed' END)::text,
+	                               'recovery_point', k.recovery_point::text, 'actor', $5::text, 'attempt', k.claims + 1)
 	FROM candidate
 	WHERE k.id = candidate.id
-	RETURNING ` + keyColumnsOf("k")
+	RETURNING k.id, k.created_at, k.idempotency_key, k.last_run_at, k.locked_at, k.lock_token,
+	          k.request_method, k.request_params, k.request_path, k.origin_ip,
+	          k.response_code, k.response_body, k.recovery_point, k.user_id,
+	          k.first_foreign_attempt_at, k.unknown_outcomes, k.attention_reason, k.claims, k.identity`
 
 // ClaimAbandoned locks, for the completer, up to limit keys whose requests
 // look abandoned by their clients: unfinished, created more than minAge
@@ -190,13 +196,4 @@ func (s *Store) Reap(ctx context.Context, maxAge time.Duration, limit int, settl
 		return nil, fmt.Errorf("reap idempotency keys older than %s: %w", maxAge, err)
 	}
 	return keys, nil
-}
-
-// keyColumnsOf is keyColumns qualified by table alias a.
-func keyColumnsOf(a string) string {
-	cols := strings.Split(keyColumns, ",")
-	for i, c := range cols {
-		cols[i] = a + "." + strings.TrimSpace(c)
-	}
-	return strings.Join(cols, ", ")
 }

@@ -1,5 +1,17 @@
 package idem
 
+// First reading: the claim, the first atomic phase of every idempotent
+// request. A new key is inserted, locked for its request; an existing one
+// is locked FOR UPDATE and decided in the order a client needs: another
+// request under the same key is refused (422), a finished key replays its
+// stored response, a key another request holds is refused (409), and only
+// then is a released or stale lock taken over.
+//
+// Left to a second reading: the single statement that inserts a new key
+// or reads back a finished one (fastpath.go); the keys the reaper deleted
+// and the 410 that refuses their late retries (tombstone.go); the steps
+// each statement appends to the key for the console (steps.go).
+
 import (
 	"context"
 	"errors"
@@ -9,11 +21,6 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 )
-
-const keyColumns = `id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
-	request_method, request_params, request_path, origin_ip,
-	response_code, response_body, recovery_point, user_id,
-	first_foreign_attempt_at, unknown_outcomes, attention_reason, claims, identity`
 
 // Claim is the first atomic phase of an idempotent request. It returns the
 // key locked for this request, or, if the key is already finished, the
@@ -25,69 +32,17 @@ const keyColumns = `id, created_at, idempotency_key, last_run_at, locked_at, loc
 // deleted, and still keeps a record of, is refused: an *ExpiredError for
 // the request it was used for, ErrKeyReused for another.
 func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool, err error) {
-	// Fast path, one round trip for the two common cases. A key never
-	// seen before is inserted already locked; the unique index arbitrates
-	// between concurrent requests with the same new key, so exactly one
-	// insert wins. A key that already finished, for the same request, is
-	// read back in the same statement and replayed: finished is final, so
-	// no lock is needed to trust it. Anything else (a different request,
-	// a key in flight or abandoned, a key inserted concurrently that this
-	// statement's snapshot cannot see) falls through to the locking path.
-	//
-	// The insert is not even tried for a key the statement can see: a
-	// replay then costs an index probe, not an id drawn from the sequence
-	// and a row built only to be dropped on the conflict. Nor for a key
-	// the reaper deleted, which has no row left to conflict with: a key of
-	// which reaped_keys keeps a record is not inserted, and the claim
-	// falls through to the locking path, which finds the record. Both
-	// guards are index probes inside the same statement, so a new key
-	// still costs one round trip.
-	rows, err := s.pool.Query(ctx, `
-		WITH inserted AS (
-			INSERT INTO idempotency_keys
-				(user_id, idempotency_key, request_method, request_path, request_params,
-				 origin_ip, recovery_point, locked_at, lock_token, steps)
-			SELECT $1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::inet, 'started', now(), $7::uuid,
-			       jsonb_build_array(`+stepObject("'claimed'", "'started'", "$8", "1")+`)
-			WHERE NOT EXISTS (
-				SELECT 1 FROM idempotency_keys WHERE user_id = $1::bigint AND idempotency_key = $2::text)
-			  AND NOT EXISTS (
-				SELECT 1 FROM reaped_keys WHERE user_id = $1::bigint AND idempotency_key = $2::text)
-			ON CONFLICT (user_id, idempotency_key) DO NOTHING
-			RETURNING `+keyColumns+`
-		)
-		SELECT `+keyColumns+`, true AS inserted FROM inserted
-		UNION ALL
-		SELECT `+keyColumns+`, false FROM idempotency_keys
-		WHERE user_id = $1 AND idempotency_key = $2
-		  AND recovery_point = 'finished'
-		  AND request_method = $3 AND request_path = $4 AND request_params = $5::jsonb`,
-		req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, newLockToken(), s.actor)
-	if err != nil {
-		return nil, false, fmt.Errorf("claim idempotency key: %w", err)
+	// The two common cases take one statement (fastpath.go): a key never
+	// seen before is inserted at started, already locked for this request
+	// (the unique index on user and key lets exactly one of several
+	// concurrent requests insert it), and a finished key is read back and
+	// replayed.
+	key, replayed, err = s.claimFast(ctx, req)
+	if key != nil || err != nil {
+		return key, replayed, err
 	}
-	claimed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[claimRow])
-	if err != nil {
-		return nil, false, fmt.Errorf("claim idempotency key: %w", err)
-	}
-	if len(claimed) == 1 {
-		key = &claimed[0].Key
-		annotate(ctx, key)
-		if claimed[0].Inserted {
-			s.metrics.Outcome(metrics.OutcomeNew)
-			return key, false, nil
-		}
-		s.metrics.Outcome(metrics.OutcomeReplay)
-		return key, true, nil
-	}
+	// Everything else is decided under the key's row lock.
 	return s.claimExisting(ctx, req)
-}
-
-// claimRow is a row of the fast claim: the key, and whether this request
-// inserted it.
-type claimRow struct {
-	Key
-	Inserted bool `db:"inserted"`
 }
 
 // claimExisting arbitrates a key that already exists.
@@ -100,13 +55,11 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// FOR UPDATE serialises concurrent claims of the same key: the
 		// decision below is made while no one else can change the row.
-		l, err := s.lockKey(ctx, tx, `user_id = $2 AND idempotency_key = $3`,
-			`request_method = $4 AND request_path = $5 AND request_params = $6::jsonb`,
-			req.UserID, req.Key, req.Method, req.Path, req.Params)
+		l, err := s.lockKey(ctx, tx, lockKeySQL, req.UserID, req.Key, req.Method, req.Path, req.Params)
 		switch {
 		case errors.Is(err, errNoKey):
 			// No key: the reaper deleted it, before the claim's insert or
-			// (vanishingly rarely) since.
+			// (vanishingly rarely) since (tombstone.go).
 			var expired error
 			outcome, expired = s.reaped(ctx, tx, req)
 			return expired
@@ -137,6 +90,21 @@ func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, err
 	return key, replayed, nil
 }
 
+// lockKeySQL reads a request's key ($2, the user; $3, the client's key)
+// FOR UPDATE, with whether it was first used for this same request ($4 to
+// $6: method, path, parameters) and whether its lock is still live ($1,
+// the lock timeout).
+const lockKeySQL = `
+	SELECT id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
+	       request_method, request_params, request_path, origin_ip,
+	       response_code, response_body, recovery_point, user_id,
+	       first_foreign_attempt_at, unknown_outcomes, attention_reason, claims, identity,
+	       request_method = $4 AND request_path = $5 AND request_params = $6::jsonb AS matches,
+	       coalesce(locked_at > now() - $1::interval, false) AS lock_fresh
+	FROM idempotency_keys
+	WHERE user_id = $2 AND idempotency_key = $3
+	FOR UPDATE`
+
 // lockedKey is a key read FOR UPDATE by lockKey: the row, whether it was
 // claimed for the request at hand, and whether its lock is still live.
 type lockedKey struct {
@@ -148,17 +116,12 @@ type lockedKey struct {
 // errNoKey is lockKey's finding that no key matches.
 var errNoKey = errors.New("no such idempotency key")
 
-// lockKey reads, in tx and FOR UPDATE, the key where finds, with matches
-// computed by the condition given; args are theirs, from $2 on ($1 is the
-// lock timeout). FOR UPDATE serialises claims of the same key: what the
-// caller decides from the row no one else can change until tx ends.
-func (s *Store) lockKey(ctx context.Context, tx pgx.Tx, where, matches string, args ...any) (*lockedKey, error) {
-	rows, err := tx.Query(ctx, `
-		SELECT `+keyColumns+`, `+matches+` AS matches,
-		       coalesce(locked_at > now() - $1::interval, false) AS lock_fresh
-		FROM idempotency_keys
-		WHERE `+where+`
-		FOR UPDATE`, append([]any{s.lockTimeout}, args...)...)
+// lockKey reads, in tx, the key that sql (lockKeySQL, or the console's
+// lockKeyByIDSQL) locks FOR UPDATE; args are the statement's from $2 on
+// ($1 is the lock timeout). What the caller decides from the row no one
+// else can change until tx ends.
+func (s *Store) lockKey(ctx context.Context, tx pgx.Tx, sql string, args ...any) (*lockedKey, error) {
+	rows, err := tx.Query(ctx, sql, append([]any{s.lockTimeout}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("lock idempotency key: %w", err)
 	}
@@ -171,6 +134,22 @@ func (s *Store) lockKey(ctx context.Context, tx pgx.Tx, where, matches string, a
 	}
 	return locked[0], nil
 }
+
+// takeSQL locks a key ($1) for a new claim with a fresh lock token ($2),
+// counts the claim, and appends its step ($3, the event; $4, the actor;
+// see steps.go), all in one statement.
+const takeSQL = `
+	UPDATE idempotency_keys
+	SET locked_at = now(), last_run_at = now(), lock_token = $2, claims = claims + 1,
+	    steps = (CASE WHEN jsonb_array_length(steps) < 100 THEN steps
+	             ELSE jsonb_build_array(steps -> 0) || jsonb_path_query_array(steps, '$[last - 97 to last]') END)
+	         || jsonb_build_object('at', clock_timestamp(), 'event', $3::text,
+	                               'recovery_point', recovery_point::text, 'actor', $4::text, 'attempt', claims + 1)
+	WHERE id = $1
+	RETURNING id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
+	          request_method, request_params, request_path, origin_ip,
+	          response_code, response_body, recovery_point, user_id,
+	          first_foreign_attempt_at, unknown_outcomes, attention_reason, claims, identity`
 
 // take claims k, locked by lockKey and found free to take (released, or
 // its lock stale), for a new attempt: a fresh lock token, one more claim,
@@ -192,12 +171,3 @@ func (s *Store) take(ctx context.Context, tx pgx.Tx, k *Key) (*Key, metrics.Outc
 	}
 	return key, outcome, nil
 }
-
-// takeSQL locks a key for a new claim and records the step ($3, the
-// event; $4, the actor) in the same statement.
-var takeSQL = `
-	UPDATE idempotency_keys
-	SET locked_at = now(), last_run_at = now(), lock_token = $2, claims = claims + 1,
-	    steps = ` + step("$3", "recovery_point", "$4", "claims + 1") + `
-	WHERE id = $1
-	RETURNING ` + keyColumns

@@ -1,19 +1,33 @@
 package idem
 
+// First reading: an atomic phase. One transaction holds the fence, the
+// endpoint's writes and the statement that moves the key to its next
+// recovery point (or stores its response): they commit together or not at
+// all. And Unlock, which releases a key after a failure so that a retry
+// resumes from the last recovery point.
+//
+// Left to a second reading: how a phase goes to Postgres in one round
+// trip, two phases in one pipeline, and the retries after a serialization
+// failure (pipeline.go); the fence's plpgsql and its errors (fence.go); the
+// outcomes beyond the article, a key set aside for a person or reopened
+// and the time of the first foreign call (attention.go), and the id of
+// what the request created (tombstone.go); the steps (steps.go).
+
 import (
 	"context"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Outcome is what an atomic phase decides: move to the next recovery
 // point, finish the request with a response, or set it aside for a human.
 type Outcome struct {
-	next        RecoveryPoint
-	response    Response
+	next     RecoveryPoint
+	response Response
+	// foreignCall records the first foreign call's time (see
+	// AdvanceToForeignCall).
 	foreignCall bool
 	// attention, when set, is why the key is set aside (see SetAside).
 	attention string
@@ -53,22 +67,12 @@ func (s *Store) Phase(ctx context.Context, key *Key, fn PhaseFunc) error {
 // queuePhase queues, on tx, the atomic phase fn of key from recovery point
 // from: BEGIN, the fence, fn's statements, the statement that records the
 // outcome on the key, and COMMIT. Nothing is sent but what fn flushes.
-//
-// The fence goes out with the phase's statements, and COMMIT right after
-// them: the fence raises when the key no longer carries this request's
-// lock token and recovery point (see fenceError), which aborts the
-// transaction, so nothing queued after it can commit whatever its answer.
-// A phase therefore costs one round trip unless fn needs an answer on the
-// way (Flush).
-//
-// From started, the fence also makes sure the key has no reaped
-// predecessor. A claim whose insert ran in the very instant the reaper
-// deleted the key's earlier row (the insert waits for the deleted row and
-// then proceeds, its guard having read reaped_keys before the reaper
-// committed) is caught here, before its request does anything: the fence
-// reads after the reaper's commit.
 func (s *Store) queuePhase(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, fn PhaseFunc) (*queuedPhase, error) {
 	tx.Queue(`BEGIN`)
+	// The fence locks the key's row if the key still carries this request's
+	// lock token and recovery point, and otherwise raises, which aborts the
+	// transaction: nothing queued after it can commit, so the phase sends
+	// its writes and COMMIT without waiting for the fence's answer.
 	tx.Queue(`SELECT idempotency_key_fence($1, $2, $3)`, key.ID, key.lockToken(), from)
 	out, err := fn(ctx, tx)
 	if err != nil {
@@ -83,15 +87,38 @@ func (s *Store) queuePhase(ctx context.Context, tx *Tx, key *Key, from RecoveryP
 	default:
 		q = s.queueAdvance(ctx, tx, key, from, out)
 	}
-	tx.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
-		if tag.String() != "COMMIT" {
-			return pgx.ErrTxCommitRollback
-		}
-		q.committed = true
-		return nil
-	})
+	tx.queueCommit(&q.committed)
 	return q, nil
 }
+
+// advanceSQL moves a key ($1, held under lock token $2 at recovery point
+// $3) to its next recovery point $4, or finishes it with the response $5,
+// $6. Under the fence's row lock this matches; its conditions repeat the
+// fence's so that the statement is correct on its own. Intermediate
+// phases refresh locked_at as a heartbeat; finishing releases the lock.
+//
+// The same statement records what the extensions need: the first foreign
+// call's time ($7, attention.go), the id of what the request created
+// ($9, tombstone.go) and the step ($8, the actor; steps.go). A phase
+// commits on a key set aside only when a person took the key to settle
+// it (nothing else works such a key), so it also clears the flag.
+const advanceSQL = `
+	UPDATE idempotency_keys
+	SET recovery_point = $4,
+	    response_code  = $5,
+	    response_body  = $6,
+	    locked_at      = CASE WHEN $4 = 'finished' THEN NULL ELSE now() END,
+	    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END,
+	    first_foreign_attempt_at = CASE WHEN $7 THEN coalesce(first_foreign_attempt_at, now())
+	                                    ELSE first_foreign_attempt_at END,
+	    resource_id    = coalesce(currval($9::text::regclass), resource_id),
+	    attention_reason = NULL,
+	    steps = (CASE WHEN jsonb_array_length(steps) < 100 THEN steps
+	             ELSE jsonb_build_array(steps -> 0) || jsonb_path_query_array(steps, '$[last - 97 to last]') END)
+	         || jsonb_build_object('at', clock_timestamp(), 'event', 'reached'::text,
+	                               'recovery_point', $4::text, 'actor', $8::text, 'attempt', claims)
+	WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
+	RETURNING response_body, first_foreign_attempt_at`
 
 // queueAdvance records out on key: its next recovery point, or its
 // response.
@@ -105,27 +132,7 @@ func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from Recover
 		stored                []byte
 		firstForeignAttemptAt *time.Time
 	)
-	// Under the fence's row lock this matches; its conditions repeat the
-	// fence's so that the statement is correct on its own. Intermediate
-	// phases refresh locked_at as a heartbeat; finishing releases the lock.
-	//
-	// The step goes in the same statement. A phase commits on a key set
-	// aside only when a person took the key to settle it (nothing else
-	// works such a key), so the phase also clears the flag.
-	tx.Queue(`
-		UPDATE idempotency_keys
-		SET recovery_point = $4,
-		    response_code  = $5,
-		    response_body  = $6,
-		    locked_at      = CASE WHEN $4 = 'finished' THEN NULL ELSE now() END,
-		    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END,
-		    first_foreign_attempt_at = CASE WHEN $7 THEN coalesce(first_foreign_attempt_at, now())
-		                                    ELSE first_foreign_attempt_at END,
-		    resource_id    = coalesce(currval($9::text::regclass), resource_id),
-		    attention_reason = NULL,
-		    steps          = `+step("'reached'", "$4", "$8", "claims")+`
-		WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
-		RETURNING response_body, first_foreign_attempt_at`,
+	tx.Queue(advanceSQL,
 		key.ID, key.lockToken(), from, out.next, code, body, out.foreignCall, s.actor, out.createdFrom,
 	).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&stored, &firstForeignAttemptAt); err != nil {
@@ -150,6 +157,18 @@ func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from Recover
 	}}
 }
 
+// unlockSQL releases a key ($1) if this request still holds it (lock
+// token $2), keeping its recovery point, and appends the step ($3, the
+// actor; steps.go).
+const unlockSQL = `
+	UPDATE idempotency_keys
+	SET locked_at = NULL, lock_token = NULL,
+	    steps = (CASE WHEN jsonb_array_length(steps) < 100 THEN steps
+	             ELSE jsonb_build_array(steps -> 0) || jsonb_path_query_array(steps, '$[last - 97 to last]') END)
+	         || jsonb_build_object('at', clock_timestamp(), 'event', 'unlocked'::text,
+	                               'recovery_point', recovery_point::text, 'actor', $3::text, 'attempt', claims)
+	WHERE id = $1 AND lock_token = $2`
+
 // Unlock releases key after a failure so that a retry need not wait for
 // the lock to go stale. It keeps the recovery point: the retry resumes
 // where this request stopped. The lock is released only if this request
@@ -158,13 +177,7 @@ func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from Recover
 func (s *Store) Unlock(ctx context.Context, key *Key) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := s.pool.Exec(ctx, `
-		UPDATE idempotency_keys
-		SET locked_at = NULL, lock_token = NULL,
-		    steps = `+step("'unlocked'", "recovery_point", "$3", "claims")+`
-		WHERE id = $1 AND lock_token = $2`,
-		key.ID, key.lockToken(), s.actor,
-	); err != nil {
+	if _, err := s.pool.Exec(ctx, unlockSQL, key.ID, key.lockToken(), s.actor); err != nil {
 		return fmt.Errorf("unlock idempotency key %d: %w", key.ID, err)
 	}
 	return nil

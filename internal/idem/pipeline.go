@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,17 +34,6 @@ type Tx struct {
 // with the COMMIT.
 func (tx *Tx) Queue(sql string, args ...any) *pgx.QueuedQuery {
 	return tx.batch.Queue(sql, args...)
-}
-
-// QueueOne queues a data-modifying statement (an INSERT, UPDATE or DELETE
-// without RETURNING) that must change exactly one row; otherwise the phase
-// fails, saying what. Postgres makes the check and aborts the transaction
-// (idempotency_key_phase_check): the statement's answer comes back with
-// COMMIT's, too late for a check made on it here to stop the commit.
-func (tx *Tx) QueueOne(what, sql string, args ...any) {
-	tx.batch.Queue(`WITH changed AS (`+sql+` RETURNING 1)
-		SELECT idempotency_key_phase_check(count(*) = 1, $`+strconv.Itoa(len(args)+1)+`) FROM changed`,
-		append(args, what)...)
 }
 
 // Flush sends the queued statements in one round trip and hands each
@@ -196,16 +184,24 @@ type queuedPhase struct {
 	settle func()
 }
 
-// commit queues COMMIT and sends what is queued. A transaction that
-// Postgres ends with ROLLBACK instead (it failed earlier) is
-// pgx.ErrTxCommitRollback.
-func (tx *Tx) commit(ctx context.Context) error {
+// queueCommit queues COMMIT. committed, if not nil, is set once Postgres
+// has answered COMMIT; a transaction that Postgres ends with ROLLBACK
+// instead (it failed earlier) is pgx.ErrTxCommitRollback.
+func (tx *Tx) queueCommit(committed *bool) {
 	tx.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != "COMMIT" {
 			return pgx.ErrTxCommitRollback
 		}
+		if committed != nil {
+			*committed = true
+		}
 		return nil
 	})
+}
+
+// commit queues COMMIT and sends what is queued.
+func (tx *Tx) commit(ctx context.Context) error {
+	tx.queueCommit(nil)
 	return tx.Flush(ctx)
 }
 

@@ -15,7 +15,13 @@ var ErrKeyNotFound = errors.New("idempotency key not found")
 
 // KeyByID returns key id; ErrKeyNotFound if there is none.
 func (s *Store) KeyByID(ctx context.Context, id int64) (*Key, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+keyColumns+` FROM idempotency_keys WHERE id = $1`, id)
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
+		       request_method, request_params, request_path, origin_ip,
+		       response_code, response_body, recovery_point, user_id,
+		       first_foreign_attempt_at, unknown_outcomes, attention_reason, claims, identity
+		FROM idempotency_keys
+		WHERE id = $1`, id)
 	if err != nil {
 		return nil, fmt.Errorf("read idempotency key %d: %w", id, err)
 	}
@@ -33,23 +39,44 @@ func (s *Store) KeyByID(ctx context.Context, id int64) (*Key, error) {
 // newest first: a person looks a request up by the Idempotency-Key a
 // customer quotes.
 func (s *Store) FindKeys(ctx context.Context, clientKey string, limit int) ([]*Key, error) {
-	return s.keys(ctx, `WHERE idempotency_key = $1 ORDER BY id DESC LIMIT $2`, clientKey, limit)
+	return s.keys(ctx, `
+		SELECT id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
+		       request_method, request_params, request_path, origin_ip,
+		       response_code, response_body, recovery_point, user_id,
+		       first_foreign_attempt_at, unknown_outcomes, attention_reason, claims, identity
+		FROM idempotency_keys
+		WHERE idempotency_key = $1
+		ORDER BY id DESC LIMIT $2`, clientKey, limit)
 }
 
 // KeysOfUser returns up to limit of user userID's keys, newest first.
 func (s *Store) KeysOfUser(ctx context.Context, userID int64, limit int) ([]*Key, error) {
-	return s.keys(ctx, `WHERE user_id = $1 ORDER BY id DESC LIMIT $2`, userID, limit)
+	return s.keys(ctx, `
+		SELECT id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
+		       request_method, request_params, request_path, origin_ip,
+		       response_code, response_body, recovery_point, user_id,
+		       first_foreign_attempt_at, unknown_outcomes, attention_reason, claims, identity
+		FROM idempotency_keys
+		WHERE user_id = $1
+		ORDER BY id DESC LIMIT $2`, userID, limit)
 }
 
 // SetAsideKeys returns up to limit keys set aside for a person and not
 // finished, those waiting longest first.
 func (s *Store) SetAsideKeys(ctx context.Context, limit int) ([]*Key, error) {
-	return s.keys(ctx, `WHERE attention_reason IS NOT NULL AND response_code IS NULL
+	return s.keys(ctx, `
+		SELECT id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
+		       request_method, request_params, request_path, origin_ip,
+		       response_code, response_body, recovery_point, user_id,
+		       first_foreign_attempt_at, unknown_outcomes, attention_reason, claims, identity
+		FROM idempotency_keys
+		WHERE attention_reason IS NOT NULL AND response_code IS NULL
 		ORDER BY last_run_at LIMIT $1`, limit)
 }
 
-func (s *Store) keys(ctx context.Context, where string, args ...any) ([]*Key, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+keyColumns+` FROM idempotency_keys `+where, args...)
+// keys runs sql, a statement that selects keys.
+func (s *Store) keys(ctx context.Context, sql string, args ...any) ([]*Key, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read idempotency keys: %w", err)
 	}

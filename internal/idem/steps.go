@@ -54,33 +54,25 @@ type Step struct {
 	Detail        *string       `db:"detail"`
 }
 
-// step is the expression that appends a step to a key's steps, for the
-// SET of the statement that takes it: event, point (the recovery point
-// after the step), actor and attempt are SQL expressions, parameters or
-// the row's own columns. Inside an UPDATE's SET every column is the row's
-// value before the update.
-func step(event, point, actor, attempt string) string {
-	return keptSteps + ` || ` + stepObject(event, point, actor, attempt)
-}
-
 // MaxSteps bounds the steps a key keeps. A key the completer retries every
 // minute through a long Stripe outage takes two steps a minute until it is
 // reaped; each step rewrites the key's row, steps and all, so without a
 // bound every attempt would write more than the one before.
+//
+// Every statement that takes a step appends it to the key's steps in its
+// own SET, spelled out whole where the statement is defined:
+//
+//	steps = (CASE WHEN jsonb_array_length(steps) < 100 THEN steps
+//	         ELSE jsonb_build_array(steps -> 0) || jsonb_path_query_array(steps, '$[last - 97 to last]') END)
+//	     || jsonb_build_object('at', clock_timestamp(), 'event', <event>::text,
+//	                           'recovery_point', <point>::text, 'actor', <actor>::text, 'attempt', <attempt>)
+//
+// that is, all the steps, or past MaxSteps the first (how the request
+// began) and the latest, leaving room for the next; then the step, whose
+// point is the recovery point after it. Inside an UPDATE's SET every
+// column is the row's value before the update. A test holds every such
+// statement to this expression and to MaxSteps.
 const MaxSteps = 100
-
-// keptSteps is a key's steps as the next step is appended to them: all of
-// them, or past MaxSteps, the first (how the request began) and the
-// latest, leaving room for the next.
-var keptSteps = fmt.Sprintf(`(CASE WHEN jsonb_array_length(steps) < %d THEN steps
-	ELSE jsonb_build_array(steps -> 0) || jsonb_path_query_array(steps, '$[last - %d to last]') END)`,
-	MaxSteps, MaxSteps-3)
-
-// stepObject is one step, as a key's steps hold it.
-func stepObject(event, point, actor, attempt string) string {
-	return `jsonb_build_object('at', clock_timestamp(), 'event', ` + event + `::text,
-		'recovery_point', ` + point + `::text, 'actor', ` + actor + `::text, 'attempt', ` + attempt + `)`
-}
 
 // Steps returns the steps key keyID took, oldest first.
 func (s *Store) Steps(ctx context.Context, keyID int64) ([]Step, error) {
