@@ -1,3 +1,9 @@
+// Second reading: the store's side of the completer and the reaper, two
+// statements the article describes: the completer's claim of keys their
+// clients abandoned (claimAbandonedSQL), and the reaper's delete of old
+// keys, which lists the unfinished ones in abandoned_requests for a
+// person (reapSQL). internal/completer and internal/reaper run them.
+
 package idem
 
 import (

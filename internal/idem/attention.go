@@ -1,3 +1,12 @@
+// Second reading: the outcomes beyond the article, for a foreign call
+// whose outcome nobody can know. A key records when its request first set
+// out to make the call (AdvanceToForeignCall) and counts the attempts
+// that ended in an unknown outcome (RecordUnknownOutcome); past a bound
+// the endpoint sets it aside for a person (SetAside), who claims it by id
+// (ClaimByID) and settles it through the endpoint's own phases, or
+// reopens it (Reopen). The ride's side is rides/ambiguous.go and
+// rides/settle.go.
+
 package idem
 
 import (

@@ -1,5 +1,3 @@
-package idem
-
 // First reading: the claim, the first atomic phase of every idempotent
 // request. A new key is inserted, locked for its request; an existing one
 // is locked FOR UPDATE and decided in the order a client needs: another
@@ -11,6 +9,8 @@ package idem
 // or reads back a finished one (fastpath.go); the keys the reaper deleted
 // and the 410 that refuses their late retries (tombstone.go); the steps
 // each statement appends to the key for the console (steps.go).
+
+package idem
 
 import (
 	"context"

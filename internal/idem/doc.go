@@ -19,6 +19,16 @@
 // enough for its lock to be taken over is thereby fenced off: it can no
 // longer advance the recovery point or store a response.
 //
+// A first reading takes the article's mechanism in three files: key.go
+// (the key and its recovery points), claim.go (the claim) and phase.go (an
+// atomic phase, and unlock). Each of the others is named for the machinery
+// it holds: fastpath.go (the claim in one statement), pipeline.go (a
+// phase in one round trip, two in one pipeline), fence.go (the fence's
+// plpgsql and its errors), tombstone.go (reaped keys and the 410),
+// attention.go (keys set aside for a person), steps.go (each key's story),
+// abandoned.go (the completer's claim and the reaper's delete), read.go
+// (the console's reads) and store.go (the Store and its Config).
+//
 // The store reports what it sees: each claim's outcome and each phase's
 // duration to Config.Metrics, and the key's id and current recovery point
 // to the log attributes of the request's context (package logctx), so

@@ -1,3 +1,5 @@
+// Second reading: the claim's fast path (claim.go reads it as one call).
+
 package idem
 
 import (

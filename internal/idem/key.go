@@ -1,3 +1,14 @@
+// First reading: the idempotency key, a row of idempotency_keys, what a
+// client asked for under it (Request) and the response it replays; its
+// recovery points are Started and Finished here, and the endpoint's own
+// between them (rides.RideCreated, rides.ChargeCreated).
+//
+// Left to a second reading: the key's columns beyond the article, each
+// commented where it is declared below and used in its own file: the
+// identity behind the Stripe key (rides.StripeKey), the time of the first
+// foreign call, the unknown outcomes and the set-aside reason
+// (attention.go), the count of claims (steps.go).
+
 package idem
 
 import (
@@ -6,7 +17,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // RecoveryPoint names the last atomic phase a request completed. Endpoints
@@ -101,15 +111,4 @@ type Request struct {
 	// writes a float64.
 	Params   []byte
 	OriginIP netip.Addr
-}
-
-// lockToken is k's lock token as a query argument. pgtype.UUID is encoded
-// straight to Postgres's binary format; uuid.UUID would go through its
-// driver.Valuer as text and be parsed back, on every statement of every
-// phase.
-func (k *Key) lockToken() pgtype.UUID {
-	if k.LockToken == nil {
-		return pgtype.UUID{}
-	}
-	return pgtype.UUID{Bytes: *k.LockToken, Valid: true}
 }

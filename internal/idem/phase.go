@@ -1,5 +1,3 @@
-package idem
-
 // First reading: an atomic phase. One transaction holds the fence, the
 // endpoint's writes and the statement that moves the key to its next
 // recovery point (or stores its response): they commit together or not at
@@ -12,6 +10,8 @@ package idem
 // outcomes beyond the article, a key set aside for a person or reopened
 // and the time of the first foreign call (attention.go), and the id of
 // what the request created (tombstone.go); the steps (steps.go).
+
+package idem
 
 import (
 	"context"

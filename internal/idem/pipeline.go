@@ -1,3 +1,11 @@
+// Second reading: how an atomic phase (phase.go) goes to Postgres. A
+// phase's statements are queued on its Tx and sent together, BEGIN to
+// COMMIT, in one round trip unless the phase needs an answer on the way;
+// PhaseThen sends two phases that no foreign call separates in one
+// pipeline, each its own transaction; a phase that Postgres aborts for a
+// serialization failure or deadlock runs again. A phase function reads
+// the same whichever way it is sent.
+
 package idem
 
 import (
@@ -43,6 +51,11 @@ func (tx *Tx) Flush(ctx context.Context) error {
 	tx.batch = &pgx.Batch{}
 	return tx.conn.SendBatch(ctx, b).Close()
 }
+
+// Next is the recovery point the phase moves the key to; empty when it
+// sets the key aside or reopens it, which keeps its recovery point. For
+// machinery that wraps a phase function, such as an endpoint's test seams.
+func (o Outcome) Next() RecoveryPoint { return o.next }
 
 // retryPhase runs fn from attempt on; err is the previous attempt's.
 func (s *Store) retryPhase(ctx context.Context, key *Key, fn PhaseFunc, attempt int, err error) error {

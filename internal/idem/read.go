@@ -1,3 +1,6 @@
+// Second reading: what the console reads, keys and their counts and the
+// abandoned requests; nothing a request runs calls it.
+
 package idem
 
 import (

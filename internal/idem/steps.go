@@ -1,3 +1,12 @@
+// Second reading: each key's story, for the console. A request's story
+// is the steps its key took: every claim, every atomic phase, every
+// unknown outcome, set-aside and unlock, each with the time, the process
+// (Config.Actor) and the attempt (Key.Claims) it belongs to. Each step is
+// appended to the key's own row (idempotency_keys.steps) by the statement
+// that takes it, so recording it costs the request no round trip, and no
+// row or index entry of its own. The steps go with their key when the
+// reaper deletes it.
+
 package idem
 
 import (
@@ -7,14 +16,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 )
-
-// A request's story is the steps its key took: every claim, every atomic
-// phase, every unknown outcome, set-aside and unlock, each with the time,
-// the process (Config.Actor) and the attempt (Key.Claims) it belongs to.
-// Each step is appended to the key's own row (idempotency_keys.steps) by
-// the statement that takes it, so recording it costs the request no round
-// trip, and no row or index entry of its own. The steps go with their key
-// when the reaper deletes it.
 
 // StepEvent is what happened to a key in a step.
 type StepEvent string

@@ -1,3 +1,7 @@
+// Second reading: the Store, its Config and their defaults, and the small
+// helpers every file of the store shares: the log attributes of the key a
+// request works, the lock token as a query argument, a key read back.
+
 package idem
 
 import (
@@ -107,6 +111,7 @@ func annotate(ctx context.Context, key *Key) {
 // newLockToken is a fresh fencing token.
 func newLockToken() pgtype.UUID { return pgtype.UUID{Bytes: uuid.New(), Valid: true} }
 
+// collectKey is the one key rows hold, or nil.
 func collectKey(rows pgx.Rows) (*Key, error) {
 	keys, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Key])
 	if err != nil {
@@ -116,4 +121,15 @@ func collectKey(rows pgx.Rows) (*Key, error) {
 		return nil, nil
 	}
 	return keys[0], nil
+}
+
+// lockToken is k's lock token as a query argument. pgtype.UUID is encoded
+// straight to Postgres's binary format; uuid.UUID would go through its
+// driver.Valuer as text and be parsed back, on every statement of every
+// phase.
+func (k *Key) lockToken() pgtype.UUID {
+	if k.LockToken == nil {
+		return pgtype.UUID{}
+	}
+	return pgtype.UUID{Bytes: *k.LockToken, Valid: true}
 }

@@ -1,3 +1,10 @@
+// Second reading: the keys the reaper deleted. Each leaves a record in
+// reaped_keys (abandoned.go writes it), and a client that comes back with
+// such a key is refused, 410, with what became of its request (the ride
+// it made, named by the key's resource_id), or 422 if the key now comes
+// with another request; the request is never run again. The reaper
+// forgets the records after a retention of their own.
+
 package idem
 
 import (
