@@ -1,3 +1,10 @@
+// Second reading: the Service that runs ride requests for the api and the
+// completer, its config and defaults, and its entry points: Create claims
+// a request's key (idem.Store.Claim) and drives it, Resume drives a key the
+// completer claimed, both through drive, which refuses a key set aside for
+// a person and then runs the DAG (request.go). Also the charge's metadata,
+// which names the request on its Stripe charge.
+
 package rides
 
 import (
@@ -134,7 +141,7 @@ func (c *ServiceConfig) validate() error {
 type Service struct {
 	pool              *pgxpool.Pool
 	keys              *idem.Store
-	payments          *payment.Gateway
+	payments          gateway
 	logger            *slog.Logger
 	fail              *failpoint.Set
 	stripeRetention   time.Duration
@@ -152,7 +159,7 @@ func NewService(config *ServiceConfig) (*Service, error) {
 	return &Service{
 		pool:              config.Pool,
 		keys:              config.Keys,
-		payments:          config.Payments,
+		payments:          withSeams(config.Payments, config.Failpoint),
 		logger:            cmp.Or(config.Logger, slog.Default()),
 		fail:              config.Failpoint,
 		stripeRetention:   cmp.Or(config.StripeKeyRetention, DefaultStripeKeyRetention),
@@ -210,7 +217,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Result, error)
 		return Result{Response: key.Response(), Replayed: true}, nil
 	}
 	r := &request{Service: s, user: req.User, key: key, params: req.Params, raiseError: req.RaiseError}
-	resp, err := r.run(ctx)
+	resp, err := r.drive(ctx)
 	if err != nil {
 		return Result{RideID: r.createdRideID(ctx)}, err
 	}
@@ -232,6 +239,20 @@ func (s *Service) Resume(ctx context.Context, key *idem.Key) (idem.Response, err
 	}
 	logctx.Set(ctx, slog.Int64(logctx.UserID, u.ID))
 	r := &request{Service: s, user: u, key: key, params: params}
+	return r.drive(ctx)
+}
+
+// drive runs the DAG (request.run) for a key the request has just
+// claimed, unless the key is set aside for a person: nothing runs then
+// until one has settled it (ambiguous.go). Tests pass the seam after the
+// claim here (seams.go).
+func (r *request) drive(ctx context.Context) (idem.Response, error) {
+	if r.key.AttentionReason != nil && r.key.RecoveryPoint != idem.Finished {
+		return r.stop(ctx, fmt.Errorf("key %d: %s: %w", r.key.ID, *r.key.AttentionReason, idem.ErrNeedsAttention))
+	}
+	if err := r.fail.At(ctx, FailAfterClaim); err != nil {
+		return r.stop(ctx, err)
+	}
 	return r.run(ctx)
 }
 

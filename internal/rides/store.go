@@ -1,3 +1,7 @@
+// Second reading: the rides table's statements, which only this package
+// writes. The phase functions of the DAG (request.go) queue them by name:
+// insertRide, recordCharge, settleRide.
+
 package rides
 
 import (
