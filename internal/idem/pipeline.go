@@ -72,6 +72,9 @@ func (s *Store) retryPhase(ctx context.Context, key *Key, fn PhaseFunc, attempt 
 		key.RecoveryPoint, key.ID, s.phaseAttempts, ErrContention, err)
 }
 
+// phaseOnce makes one attempt at the atomic phase fn of key: its
+// statements, BEGIN to COMMIT, go out in one round trip unless fn flushes
+// on the way, and the in-memory key follows once COMMIT has answered.
 func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
