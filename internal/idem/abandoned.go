@@ -1,3 +1,9 @@
+// Second reading: the store's side of the completer and the reaper, two
+// statements the article describes: the completer's claim of keys their
+// clients abandoned (claimAbandonedSQL), and the reaper's delete of old
+// keys, which lists the unfinished ones in abandoned_requests for a
+// person (reapSQL). internal/completer and internal/reaper run them.
+
 package idem
 
 import (
@@ -28,7 +34,7 @@ import (
 //
 // Each claimed key records its step in the same statement: took_over
 // where a stale lock was taken, resumed otherwise ($5 is the actor).
-var claimAbandonedSQL = `
+const claimAbandonedSQL = `
 	WITH candidate AS (
 		SELECT id, locked_at IS NOT NULL AS stale
 		FROM idempotency_keys
@@ -43,10 +49,17 @@ var claimAbandonedSQL = `
 	)
 	UPDATE idempotency_keys k
 	SET locked_at = now(), last_run_at = now(), lock_token = gen_random_uuid(), claims = k.claims + 1,
-	    steps = ` + step("CASE WHEN candidate.stale THEN 'took_over' ELSE 'resumed' END", "k.recovery_point", "$5", "k.claims + 1") + `
+	    steps = (CASE WHEN jsonb_array_length(steps) < 100 THEN steps
+	             ELSE jsonb_build_array(steps -> 0) || jsonb_path_query_array(steps, '$[last - 97 to last]') END)
+	         || jsonb_build_object('at', clock_timestamp(),
+	                               'event', (CASE WHEN candidate.stale THEN 'took_over' ELSE 'resumed' END)::text,
+	                               'recovery_point', k.recovery_point::text, 'actor', $5::text, 'attempt', k.claims + 1)
 	FROM candidate
 	WHERE k.id = candidate.id
-	RETURNING ` + keyColumnsOf("k")
+	RETURNING k.id, k.created_at, k.idempotency_key, k.last_run_at, k.locked_at, k.lock_token,
+	          k.request_method, k.request_params, k.request_path, k.origin_ip,
+	          k.response_code, k.response_body, k.recovery_point, k.user_id,
+	          k.first_foreign_attempt_at, k.unknown_outcomes, k.attention_reason, k.claims, k.identity`
 
 // ClaimAbandoned locks, for the completer, up to limit keys whose requests
 // look abandoned by their clients: unfinished, created more than minAge
@@ -189,26 +202,4 @@ func (s *Store) Reap(ctx context.Context, maxAge time.Duration, limit int, settl
 		return nil, fmt.Errorf("reap idempotency keys older than %s: %w", maxAge, err)
 	}
 	return keys, nil
-}
-
-// ForgetReaped deletes up to limit records of reaped keys first used more
-// than retention ago, the reaper's other batch: past it, the key's value
-// may be used for a new request. It returns how many it deleted; fewer
-// than limit means no more are due, or that the rest are locked by
-// another reaper.
-func (s *Store) ForgetReaped(ctx context.Context, retention time.Duration, limit int) (int, error) {
-	tag, err := s.pool.Exec(ctx, `
-		DELETE FROM reaped_keys
-		WHERE (user_id, idempotency_key) IN (
-			SELECT user_id, idempotency_key
-			FROM reaped_keys
-			WHERE created_at < now() - $1::interval
-			ORDER BY created_at
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED
-		)`, retention, limit)
-	if err != nil {
-		return 0, fmt.Errorf("forget reaped idempotency keys older than %s: %w", retention, err)
-	}
-	return int(tag.RowsAffected()), nil
 }

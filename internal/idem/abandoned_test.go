@@ -75,7 +75,10 @@ func insertKey(t *testing.T, b *abandonedBundle, st keyState) *Key {
 		        now() - $6::interval, CASE WHEN $6::interval IS NOT NULL THEN gen_random_uuid() END,
 		        CASE WHEN $3 = 'finished' THEN 201 END, CASE WHEN $3 = 'finished' THEN '{"id": 1}'::jsonb END,
 		        $7)
-		RETURNING `+keyColumns,
+		RETURNING id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
+		          request_method, request_params, request_path, origin_ip,
+		          response_code, response_body, recovery_point, user_id,
+		          first_foreign_attempt_at, unknown_outcomes, attention_reason, claims, identity`,
 		b.userID, uuid.NewString(), st.point, st.age, st.idle, st.lockedAgo, st.attention)
 	require.NoError(t, err)
 	key, err := collectKey(rows)

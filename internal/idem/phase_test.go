@@ -208,7 +208,9 @@ func TestPhaseThen(t *testing.T) {
 	key = claim("second-fails")
 	err = store.PhaseThen(ctx, key, job(idem.Advance("halfway")), func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
 		tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('then', '{}')`)
-		tx.QueueOne("no such job", `DELETE FROM staged_jobs WHERE job_name = 'none'`)
+		tx.Queue(`
+			WITH changed AS (DELETE FROM staged_jobs WHERE job_name = 'none' RETURNING 1)
+			SELECT idempotency_key_phase_check(count(*) = 1, 'no such job') FROM changed`)
 		return idem.Respond(201, []byte(`{}`)), nil
 	})
 	require.ErrorContains(t, err, "no such job")

@@ -1,3 +1,18 @@
+// Second reading, beyond the article. The charge step as the article has
+// it lets Stripe's idempotency key settle every retry: asked again with
+// the same key, Stripe answers with what it did the first time. Two things
+// leave a charge's outcome ambiguous all the same, and this file handles
+// them:
+//
+//   - Stripe forgets an idempotency key after StripeKeyRetention. A retry
+//     that late would charge a second time, so it first looks for the
+//     charge an earlier attempt made, by the metadata that names our key,
+//     and adopts it (adoptForgottenCharge).
+//   - Stripe answered 500 and stored that answer against the key: it
+//     replays it on every retry, and asking again cannot tell whether the
+//     charge happened. A request gets MaxChargeAttempts such answers, then
+//     its key is set aside for a human (unknownOutcome, setAside).
+
 package rides
 
 import (
@@ -9,20 +24,6 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/idem"
 )
-
-// The charge step as the article has it lets Stripe's idempotency key
-// settle every retry: asked again with the same key, Stripe answers with
-// what it did the first time. Two things leave a charge's outcome
-// ambiguous all the same, and this file handles them:
-//
-//   - Stripe forgets an idempotency key after StripeKeyRetention. A retry
-//     that late would charge a second time, so it first looks for the
-//     charge an earlier attempt made, by the metadata that names our key,
-//     and adopts it (adoptForgottenCharge).
-//   - Stripe answered 500 and stored that answer against the key: it
-//     replays it on every retry, and asking again cannot tell whether the
-//     charge happened. A request gets MaxChargeAttempts such answers, then
-//     its key is set aside for a human (unknownOutcome, setAside).
 
 // adoptForgottenCharge looks at Stripe for the charge of an earlier
 // attempt, when Stripe may have forgotten the attempt's idempotency key,
@@ -45,7 +46,7 @@ func (r *request) adoptForgottenCharge(ctx context.Context) (adopted bool, err e
 		slog.Int64("idempotency_key_id", r.key.ID),
 		slog.Int64("ride_id", r.ride.ID),
 		slog.String("charge_id", chargeID))
-	return true, r.phase(ctx, r.recordCharge(chargeID), FailAfterChargeCreated)
+	return true, r.phase(ctx, r.recordCharge(chargeID))
 }
 
 // stripeMayHaveForgotten reports whether the charge was first attempted so

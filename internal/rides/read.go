@@ -14,7 +14,11 @@ import (
 
 // RideByID returns ride id, whoever's it is.
 func RideByID(ctx context.Context, q querier, id int64) (*Ride, error) {
-	return oneRide(ctx, q, fmt.Sprintf("%d", id), `SELECT `+rideColumns+` FROM rides WHERE id = $1::bigint`, id)
+	return oneRide(ctx, q, fmt.Sprintf("%d", id), `
+		SELECT id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
+		       target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id
+		FROM rides
+		WHERE id = $1::bigint`, id)
 }
 
 // RideByKey returns the ride idempotency key keyID created.
@@ -24,8 +28,11 @@ func RideByKey(ctx context.Context, q querier, keyID int64) (*Ride, error) {
 
 // RideByCharge returns the ride Stripe charge chargeID paid for.
 func RideByCharge(ctx context.Context, q querier, chargeID string) (*Ride, error) {
-	return oneRide(ctx, q, "charged "+chargeID,
-		`SELECT `+rideColumns+` FROM rides WHERE stripe_charge_id = $1::text`, chargeID)
+	return oneRide(ctx, q, "charged "+chargeID, `
+		SELECT id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
+		       target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id
+		FROM rides
+		WHERE stripe_charge_id = $1::text`, chargeID)
 }
 
 // CountByStatus counts every ride by status.

@@ -1,3 +1,33 @@
+// First reading: the ride request's DAG, as the article draws it. run has
+// one arm per recovery point; each arm is an atomic phase (r.phase, over
+// idem.Store.Phase) or the foreign state mutation, the Stripe charge with
+// its own idempotency key (StripeKey). Service.Create (service.go) claims
+// the key (idem.Store.Claim), replays a finished one, and runs this DAG.
+//
+// Left to a second reading: how r.phase and r.phases go to Postgres, two
+// phases in one round trip (idem's pipeline.go), and the test seams they
+// and the Stripe client pass (seams.go); what the charge step does when
+// Stripe cannot say whether it charged (ambiguous.go), and what a person
+// decides then (settle.go); the rides table's statements (store.go); the
+// Service, its config and its entry points (service.go); the HTTP handler
+// and the request's parameters (handler.go, params.go).
+
+// Package rides is the ride request, POST /rides: its parameters, its
+// atomic phases and its HTTP handlers. It owns the rides table.
+//
+// A ride request is a small state machine whose states are recovery
+// points. Each arrow is an atomic phase, one Postgres transaction that
+// makes its writes and moves the recovery point together:
+//
+//	started ──(ride + audit record)──> ride_created
+//	ride_created ──(Stripe charge, then record it)──> charge_created
+//	charge_created ──(staged receipt job + stored 201)──> finished
+//
+// The Stripe charge is the one foreign state mutation. It happens between
+// transactions, never inside one, and carries the idempotency key
+// rocket-rides-<idempotency key id>-<key identity> (StripeKey), so that a
+// request resumed after any crash asks Stripe for the same charge again
+// and is charged at most once.
 package rides
 
 import (
@@ -6,7 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
+	"strconv"
 
 	"github.com/rocketrides/rocketrides/internal/audit"
 	"github.com/rocketrides/rocketrides/internal/idem"
@@ -16,19 +46,10 @@ import (
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 
-// The seams of a ride request where tests inject a failure or a crash
-// (ServiceConfig.Failpoint), in the order a request passes them. Each
-// fires at one place, named here; an after_<recovery point> seam fires
-// once the atomic phase that reached that recovery point has committed.
+// The ride's recovery points between idem.Started and idem.Finished.
 const (
-	FailAfterClaim         = "after_claim"          // run, before the first arm
-	FailAfterRideCreated   = "after_ride_created"   // run, after createRide
-	FailBeforeCharge       = "before_charge"        // charge, before Stripe is asked
-	FailAfterCharge        = "after_charge"         // charge: Stripe answered; the charge is not recorded yet
-	FailInRecordCharge     = "in_record_charge"     // recordCharge, inside its transaction
-	FailAfterChargeCreated = "after_charge_created" // charge or adoptForgottenCharge, after recordCharge (see phases)
-	FailAfterFinished      = "after_finished"       // run or charge, after the phase that stores the response
-	FailBeforeResponse     = "before_response"      // Handler.create, before the response is written
+	RideCreated   idem.RecoveryPoint = "ride_created"
+	ChargeCreated idem.RecoveryPoint = "charge_created"
 )
 
 // request is one ride request on its way through the DAG: who asked, the
@@ -50,23 +71,15 @@ type request struct {
 // An error leaves the key at its last committed recovery point and
 // unlocked, so that a retry, or the completer, resumes from there.
 func (r *request) run(ctx context.Context) (idem.Response, error) {
-	if r.key.AttentionReason != nil && r.key.RecoveryPoint != idem.Finished {
-		// Set aside for a human (ambiguous.go): nothing runs until one
-		// has settled it.
-		return r.stop(ctx, fmt.Errorf("key %d: %s: %w", r.key.ID, *r.key.AttentionReason, idem.ErrNeedsAttention))
-	}
-	if err := r.fail.At(ctx, FailAfterClaim); err != nil {
-		return r.stop(ctx, err)
-	}
 	for {
 		var err error
 		switch r.key.RecoveryPoint {
 		case idem.Started:
-			err = r.phase(ctx, r.createRide, FailAfterRideCreated) // tx: ride + audit -> ride_created
+			err = r.phase(ctx, r.createRide) // tx: ride + audit -> ride_created
 		case RideCreated:
 			err = r.charge(ctx) // Stripe call outside any tx, then tx -> charge_created
 		case ChargeCreated:
-			err = r.phase(ctx, r.stageReceipt, FailAfterFinished) // tx: staged job + stored 201 -> finished
+			err = r.phase(ctx, r.stageReceipt) // tx: staged job + stored 201 -> finished
 		case idem.Finished:
 			return r.key.Response(), nil
 		default:
@@ -82,56 +95,6 @@ func (r *request) run(ctx context.Context) (idem.Response, error) {
 func (r *request) stop(ctx context.Context, err error) (idem.Response, error) {
 	r.unlock(ctx, r.key)
 	return idem.Response{}, err
-}
-
-// createdRideID returns the id of the ride a request that stopped on an
-// error had created, or 0 if it created none. Where the request's own
-// state cannot tell (it resumed past started without reading its ride, or
-// its first phase may have committed unseen), it looks, briefly and
-// detached from a client that may be gone; a ride it cannot confirm
-// counts as none.
-func (r *request) createdRideID(ctx context.Context) int64 {
-	started := r.key.RecoveryPoint == idem.Started
-	switch {
-	case started && r.ride == nil:
-		return 0 // the first phase never ran
-	case !started && r.ride != nil:
-		return r.ride.ID
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	ride, err := rideByKey(ctx, r.pool, r.key.ID)
-	if err != nil {
-		return 0
-	}
-	return ride.ID
-}
-
-// phase runs fn as an atomic phase of the request's key, then fires the
-// seam after, just past the recovery point the phase reached.
-func (r *request) phase(ctx context.Context, fn idem.PhaseFunc, after string) error {
-	if err := r.keys.Phase(ctx, r.key, fn); err != nil {
-		return err
-	}
-	return r.fail.At(ctx, after)
-}
-
-// phases runs first and then second as two atomic phases of the request's
-// key, sent in one pipeline (idem.PhaseThen): two transactions, two
-// commits, one round trip. The seam after fires once both have committed.
-//
-// The seam between needs the commits apart. Where it is armed (a crash
-// test's), first is sent alone and the seam fires once it has committed,
-// leaving the state a crash between the two leaves; the run loop's next
-// arm then runs second, and fires after itself.
-func (r *request) phases(ctx context.Context, first idem.PhaseFunc, between string, second idem.PhaseFunc, after string) error {
-	if r.fail.Armed(between) {
-		return r.phase(ctx, first, between)
-	}
-	if err := r.keys.PhaseThen(ctx, r.key, first, second); err != nil {
-		return err
-	}
-	return r.fail.At(ctx, after)
 }
 
 // createRide is the atomic phase from started to ride_created: the ride
@@ -170,9 +133,6 @@ func (r *request) charge(ctx context.Context) error {
 	if err := r.loadRide(ctx); err != nil {
 		return err
 	}
-	if err := r.fail.At(ctx, FailBeforeCharge); err != nil {
-		return err
-	}
 	if r.raiseError {
 		return ErrSimulated
 	}
@@ -195,11 +155,11 @@ func (r *request) charge(ctx context.Context) error {
 		// Final: the card will be declined on every retry, so the answer
 		// is stored and replayed.
 		declined := problem.New(http.StatusPaymentRequired, "card_declined", payment.Message(err))
-		return r.phase(ctx, r.settle(StatusDeclined, declined), FailAfterFinished)
+		return r.phase(ctx, r.settle(StatusDeclined, declined))
 	case payment.Rejected:
 		rejected := problem.New(http.StatusBadGateway, "payment_rejected",
 			"The payment provider rejected the charge: "+payment.Message(err))
-		return r.phase(ctx, r.settle(StatusFailed, rejected), FailAfterFinished)
+		return r.phase(ctx, r.settle(StatusFailed, rejected))
 	case payment.Unavailable:
 		if errors.Is(err, payment.ErrOutcomeUnknown) {
 			// Stripe will replay this error to every retry (ambiguous.go).
@@ -209,13 +169,27 @@ func (r *request) charge(ctx context.Context) error {
 		// Stripe again with the same key, which settles it.
 		return fmt.Errorf("charge ride %d: %w", r.ride.ID, err)
 	}
-	if err := r.fail.At(ctx, FailAfterCharge); err != nil {
-		return err
-	}
 	// No foreign call separates recording the charge from finishing the
 	// request: the two phases go out in one pipeline, each still its own
 	// transaction (tx -> charge_created, tx -> finished).
-	return r.phases(ctx, r.recordCharge(chargeID), FailAfterChargeCreated, r.stageReceipt, FailAfterFinished)
+	return r.phases(ctx, r.recordCharge(chargeID), r.stageReceipt)
+}
+
+// StripeKey is the idempotency key sent to Stripe for the charge of the
+// request of key: rocket-rides-<key id>-<key identity>. It is derived from
+// our key row, not from the client's key, so that it is unique across all
+// users and the same on every retry of the request. The identity, a
+// random UUID, keeps it unique when a failover loses the database's last
+// commits and the id sequence hands a lost key's id to another request
+// (migration 000006). Keys created before the identity existed keep
+// rocket-rides-<key id>, the key Stripe may already hold their charge
+// under.
+func StripeKey(key *idem.Key) string {
+	id := "rocket-rides-" + strconv.FormatInt(key.ID, 10)
+	if key.Identity == nil {
+		return id
+	}
+	return id + "-" + key.Identity.String()
 }
 
 // loadRide reads the ride of a request that resumes at ride_created.
@@ -235,11 +209,8 @@ func (r *request) loadRide(ctx context.Context) error {
 // gets its charge, and with it status succeeded, and the key moves to
 // charge_created.
 func (r *request) recordCharge(chargeID string) idem.PhaseFunc {
-	return func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+	return func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
 		recordCharge(tx, r.ride.ID, chargeID)
-		if err := r.fail.At(ctx, FailInRecordCharge); err != nil {
-			return idem.Outcome{}, err
-		}
 		// Read only once the phase commits (the next arm).
 		r.ride.StripeChargeID, r.ride.Status = &chargeID, StatusSucceeded
 		return idem.Advance(ChargeCreated), nil

@@ -1,23 +1,10 @@
-// Package rides is the ride request, POST /rides: its parameters, its
-// atomic phases and its HTTP handlers. It owns the rides table.
-//
-// A ride request is a small state machine whose states are recovery
-// points. Each arrow is an atomic phase, one Postgres transaction that
-// makes its writes and moves the recovery point together:
-//
-//	started ──(ride + audit record)──> ride_created
-//	ride_created ──(Stripe charge, then record it)──> charge_created
-//	charge_created ──(staged receipt job + stored 201)──> finished
-//
-// The Stripe charge is the one foreign state mutation. It happens between
-// transactions, never inside one, and carries the idempotency key
-// rocket-rides-<idempotency key id>-<key identity> (StripeKey), so that a
-// request resumed after any crash asks Stripe for the same charge again
-// and is charged at most once.
-//
-// request.go is the state machine, one arm per recovery point;
-// ambiguous.go is what the charge step does when Stripe cannot say
-// whether it charged.
+// Second reading: the Service that runs ride requests for the api and the
+// completer, its config and defaults, and its entry points: Create claims
+// a request's key (idem.Store.Claim) and drives it, Resume drives a key the
+// completer claimed, both through drive, which refuses a key set aside for
+// a person and then runs the DAG (request.go). Also the charge's metadata,
+// which names the request on its Stripe charge.
+
 package rides
 
 import (
@@ -41,12 +28,6 @@ import (
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 
-// The ride's recovery points between idem.Started and idem.Finished.
-const (
-	RideCreated   idem.RecoveryPoint = "ride_created"
-	ChargeCreated idem.RecoveryPoint = "charge_created"
-)
-
 // RecoveryPoints are the ride request's recovery points, in the order it
 // passes them.
 var RecoveryPoints = []idem.RecoveryPoint{idem.Started, RideCreated, ChargeCreated, idem.Finished}
@@ -63,23 +44,6 @@ var ErrSimulated = errors.New("simulated failure requested with raise_error")
 // Path is where rides are created; it is part of every ride key's
 // fingerprint.
 const Path = "/rides"
-
-// StripeKey is the idempotency key sent to Stripe for the charge of the
-// request of key: rocket-rides-<key id>-<key identity>. It is derived from
-// our key row, not from the client's key, so that it is unique across all
-// users and the same on every retry of the request. The identity, a
-// random UUID, keeps it unique when a failover loses the database's last
-// commits and the id sequence hands a lost key's id to another request
-// (migration 000006). Keys created before the identity existed keep
-// rocket-rides-<key id>, the key Stripe may already hold their charge
-// under.
-func StripeKey(key *idem.Key) string {
-	id := "rocket-rides-" + strconv.FormatInt(key.ID, 10)
-	if key.Identity == nil {
-		return id
-	}
-	return id + "-" + key.Identity.String()
-}
 
 // Metadata keys a ride's charge carries. The identity is only sent for a
 // key that has one: a key charged before it existed sends the parameters
@@ -177,7 +141,7 @@ func (c *ServiceConfig) validate() error {
 type Service struct {
 	pool              *pgxpool.Pool
 	keys              *idem.Store
-	payments          *payment.Gateway
+	payments          gateway
 	logger            *slog.Logger
 	fail              *failpoint.Set
 	stripeRetention   time.Duration
@@ -195,7 +159,7 @@ func NewService(config *ServiceConfig) (*Service, error) {
 	return &Service{
 		pool:              config.Pool,
 		keys:              config.Keys,
-		payments:          config.Payments,
+		payments:          withSeams(config.Payments, config.Failpoint),
 		logger:            cmp.Or(config.Logger, slog.Default()),
 		fail:              config.Failpoint,
 		stripeRetention:   cmp.Or(config.StripeKeyRetention, DefaultStripeKeyRetention),
@@ -253,7 +217,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Result, error)
 		return Result{Response: key.Response(), Replayed: true}, nil
 	}
 	r := &request{Service: s, user: req.User, key: key, params: req.Params, raiseError: req.RaiseError}
-	resp, err := r.run(ctx)
+	resp, err := r.drive(ctx)
 	if err != nil {
 		return Result{RideID: r.createdRideID(ctx)}, err
 	}
@@ -275,6 +239,20 @@ func (s *Service) Resume(ctx context.Context, key *idem.Key) (idem.Response, err
 	}
 	logctx.Set(ctx, slog.Int64(logctx.UserID, u.ID))
 	r := &request{Service: s, user: u, key: key, params: params}
+	return r.drive(ctx)
+}
+
+// drive runs the DAG (request.run) for a key the request has just
+// claimed, unless the key is set aside for a person: nothing runs then
+// until one has settled it (ambiguous.go). Tests pass the seam after the
+// claim here (seams.go).
+func (r *request) drive(ctx context.Context) (idem.Response, error) {
+	if r.key.AttentionReason != nil && r.key.RecoveryPoint != idem.Finished {
+		return r.stop(ctx, fmt.Errorf("key %d: %s: %w", r.key.ID, *r.key.AttentionReason, idem.ErrNeedsAttention))
+	}
+	if err := r.fail.At(ctx, FailAfterClaim); err != nil {
+		return r.stop(ctx, err)
+	}
 	return r.run(ctx)
 }
 
@@ -287,4 +265,27 @@ func (s *Service) unlock(ctx context.Context, key *idem.Key) {
 			slog.String("recovery_point", string(key.RecoveryPoint)),
 			slog.Any("error", err))
 	}
+}
+
+// createdRideID returns the id of the ride a request that stopped on an
+// error had created, or 0 if it created none. Where the request's own
+// state cannot tell (it resumed past started without reading its ride, or
+// its first phase may have committed unseen), it looks, briefly and
+// detached from a client that may be gone; a ride it cannot confirm
+// counts as none.
+func (r *request) createdRideID(ctx context.Context) int64 {
+	started := r.key.RecoveryPoint == idem.Started
+	switch {
+	case started && r.ride == nil:
+		return 0 // the first phase never ran
+	case !started && r.ride != nil:
+		return r.ride.ID
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	ride, err := rideByKey(ctx, r.pool, r.key.ID)
+	if err != nil {
+		return 0
+	}
+	return ride.ID
 }

@@ -1,3 +1,22 @@
+// Second reading, beyond the article. A key set aside for a person
+// (ambiguous.go) waits until someone has looked at Stripe and decided.
+// This file is what they decide, each decision a Service method that the
+// console and its resolve command call:
+//
+//   - Adopt: Stripe holds the request's charge. The ride records it and
+//     the request finishes as the normal path does: a staged receipt and
+//     the stored 201.
+//   - Release: let another attempt run. The flag is cleared and the
+//     request's budget of unknown outcomes starts afresh; a retry or the
+//     completer asks Stripe again with the same idempotency key.
+//   - CloseFailed: Stripe shows no charge. The ride fails and the request
+//     finishes with a stored failure response.
+//
+// Each takes the key's lock as a claim does (refused while someone else
+// holds it), asks Stripe again before it writes, writes through the
+// request's own atomic phases (fenced like any other), and leaves an
+// audit record naming the person.
+
 package rides
 
 import (
@@ -18,25 +37,6 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/problem"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
-
-// A key set aside for a person (ambiguous.go) waits until someone has
-// looked at Stripe and decided. This file is what they decide, each
-// decision a Service method that the console and its resolve command
-// call:
-//
-//   - Adopt: Stripe holds the request's charge. The ride records it and
-//     the request finishes as the normal path does: a staged receipt and
-//     the stored 201.
-//   - Release: let another attempt run. The flag is cleared and the
-//     request's budget of unknown outcomes starts afresh; a retry or the
-//     completer asks Stripe again with the same idempotency key.
-//   - CloseFailed: Stripe shows no charge. The ride fails and the request
-//     finishes with a stored failure response.
-//
-// Each takes the key's lock as a claim does (refused while someone else
-// holds it), asks Stripe again before it writes, writes through the
-// request's own atomic phases (fenced like any other), and leaves an
-// audit record naming the person.
 
 // Settlement is a person's decision about one key set aside.
 type Settlement struct {
@@ -138,11 +138,11 @@ func (s *Service) Adopt(ctx context.Context, st Settlement) (string, error) {
 				return idem.Outcome{}, err
 			}
 			return record(ctx, tx)
-		}, FailAfterChargeCreated); err != nil {
+		}); err != nil {
 			return err
 		}
 		// The request's last phase, as the normal path runs it.
-		return r.phase(ctx, r.stageReceipt, FailAfterFinished)
+		return r.phase(ctx, r.stageReceipt)
 	})
 	return chargeID, err
 }
@@ -180,7 +180,7 @@ func (s *Service) CloseFailed(ctx context.Context, st Settlement) error {
 				return idem.Outcome{}, err
 			}
 			return closing(ctx, tx)
-		}, FailAfterFinished)
+		})
 	})
 }
 

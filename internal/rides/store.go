@@ -1,3 +1,7 @@
+// Second reading: the rides table's statements, which only this package
+// writes. The phase functions of the DAG (request.go) queue them by name:
+// insertRide, recordCharge, settleRide.
+
 package rides
 
 import (
@@ -64,9 +68,6 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-const rideColumns = `id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
-	target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id`
-
 // rideSequence gives rides their ids: what an atomic phase that inserted
 // a ride draws from it last is that ride's id (see insertRide).
 const rideSequence = "rides_id_seq"
@@ -82,7 +83,8 @@ func insertRide(tx *idem.Tx, keyID, userID int64, p Params, stored func(*Ride)) 
 		INSERT INTO rides (idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
 		                   amount, currency, user_id, status)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending')
-		RETURNING `+rideColumns,
+		RETURNING id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
+		          target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id`,
 		keyID, p.OriginLat, p.OriginLon, p.TargetLat, p.TargetLon, Price, Currency, userID,
 	).Query(func(rows pgx.Rows) error {
 		ride, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Ride])
@@ -94,42 +96,81 @@ func insertRide(tx *idem.Tx, keyID, userID int64, p Params, stored func(*Ride)) 
 	})
 }
 
+// rideByKeySQL finds the ride an idempotency key ($1) created.
+const rideByKeySQL = `
+	SELECT id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
+	       target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id
+	FROM rides
+	WHERE idempotency_key_id = $1::bigint`
+
 // rideByKey finds the ride an idempotency key created.
 func rideByKey(ctx context.Context, q querier, keyID int64) (*Ride, error) {
-	return oneRide(ctx, q, fmt.Sprintf("for key %d", keyID),
-		`SELECT `+rideColumns+` FROM rides WHERE idempotency_key_id = $1::bigint`, keyID)
+	return oneRide(ctx, q, fmt.Sprintf("for key %d", keyID), rideByKeySQL, keyID)
 }
 
 // rideByKeyIn is rideByKey inside an atomic phase; it flushes tx.
 func rideByKeyIn(ctx context.Context, tx *idem.Tx, keyID int64) (*Ride, error) {
-	return flushOneRide(ctx, tx, fmt.Sprintf("for key %d", keyID),
-		`SELECT `+rideColumns+` FROM rides WHERE idempotency_key_id = $1::bigint`, keyID)
+	return flushOneRide(ctx, tx, fmt.Sprintf("for key %d", keyID), rideByKeySQL, keyID)
 }
 
 // rideByID finds a ride of a user; another user's ride is not found.
 func rideByID(ctx context.Context, q querier, userID, id int64) (*Ride, error) {
-	return oneRide(ctx, q, fmt.Sprintf("%d", id),
-		`SELECT `+rideColumns+` FROM rides WHERE id = $1::bigint AND user_id = $2::bigint`, id, userID)
+	return oneRide(ctx, q, fmt.Sprintf("%d", id), `
+		SELECT id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
+		       target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id
+		FROM rides
+		WHERE id = $1::bigint AND user_id = $2::bigint`, id, userID)
 }
+
+// The statements of listRides: a user's rides ($1), newest first, at most
+// $2, with one statement for each combination of the filters, older than a
+// ride ($3) and with a status (the last parameter), so that each
+// combination gets its own plan on rides_user_id_id.
+const (
+	listRidesSQL = `
+		SELECT id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
+		       target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id
+		FROM rides
+		WHERE user_id = $1::bigint
+		ORDER BY id DESC LIMIT $2::int`
+	listRidesBeforeSQL = `
+		SELECT id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
+		       target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id
+		FROM rides
+		WHERE user_id = $1::bigint AND id < $3::bigint
+		ORDER BY id DESC LIMIT $2::int`
+	listRidesWithStatusSQL = `
+		SELECT id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
+		       target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id
+		FROM rides
+		WHERE user_id = $1::bigint AND status = $3::text
+		ORDER BY id DESC LIMIT $2::int`
+	listRidesBeforeWithStatusSQL = `
+		SELECT id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
+		       target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id
+		FROM rides
+		WHERE user_id = $1::bigint AND id < $3::bigint AND status = $4::text
+		ORDER BY id DESC LIMIT $2::int`
+)
 
 // listRides returns up to limit rides of a user, newest first, older than
 // the ride startingAfter when it is non-zero, and only those with status
-// when it is not empty. Each filter adds its condition only when it is
-// given, so that every combination gets its own plan on
-// rides_user_id_id.
+// when it is not empty.
 func listRides(ctx context.Context, q querier, userID, startingAfter int64, status Status, limit int) ([]*Ride, error) {
-	sql := `SELECT ` + rideColumns + ` FROM rides WHERE user_id = $1::bigint`
-	args := []any{userID, limit}
-	if startingAfter != 0 {
-		args = append(args, startingAfter)
-		sql += fmt.Sprintf(` AND id < $%d::bigint`, len(args))
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	switch {
+	case startingAfter != 0 && status != "":
+		rows, err = q.Query(ctx, listRidesBeforeWithStatusSQL, userID, limit, startingAfter, string(status))
+	case startingAfter != 0:
+		rows, err = q.Query(ctx, listRidesBeforeSQL, userID, limit, startingAfter)
+	case status != "":
+		rows, err = q.Query(ctx, listRidesWithStatusSQL, userID, limit, string(status))
+	default:
+		rows, err = q.Query(ctx, listRidesSQL, userID, limit)
 	}
-	if status != "" {
-		args = append(args, string(status))
-		sql += fmt.Sprintf(` AND status = $%d::text`, len(args))
-	}
-	sql += ` ORDER BY id DESC LIMIT $2::int`
-	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list rides of user %d: %w", userID, err)
 	}
@@ -144,24 +185,36 @@ func listRides(ctx context.Context, q querier, userID, startingAfter int64, stat
 // thereby succeeded. Writing the same charge again is harmless; a
 // different charge for a ride that already has one would mean a double
 // charge, and a charge for a ride settled otherwise (declined, failed)
-// contradicts it: the statement refuses both, failing the phase.
+// contradicts it: the statement refuses both, failing the phase. Postgres
+// makes the check (idempotency_key_phase_check, which raises with the
+// message $3): the statement's answer comes back with the phase's
+// COMMIT's, too late for a check made on it here to stop the commit.
 func recordCharge(tx *idem.Tx, rideID int64, chargeID string) {
-	tx.QueueOne(fmt.Sprintf("record charge %s on ride %d: the ride has another charge or was settled without one", chargeID, rideID), `
-		UPDATE rides SET stripe_charge_id = $2, status = 'succeeded'
-		WHERE id = $1::bigint
-		  AND status IN ('pending', 'needs_review', 'succeeded')
-		  AND (stripe_charge_id IS NULL OR stripe_charge_id = $2)`,
-		rideID, chargeID)
+	tx.Queue(`
+		WITH changed AS (
+			UPDATE rides SET stripe_charge_id = $2, status = 'succeeded'
+			WHERE id = $1::bigint
+			  AND status IN ('pending', 'needs_review', 'succeeded')
+			  AND (stripe_charge_id IS NULL OR stripe_charge_id = $2)
+			RETURNING 1
+		)
+		SELECT idempotency_key_phase_check(count(*) = 1, $3) FROM changed`,
+		rideID, chargeID,
+		fmt.Sprintf("record charge %s on ride %d: the ride has another charge or was settled without one", chargeID, rideID))
 }
 
 // settleRide queues moving the ride to status, a settlement without a
 // charge (declined, failed, needs_review). Only a ride whose status can
-// still change moves.
+// still change moves; otherwise the phase fails (see recordCharge).
 func settleRide(tx *idem.Tx, rideID int64, status Status) {
-	tx.QueueOne(fmt.Sprintf("settle ride %d as %s: the ride is settled already", rideID, status), `
-		UPDATE rides SET status = $2
-		WHERE id = $1::bigint AND status IN ('pending', 'needs_review')`,
-		rideID, string(status))
+	tx.Queue(`
+		WITH changed AS (
+			UPDATE rides SET status = $2
+			WHERE id = $1::bigint AND status IN ('pending', 'needs_review')
+			RETURNING 1
+		)
+		SELECT idempotency_key_phase_check(count(*) = 1, $3) FROM changed`,
+		rideID, string(status), fmt.Sprintf("settle ride %d as %s: the ride is settled already", rideID, status))
 }
 
 // SettleReaped is what the reaper does, for rides, about the keys a batch

@@ -1,0 +1,114 @@
+// First reading: the idempotency key, a row of idempotency_keys, what a
+// client asked for under it (Request) and the response it replays; its
+// recovery points are Started and Finished here, and the endpoint's own
+// between them (rides.RideCreated, rides.ChargeCreated).
+//
+// Left to a second reading: the key's columns beyond the article, each
+// commented where it is declared below and used in its own file: the
+// identity behind the Stripe key (rides.StripeKey), the time of the first
+// foreign call, the unknown outcomes and the set-aside reason
+// (attention.go), the count of claims (steps.go).
+
+package idem
+
+import (
+	"errors"
+	"net/netip"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// RecoveryPoint names the last atomic phase a request completed. Endpoints
+// declare their own points between Started and Finished.
+type RecoveryPoint string
+
+const (
+	// Started is the recovery point of a freshly claimed key.
+	Started RecoveryPoint = "started"
+	// Finished means the response is stored; retries replay it.
+	Finished RecoveryPoint = "finished"
+)
+
+// ErrKeyReused means the key was first used for a different request
+// (method, path or parameters). Retrying cannot help: it is a client
+// bug.
+var ErrKeyReused = errors.New("idempotency key reused with a different request")
+
+// ErrInFlight means another request holds the key's lock.
+var ErrInFlight = errors.New("idempotency key is in use by another request")
+
+// ErrLockLost means the key's lock was taken over (it went stale) or
+// the key was deleted while this request worked it. The phase was
+// rolled back; whoever holds the key now finishes it.
+var ErrLockLost = errors.New("idempotency key lock lost")
+
+// Key is a row of idempotency_keys.
+type Key struct {
+	ID             int64         `db:"id"`
+	CreatedAt      time.Time     `db:"created_at"`
+	IdempotencyKey string        `db:"idempotency_key"`
+	LastRunAt      time.Time     `db:"last_run_at"`
+	LockedAt       *time.Time    `db:"locked_at"`
+	LockToken      *uuid.UUID    `db:"lock_token"`
+	RequestMethod  string        `db:"request_method"`
+	RequestParams  []byte        `db:"request_params"`
+	RequestPath    string        `db:"request_path"`
+	OriginIP       netip.Addr    `db:"origin_ip"`
+	ResponseCode   *int          `db:"response_code"`
+	ResponseBody   []byte        `db:"response_body"`
+	RecoveryPoint  RecoveryPoint `db:"recovery_point"`
+	UserID         int64         `db:"user_id"`
+
+	// Identity is the key's random identity, which no other key ever
+	// gets, even when a failover loses the tail of the database and the
+	// id sequence hands an id out again: what a foreign idempotency key
+	// (rides.StripeKey) is derived from, with the id. Nil for keys
+	// created before it existed (migration 000006), which keep deriving
+	// theirs from the id alone.
+	Identity *uuid.UUID `db:"identity"`
+
+	// FirstForeignAttemptAt is when the request first set out to make
+	// its foreign state mutation (see AdvanceToForeignCall), and
+	// UnknownOutcomes how many attempts since ended in an error that may
+	// have executed (see RecordUnknownOutcome).
+	FirstForeignAttemptAt *time.Time `db:"first_foreign_attempt_at"`
+	UnknownOutcomes       int        `db:"unknown_outcomes"`
+	// AttentionReason is set when the key was set aside for a human
+	// (see SetAside); no request or completer works it again.
+	AttentionReason *string `db:"attention_reason"`
+	// Claims counts the claims of the key: its first request's, each
+	// retry's that took it up again, the completer's, a person's. Each
+	// step (see Step) names the claim it belongs to as its attempt.
+	Claims int `db:"claims"`
+}
+
+// Response is a finished key's stored response.
+type Response struct {
+	Code int
+	Body []byte
+}
+
+// Response returns the stored response of a finished key.
+func (k *Key) Response() Response {
+	if k.ResponseCode == nil {
+		return Response{}
+	}
+	return Response{Code: *k.ResponseCode, Body: k.ResponseBody}
+}
+
+// Request is what a client asked for under an idempotency key.
+type Request struct {
+	UserID int64
+	Key    string
+	Method string
+	Path   string
+	// Params is the request's parameters as canonical JSON. Keys compare
+	// as JSONB, so key order and number spelling do not matter; the
+	// record of a reaped key keeps only a hash of the JSONB text, in which
+	// key order and spacing do not matter but number spelling does (1 is
+	// not 1.0): send each number in one spelling, as Go's encoding/json
+	// writes a float64.
+	Params   []byte
+	OriginIP netip.Addr
+}
