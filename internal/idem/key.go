@@ -64,7 +64,7 @@ type Key struct {
 	// gets, even when a failover loses the tail of the database and the
 	// id sequence hands an id out again: what a foreign idempotency key
 	// (rides.StripeKey) is derived from, with the id. Nil for keys
-	// created before it existed (migration 000006), which keep deriving
+	// created before the column existed, which keep deriving
 	// theirs from the id alone.
 	Identity *uuid.UUID `db:"identity"`
 

@@ -181,7 +181,7 @@ func (r *request) charge(ctx context.Context) error {
 // users and the same on every retry of the request. The identity, a
 // random UUID, keeps it unique when a failover loses the database's last
 // commits and the id sequence hands a lost key's id to another request
-// (migration 000006). Keys created before the identity existed keep
+// (idempotency_keys.identity). Keys created before the identity existed keep
 // rocket-rides-<key id>, the key Stripe may already hold their charge
 // under.
 func StripeKey(key *idem.Key) string {

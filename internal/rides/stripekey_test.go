@@ -14,7 +14,7 @@ func TestStripeKey(t *testing.T) {
 	t.Parallel()
 
 	// The id alone can name two requests once a failover has lost one;
-	// the identity cannot (migration 000006).
+	// the identity cannot (idempotency_keys.identity).
 	t.Run("CarriesTheKeysIdentity", func(t *testing.T) {
 		t.Parallel()
 		identity := uuid.MustParse("0b1f3c1e-6f0a-4c1d-9d55-2c4f0e8a9b7d")
