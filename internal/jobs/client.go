@@ -1,3 +1,6 @@
+// Second reading: the River client that works the staged jobs once the
+// enqueuer has moved them: its workers, its config and defaults.
+
 package jobs
 
 import (

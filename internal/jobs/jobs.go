@@ -1,3 +1,8 @@
+// First reading: staged jobs, which an atomic phase records (Stage) for
+// the enqueuer (enqueuer.go) to move into River. Left to a second reading:
+// the jobs still waiting (waiting.go), the receipt job (receipt.go) and
+// the River client that works the jobs (client.go).
+
 // Package jobs owns the work done after a request, outside it: staged
 // jobs (the staged_jobs table) and the enqueuer that moves them into River
 // (enqueuer.go), the receipt job and its worker (receipt.go, which owns
@@ -16,7 +21,6 @@
 package jobs
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 
@@ -52,16 +56,4 @@ func Stage(q Queuer, args river.JobArgs) error {
 		SELECT pg_notify($3, '') FROM staged`,
 		args.Kind(), payload, Channel)
 	return nil
-}
-
-// Waiting counts the staged jobs the enqueuer has not moved into River
-// yet.
-func Waiting(ctx context.Context, q interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}) (int, error) {
-	var n int
-	if err := q.QueryRow(ctx, `SELECT count(*) FROM staged_jobs`).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count staged jobs: %w", err)
-	}
-	return n, nil
 }

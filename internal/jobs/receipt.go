@@ -1,9 +1,10 @@
-package jobs
+// Second reading: the receipt job. A ride's receipt is staged (Stage) in
+// the atomic phase that finishes the ride request, moved into River by the
+// enqueuer once that phase has committed, and mailed by ReceiptWorker,
+// which records each send in ride_receipts so that a retried job does not
+// mail again.
 
-// The receipt job: a ride's receipt is staged (Stage) in the atomic phase
-// that finishes the ride request, moved into River by the enqueuer once
-// that phase has committed, and mailed by ReceiptWorker, which records
-// each send in ride_receipts so that a retried job does not mail again.
+package jobs
 
 import (
 	"cmp"
