@@ -95,6 +95,13 @@ func watchReadiness(url string) *readiness {
 	return r
 }
 
+// Seen reports whether /readyz has answered status so far.
+func (r *readiness) Seen(status int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.changes, status)
+}
+
 func (r *readiness) Stop() []int {
 	close(r.stop)
 	<-r.done
@@ -221,6 +228,11 @@ func TestDatabaseFaults(t *testing.T) {
 		require.Equal(t, chargeRequests, s.stripeStats(t)["charge_requests"],
 			"no Stripe call without a committed claim: fail closed")
 
+		// On a loaded machine the watcher's first look may come late: the
+		// database comes back only once /readyz has said it was gone.
+		waitFor(t, 15*time.Second, "/readyz to report the database gone", func() bool {
+			return ready.Seen(http.StatusServiceUnavailable)
+		})
 		require.NoError(t, cluster.Start(ctx))
 		waitFor(t, 15*time.Second, "/readyz to recover", func() bool {
 			resp, err := http.Get(api.URL + "/readyz")
