@@ -21,6 +21,7 @@ import (
 
 // Defines values for ProblemCode.
 const (
+	ProblemCodeAmbiguousFraming           ProblemCode = "ambiguous_framing"
 	ProblemCodeBodyTooLarge               ProblemCode = "body_too_large"
 	ProblemCodeCardDeclined               ProblemCode = "card_declined"
 	ProblemCodeDatabaseCommitsWaiting     ProblemCode = "database_commits_waiting"
@@ -42,6 +43,7 @@ const (
 	ProblemCodeRequestCancelled           ProblemCode = "request_cancelled"
 	ProblemCodeRequestInProgress          ProblemCode = "request_in_progress"
 	ProblemCodeRequestTakenOver           ProblemCode = "request_taken_over"
+	ProblemCodeRequestTimeout             ProblemCode = "request_timeout"
 	ProblemCodeRideNotFound               ProblemCode = "ride_not_found"
 	ProblemCodeUnauthorized               ProblemCode = "unauthorized"
 	ProblemCodeUnavailable                ProblemCode = "unavailable"
@@ -52,6 +54,8 @@ const (
 // Valid indicates whether the value is a known member of the ProblemCode enum.
 func (e ProblemCode) Valid() bool {
 	switch e {
+	case ProblemCodeAmbiguousFraming:
+		return true
 	case ProblemCodeBodyTooLarge:
 		return true
 	case ProblemCodeCardDeclined:
@@ -93,6 +97,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeRequestInProgress:
 		return true
 	case ProblemCodeRequestTakenOver:
+		return true
+	case ProblemCodeRequestTimeout:
 		return true
 	case ProblemCodeRideNotFound:
 		return true
@@ -186,7 +192,9 @@ type Problem struct {
 	// - `idempotency_key_missing` (400): the `Idempotency-Key` header is missing or empty.
 	// - `idempotency_key_invalid` (400): the key is too short or too long, not printable ASCII, badly quoted, or sent twice.
 	// - `malformed_body` (400): the body could not be decoded.
-	// - `invalid_query` (400): the query is malformed, or a query parameter is invalid, repeated or unknown.
+	// - `ambiguous_framing` (400): the request has both `Content-Length` and `Transfer-Encoding`; refused before any endpoint, and the connection closed.
+	// - `invalid_query` (400): the query is malformed, or a query parameter is invalid, empty, repeated or unknown.
+	// - `request_timeout` (408): the body stopped arriving; nothing was done; retry with the same key.
 	// - `unsupported_media_type` (415): the body is neither JSON nor a form.
 	// - `unsupported_content_encoding` (415): the body has a `Content-Encoding` other than `identity`.
 	// - `body_too_large` (413): the body is over 64 KiB.
@@ -240,7 +248,9 @@ type Problem struct {
 // - `idempotency_key_missing` (400): the `Idempotency-Key` header is missing or empty.
 // - `idempotency_key_invalid` (400): the key is too short or too long, not printable ASCII, badly quoted, or sent twice.
 // - `malformed_body` (400): the body could not be decoded.
-// - `invalid_query` (400): the query is malformed, or a query parameter is invalid, repeated or unknown.
+// - `ambiguous_framing` (400): the request has both `Content-Length` and `Transfer-Encoding`; refused before any endpoint, and the connection closed.
+// - `invalid_query` (400): the query is malformed, or a query parameter is invalid, empty, repeated or unknown.
+// - `request_timeout` (408): the body stopped arriving; nothing was done; retry with the same key.
 // - `unsupported_media_type` (415): the body is neither JSON nor a form.
 // - `unsupported_content_encoding` (415): the body has a `Content-Encoding` other than `identity`.
 // - `body_too_large` (413): the body is over 64 KiB.
@@ -364,6 +374,9 @@ type BodyTooLarge = Problem
 // InternalError An error, as RFC 9457 problem details with a stable `code`.
 type InternalError = Problem
 
+// RequestTimeout An error, as RFC 9457 problem details with a stable `code`.
+type RequestTimeout = Problem
+
 // Unauthorized An error, as RFC 9457 problem details with a stable `code`.
 type Unauthorized = Problem
 
@@ -380,8 +393,8 @@ type ListRidesParams struct {
 	StartingAfter *int64 `form:"starting_after,omitempty" json:"starting_after,omitempty"`
 
 	// Status Only rides with this status, such as `pending` for the rides
-	// whose charge is not settled yet. Any other value is refused
-	// with `400 invalid_query`.
+	// whose charge is not settled yet. Any other value, the empty
+	// one included, is refused with `400 invalid_query`.
 	Status *RideStatus `form:"status,omitempty" json:"status,omitempty"`
 }
 
@@ -1868,6 +1881,12 @@ type CreateRideResponse402Headers struct {
 	RequestId          string
 }
 
+// CreateRideResponse408Headers the declared response headers of an HTTP 408 response for CreateRide
+type CreateRideResponse408Headers struct {
+	RequestId  string
+	RetryAfter int
+}
+
 // CreateRideResponse409Headers the declared response headers of an HTTP 409 response for CreateRide
 type CreateRideResponse409Headers struct {
 	RequestId  string
@@ -1923,6 +1942,8 @@ type CreateRideResponse struct {
 	ApplicationproblemJSON401 *Unauthorized
 	// ApplicationproblemJSON402 the response for an HTTP 402 `application/problem+json` response
 	ApplicationproblemJSON402 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
@@ -1947,6 +1968,8 @@ type CreateRideResponse struct {
 	Headers401 *CreateRideResponse401Headers
 	// Headers402 the parsed response headers for an HTTP 402 response
 	Headers402 *CreateRideResponse402Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *CreateRideResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreateRideResponse409Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
@@ -1983,6 +2006,11 @@ func (r CreateRideResponse) GetApplicationproblemJSON401() *Unauthorized {
 // GetApplicationproblemJSON402 returns the response for an HTTP 402 `application/problem+json` response
 func (r CreateRideResponse) GetApplicationproblemJSON402() *Problem {
 	return r.ApplicationproblemJSON402
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r CreateRideResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -2961,6 +2989,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 		}
 		response.ApplicationproblemJSON402 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3081,6 +3116,23 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 			headers.RequestId = value
 		}
 		response.Headers402 = &headers
+	case rsp.StatusCode == 408:
+		var headers CreateRideResponse408Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers CreateRideResponse409Headers
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
