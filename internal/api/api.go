@@ -320,7 +320,7 @@ func (w *stalledWriter) WriteHeader(status int) {
 		return
 	}
 	w.replaced = true
-	h := w.ResponseWriter.Header()
+	h := w.Header()
 	clear(h)
 	maps.Copy(h, w.before)
 	// RFC 9110, section 15.5.9: the server closes the connection.

@@ -39,7 +39,7 @@ func TestStalledBody(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- srv.Serve(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
+		t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
 
 		conn, err := net.Dial("tcp", srv.Addr())
 		require.NoError(t, err)

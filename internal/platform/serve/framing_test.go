@@ -52,7 +52,7 @@ func TestAmbiguousFraming(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- srv.Serve(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
+		t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
 		return srv.Addr()
 	}
 
