@@ -247,12 +247,12 @@ func (f *framing) endLine(raw []byte) {
 		f.state, f.remain = inChunkData, int64(n)
 		return
 	}
-	line := string(bytes.TrimSuffix(bytes.TrimSuffix(raw, []byte("\n")), []byte("\r")))
+	line := bytes.TrimSuffix(bytes.TrimSuffix(raw, []byte("\n")), []byte("\r"))
 	switch f.state {
 	case inRequestLine:
 		// As net/http's parseRequestLine and ParseHTTPVersion read it:
 		// HTTP/1.2 is served, as HTTP/1.1 is.
-		method, rest, ok1 := strings.Cut(line, " ")
+		method, rest, ok1 := strings.Cut(string(line), " ")
 		target, proto, ok2 := strings.Cut(rest, " ")
 		major, minor, ok3 := http.ParseHTTPVersion(proto)
 		if !ok1 || !ok2 || !ok3 || major != 1 {
@@ -265,34 +265,38 @@ func (f *framing) endLine(raw []byte) {
 		f.lengths, f.transfers, f.transfer = f.lengths[:0], 0, ""
 		f.state = inHeader
 	case inHeader:
-		if line != "" {
+		if len(line) > 0 {
 			f.field(line)
 			return
 		}
 		f.endHeader()
 	case inTrailer:
-		if line == "" {
+		if len(line) == 0 {
 			f.state, f.header = inRequestLine, 0
 		}
 	}
 }
 
+var (
+	contentLength    = []byte("Content-Length")
+	transferEncoding = []byte("Transfer-Encoding")
+)
+
 // field notes a header field that says how long the body is.
-func (f *framing) field(line string) {
+func (f *framing) field(line []byte) {
 	if line[0] == ' ' || line[0] == '\t' {
 		return // the continuation of the field before
 	}
-	name, value, ok := strings.Cut(line, ":")
+	name, value, ok := bytes.Cut(line, []byte(":"))
 	if !ok {
 		return // net/http refuses the request, and closes the connection
 	}
-	value = strings.Trim(value, " \t")
 	switch {
-	case strings.EqualFold(name, "Content-Length"):
-		f.lengths = append(f.lengths, value)
-	case strings.EqualFold(name, "Transfer-Encoding"):
+	case bytes.EqualFold(name, contentLength):
+		f.lengths = append(f.lengths, string(bytes.Trim(value, " \t")))
+	case bytes.EqualFold(name, transferEncoding):
 		f.transfers++
-		f.transfer = value
+		f.transfer = string(bytes.Trim(value, " \t"))
 	}
 }
 
