@@ -3,13 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"runtime/debug"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/testkit/proctest"
 )
@@ -107,6 +110,55 @@ func TestBuild(t *testing.T) {
 		require.ErrorContains(t, err, "IDEMPOTENCY_LOCK_TIMEOUT=0s: must be positive")
 	})
 
+	// Each of these used to start silently, through process.Main as make
+	// dev and a deployment start it: a key retention past Stripe's 24h
+	// against the real Stripe, a lock or a Stripe timeout of a
+	// nanosecond, and a Stripe base that is no HTTP.
+	t.Run("RefusesWhatCanDoubleChargeByName", func(t *testing.T) {
+		for _, tc := range []struct{ env, wants []string }{
+			{[]string{"STRIPE_KEY_RETENTION", "48h"}, []string{"STRIPE_KEY_RETENTION=48h: above Stripe's 24h"}},
+			{[]string{"STRIPE_KEY_RETENTION", "8760h", "STRIPE_API_BASE", "https://stripe-proxy.internal"},
+				[]string{"STRIPE_KEY_RETENTION=8760h: above Stripe's 24h"}},
+			{[]string{"IDEMPOTENCY_LOCK_TIMEOUT", "1ns", "STRIPE_TIMEOUT", "1ns"},
+				[]string{"IDEMPOTENCY_LOCK_TIMEOUT=1ns: must be at least 1s", "STRIPE_TIMEOUT=1ns: must be at least 1s"}},
+			{[]string{"STRIPE_API_BASE", "ftp://x"}, []string{"STRIPE_API_BASE=ftp://x: must be an http:// or https:// URL"}},
+		} {
+			setEnv(t, append([]string{"PORT", "0", "STRIPE_API_BASE", "", "STRIPE_KEY_RETENTION", "",
+				"IDEMPOTENCY_LOCK_TIMEOUT", "", "STRIPE_TIMEOUT", ""}, tc.env...)...)
+			var stderr bytes.Buffer
+			require.Equal(t, 1, runBriefly(t, &stderr), "%q", tc.env)
+			for _, want := range tc.wants {
+				require.Contains(t, stderr.String(), want, "%q", tc.env)
+			}
+		}
+		// A stand-in for Stripe on loopback may keep keys longer.
+		setEnv(t, "PORT", "0", "STRIPE_KEY_RETENTION", "48h", "STRIPE_API_BASE", "http://127.0.0.1:12111")
+		program, err := build(t.Context(), &config.Env{}, logger)
+		require.NoError(t, err)
+		program.Close()
+	})
+
+	// DATABASE_URL='postgres//user:pw@host/db' used to print the
+	// password as it refused it.
+	t.Run("MasksTheDatabasePasswordItRefuses", func(t *testing.T) {
+		for _, url := range []string{
+			"postgres//rr:hunter2@db/rides",
+			"postgres:/rr:hunter2@db/rides",
+			"postgres://rr:hun/ter2@db/rides",
+			"postgres://rr:5432?hunter2@db/rides",
+			"host=db password='hun ter2",
+			"host=db password='it\\'s hunter2' sslmode=bogus",
+		} {
+			t.Setenv("DATABASE_URL", url)
+			t.Setenv("STRIPE_API_KEY", "sk_test_api")
+			var stderr bytes.Buffer
+			require.Equal(t, 1, runBriefly(t, &stderr), url)
+			require.Contains(t, stderr.String(), "DATABASE_URL", url)
+			require.NotContains(t, stderr.String(), "hunter2", url)
+			require.NotContains(t, stderr.String(), "ter2", url)
+		}
+	})
+
 	// pgx's pool size is an int32: 4294967297 used to become 1.
 	t.Run("RefusesAPoolSizeThatWouldWrapAround", func(t *testing.T) {
 		setEnv(t, "DATABASE_MAX_CONNS", "4294967297")
@@ -119,6 +171,16 @@ func TestBuild(t *testing.T) {
 		_, err := build(t.Context(), &config.Env{}, logger)
 		require.ErrorContains(t, err, "DATABASE_ALLOW_ASYNC_REPLICATION=maybe")
 	})
+}
+
+// runBriefly runs the api as its main does, with the environment as it
+// is, and returns its exit status: 1 when it refuses to start; 0 when it
+// started, served for a few seconds and was stopped.
+func runBriefly(t *testing.T, stderr io.Writer) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	return process.Run(ctx, command(), nil, io.Discard, stderr)
 }
 
 // -help lists every setting api reads, a mistyped one stops it, and its

@@ -44,6 +44,13 @@ func TestBuild(t *testing.T) {
 		proctest.RequireRefused(t, build, "REAPER_MAX_AGE=-72h: must be positive", "REAPER_DUTY_CYCLE=2: must be above 0 and at most 1")
 	})
 
+	// IDEMPOTENCY_LOCK_TIMEOUT=1ns used to start; the reaper must agree
+	// with the api on it, so it refuses it the same way.
+	t.Run("RefusesALockTimeoutBelowItsFloor", func(t *testing.T) {
+		setEnv(t, "postgres://127.0.0.1:1/none", "IDEMPOTENCY_LOCK_TIMEOUT", "1ns")
+		proctest.RequireRefused(t, build, "IDEMPOTENCY_LOCK_TIMEOUT=1ns: must be at least 1s")
+	})
+
 	t.Run("RefusesAMaxAgeWithinTheLockTimeout", func(t *testing.T) {
 		// The pool connects lazily: nothing listens at this URL.
 		setEnv(t, "postgres://127.0.0.1:1/none", "REAPER_MAX_AGE", "1m", "IDEMPOTENCY_LOCK_TIMEOUT", "90s")

@@ -13,8 +13,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
+	"net"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -107,6 +111,7 @@ func New(config *Config) (*Handler, error) {
 	// The checks every request's body passes run once the request is
 	// routed, so that what they refuse is counted under its route.
 	r.Group(func(r chi.Router) {
+		r.Use(answerStalledBody)
 		r.Use(limitBody(MaxBodyBytes))
 		r.Use(refuseContentEncoding)
 
@@ -253,6 +258,89 @@ func limitBody(n int64) func(http.Handler) http.Handler {
 	}
 }
 
+// bodyRetryAfter is the Retry-After, in seconds, of a 408: the client's
+// own network stalled, and it may send the request again at once.
+const bodyRetryAfter = 1
+
+// answerStalledBody answers 408 request_timeout, and closes the
+// connection, to a request whose body stopped arriving: the server's
+// ReadTimeout passed while a handler was still reading it. Whatever the
+// handler made of a body cut short (a 400 malformed_body, once) stands
+// for nothing; the request was never received whole, and a client
+// following the retry protocol sends it again with the same key. No
+// handler acts on a body it could not read whole (POST /rides checks the
+// body before it uses the key), so there is nothing to undo.
+func answerStalledBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		sw := &stalledWriter{ResponseWriter: w, before: w.Header().Clone()}
+		r.Body = &stallingBody{ReadCloser: r.Body, stalled: &sw.stalled}
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// stallingBody notes when reading the body fails on the server's read
+// deadline.
+type stallingBody struct {
+	io.ReadCloser
+	stalled *bool
+}
+
+func (b *stallingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var netErr net.Error
+	if err != nil && (errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout()) {
+		*b.stalled = true
+	}
+	return n, err
+}
+
+// stalledWriter sends the handler's answer, unless the body stalled
+// before the handler answered: then it sends the 408 instead, with the
+// headers set before the handler ran (the request id) and none of the
+// handler's.
+type stalledWriter struct {
+	http.ResponseWriter
+	before   http.Header
+	stalled  bool
+	answered bool // the handler's answer has started
+	replaced bool // the 408 went out instead
+}
+
+func (w *stalledWriter) WriteHeader(status int) {
+	switch {
+	case w.answered || w.replaced:
+		return
+	case !w.stalled:
+		w.answered = true
+		w.ResponseWriter.WriteHeader(status)
+		return
+	}
+	w.replaced = true
+	h := w.Header()
+	clear(h)
+	maps.Copy(h, w.before)
+	// RFC 9110, section 15.5.9: the server closes the connection.
+	h.Set("Connection", "close")
+	problem.New(http.StatusRequestTimeout, "request_timeout",
+		"The request body stopped arriving before it was complete. Nothing was done; send the request again, with the same Idempotency-Key.").
+		WithRetryAfter(bodyRetryAfter).Write(w.ResponseWriter)
+}
+
+func (w *stalledWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	if w.replaced {
+		return len(b), nil // the handler's body, for an answer not sent
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *stalledWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // refuseContentEncoding answers 415 to a request whose body is encoded
 // (Content-Encoding: gzip, br, ...). The API decodes no content coding;
 // reading a compressed body as if it were plain would only fail later and
@@ -358,7 +446,13 @@ func requestLog(logger *slog.Logger, m *metrics.HTTP, ids *requestIDs) func(http
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
 			reqID := ids.next()
-			w.Header().Set("Request-Id", reqID)
+			h := w.Header()
+			h.Set("Request-Id", reqID)
+			// Every answer is about one user's payments, or about now:
+			// no cache keeps it (a shared one would hand it to another
+			// client), and no client guesses its type from its bytes.
+			h.Set("Cache-Control", "no-store")
+			h.Set("X-Content-Type-Options", "nosniff")
 			r = r.WithContext(logctx.New(r.Context(), slog.String(logctx.RequestID, reqID)))
 			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 			next.ServeHTTP(ww, r)

@@ -148,7 +148,7 @@ func New(config *Config) (*Console, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.Handle("GET /static/", noListing(http.StripPrefix("/static/", http.FileServerFS(static))))
 	mux.HandleFunc("GET /login", c.loginPage)
 	mux.HandleFunc("POST /login", c.login)
 	mux.Handle("POST /logout", c.action(c.logout))
@@ -189,6 +189,41 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
 	c.mux.ServeHTTP(w, r)
+}
+
+// noListing answers 404 to the path of a directory, which a file server
+// would list: what a directory holds is for no one to browse.
+func noListing(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// flash is the address of the page back, showing text as its kind
+// ("message" or "error"), signed for the session s: a page shows only
+// what the console said to this session (flashOf), never the words of a
+// link someone else made (/attention?message=Refunded, call 555-...).
+func (c *Console) flash(back string, s *session, kind, text string) string {
+	return back + "?" + kind + "=" + urlQuery(text) + "&sig=" + c.flashSig(s, kind, text)
+}
+
+func (c *Console) flashSig(s *session, kind, text string) string {
+	return sign(c.secret, "flash|"+kind+"|"+s.Nonce+"|"+text)
+}
+
+// flashOf is the text of kind in r's query when the console set it there
+// for the session s (flash), and "" otherwise.
+func (c *Console) flashOf(r *http.Request, s *session, kind string) string {
+	q := r.URL.Query()
+	text := q.Get(kind)
+	if text == "" || !hmac.Equal([]byte(q.Get("sig")), []byte(c.flashSig(s, kind, text))) {
+		return ""
+	}
+	return text
 }
 
 // session is a logged-in operator.

@@ -366,7 +366,7 @@ func (c *Console) story(w http.ResponseWriter, r *http.Request, s *session) {
 		c.fail(w, r, err)
 		return
 	}
-	data := map[string]any{"Key": key, "Message": r.URL.Query().Get("message"), "Error": r.URL.Query().Get("error")}
+	data := map[string]any{"Key": key, "Message": c.flashOf(r, s, "message"), "Error": c.flashOf(r, s, "error")}
 	if key.RequestPath == rides.Path {
 		data["StripeKey"] = rides.StripeKey(key)
 	}
@@ -443,7 +443,7 @@ func (c *Console) attention(w http.ResponseWriter, r *http.Request, s *session) 
 		items = append(items, it)
 	}
 	c.render(w, r, "attention", s, map[string]any{
-		"Items": items, "Message": r.URL.Query().Get("message"), "Error": r.URL.Query().Get("error"),
+		"Items": items, "Message": c.flashOf(r, s, "message"), "Error": c.flashOf(r, s, "error"),
 	})
 }
 
@@ -503,12 +503,12 @@ func (c *Console) settle(a Settlement) func(w http.ResponseWriter, r *http.Reque
 			c.logger.WarnContext(ctx, "Console settlement refused",
 				slog.Int64("idempotency_key_id", id), slog.String("action", a.Name),
 				slog.String("operator", s.Operator), slog.Any("error", err))
-			http.Redirect(w, r, back+"?error="+urlQuery(why), http.StatusSeeOther)
+			http.Redirect(w, r, c.flash(back, s, "error", why), http.StatusSeeOther)
 			return
 		}
 		c.logger.InfoContext(ctx, "Console settlement",
 			slog.Int64("idempotency_key_id", id), slog.String("action", a.Name), slog.String("operator", s.Operator))
-		http.Redirect(w, r, back+"?message="+urlQuery(msg), http.StatusSeeOther)
+		http.Redirect(w, r, c.flash(back, s, "message", msg), http.StatusSeeOther)
 	}
 }
 

@@ -62,6 +62,12 @@ func (c *Console) riverPage(h http.Handler) http.Handler {
 			http.Error(w, "Refused: the request did not come from this console.", http.StatusForbidden)
 			return
 		}
-		h.ServeHTTP(w, r)
+		if r.URL.Path == riverPrefix+"/" {
+			h.ServeHTTP(w, r) // River UI's page
+			return
+		}
+		// River UI serves its files with a file server that lists a
+		// directory (/river/assets/).
+		noListing(h).ServeHTTP(w, r)
 	})
 }

@@ -1,13 +1,22 @@
 package idem
 
-import "github.com/rocketrides/rocketrides/internal/platform/config"
+import (
+	"time"
+
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+)
+
+// MinLockTimeout is IDEMPOTENCY_LOCK_TIMEOUT's floor; the setting's Help
+// says why. Config.LockTimeout has none: tests take keys over in
+// milliseconds on purpose.
+const MinLockTimeout = time.Second
 
 // Variables are the key store's: the processes that take keys' locks (the
 // api, the completer) and the reaper, which leaves locked keys alone,
 // must agree on them.
 var Variables = config.Declare(
-	config.Setting{Name: "IDEMPOTENCY_LOCK_TIMEOUT", Type: config.TypeDuration,
-		Help:     "how long a request's lock on its idempotency key protects it; after that a retry, or the completer, may take the key over",
+	config.Setting{Name: "IDEMPOTENCY_LOCK_TIMEOUT", Type: config.TypeDuration, Min: MinLockTimeout,
+		Help:     "how long a request's lock on its idempotency key protects it; after that a retry, or the completer, may take the key over; at least 1s: a request holds its lock through its atomic phases and its Stripe call, hundreds of milliseconds on an ordinary day, and a shorter lock is taken over by any concurrent retry while its request still runs, so 409 request_in_progress protects nothing and the request in flight fails with lock_lost; less than a second is a slip of the unit (90ms for 90s)",
 		Trades:   "shorter: a crashed request's key is taken over sooner, but a request that is merely slow loses its key more often (fenced, so never a second charge, but it fails with lock_lost); longer: a retry after a crash waits longer (409 request_in_progress). Must stay below REAPER_MAX_AGE and be the same for the api, the completer and the reaper. It need not stay below COMPLETER_MIN_AGE: the completer claims a key as a retry does and leaves a live lock alone, so a request that crashed holding its lock is completed once both have passed",
 		Failures: "Further cases the article does not list (a request stalls past the lock timeout)"},
 )

@@ -139,6 +139,8 @@ func (c *Config) validate() error {
 	switch {
 	case c.APIKey == "":
 		return errors.New("payment: Config.APIKey is required")
+	case c.BaseURL != "" && !httpURL(c.BaseURL):
+		return errors.New("payment: Config.BaseURL must be an http:// or https:// URL")
 	case c.Timeout < 0:
 		return fmt.Errorf("payment: Config.Timeout must not be negative, got %s", c.Timeout)
 	case c.MaxNetworkRetries != nil && *c.MaxNetworkRetries < 0:

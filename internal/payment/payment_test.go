@@ -82,6 +82,40 @@ func TestConfigFromEnv(t *testing.T) {
 		require.ErrorContains(t, env.Err(), "STRIPE_TIMEOUT=0: must be positive")
 	})
 
+	// STRIPE_TIMEOUT=1ns used to start: every charge would have been cut
+	// off after Stripe may have made it.
+	t.Run("RefusesATimeoutBelowItsFloor", func(t *testing.T) {
+		t.Setenv("STRIPE_API_KEY", "sk_test_x")
+		t.Setenv("STRIPE_API_BASE", "")
+		for _, v := range []string{"1ns", "20ms", "999ms"} {
+			t.Setenv("STRIPE_TIMEOUT", v)
+			var env config.Env
+			payment.ConfigFromEnv(&env)
+			require.ErrorContains(t, env.Err(), "STRIPE_TIMEOUT="+v+": must be at least 1s")
+		}
+		t.Setenv("STRIPE_TIMEOUT", "1s")
+		var env config.Env
+		require.Equal(t, payment.MinTimeout, payment.ConfigFromEnv(&env).Timeout)
+		require.NoError(t, env.Err())
+	})
+
+	// STRIPE_API_BASE=ftp://x used to start, and fail on the first charge.
+	t.Run("RefusesABaseThatIsNotHTTP", func(t *testing.T) {
+		t.Setenv("STRIPE_API_KEY", "sk_test_x")
+		t.Setenv("STRIPE_TIMEOUT", "")
+		for _, base := range []string{"ftp://x", "file://localhost/etc", "ws://127.0.0.1:12111", "smtp://user:hunter2@mail"} {
+			t.Setenv("STRIPE_API_BASE", base)
+			var env config.Env
+			payment.ConfigFromEnv(&env)
+			err := env.Err()
+			require.ErrorContains(t, err, "STRIPE_API_BASE=", base)
+			require.ErrorContains(t, err, ": must be an http:// or https:// URL", base)
+			require.NotContains(t, err.Error(), "hunter2")
+		}
+		_, err := payment.New(&payment.Config{APIKey: "sk_test_x", BaseURL: "ftp://x"})
+		require.ErrorContains(t, err, "payment: Config.BaseURL must be an http:// or https:// URL")
+	})
+
 	t.Run("UnsetTimeoutIsTheDefault", func(t *testing.T) {
 		t.Setenv("STRIPE_API_KEY", "sk_test_x")
 		t.Setenv("STRIPE_TIMEOUT", "")
@@ -136,4 +170,26 @@ func TestChargeIsSentWithItsLength(t *testing.T) {
 	require.Empty(t, got.transferEncoding, "not chunked")
 	require.Positive(t, got.body)
 	require.Equal(t, int64(got.body), got.contentLength)
+}
+
+// Only a loopback host is known not to be Stripe, or a route to it.
+func TestStandIn(t *testing.T) {
+	t.Parallel()
+	for base, want := range map[string]bool{
+		"":                               false,
+		"https://api.stripe.com":         false,
+		"http://fakestripe:12111":        false,
+		"https://stripe-proxy.internal":  false,
+		"http://10.0.0.7:12111":          false,
+		"http://127.0.0.1.nip.io:12111":  false,
+		"ftp://127.0.0.1":                false,
+		"http://127.0.0.1:12111":         true,
+		"http://127.9.9.9:12111":         true,
+		"http://localhost:12111":         true,
+		"http://LocalHost:12111":         true,
+		"http://[::1]:12111":             true,
+		"https://127.0.0.1:12112/prefix": true,
+	} {
+		require.Equal(t, want, payment.StandIn(base), base)
+	}
 }

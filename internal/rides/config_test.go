@@ -67,6 +67,38 @@ func TestSettingsFromEnv(t *testing.T) {
 		})
 	}
 
+	// STRIPE_KEY_RETENTION=48h, and 8760h, used to start against the real
+	// Stripe without a word: a retry on the second day would have charged
+	// again, trusting Stripe to remember a key it had forgotten.
+	t.Run("RefusesAKeyRetentionAboveStripesUnlessAStandIn", func(t *testing.T) {
+		t.Setenv("STRIPE_API_KEY", "sk_test_x")
+		for _, tc := range []struct {
+			retention, base string
+			refused         bool
+		}{
+			{"48h", "", true},
+			{"8760h", "", true},
+			{"24h1s", "https://api.stripe.com", true},
+			{"48h", "http://fakestripe:12111", true},
+			{"48h", "https://stripe-proxy.internal", true},
+			{"24h", "", false},
+			{"1h", "https://api.stripe.com", false},
+			{"48h", "http://127.0.0.1:12111", false},
+			{"48h", "http://localhost:12111", false},
+			{"8760h", "http://[::1]:12111", false},
+		} {
+			t.Setenv("STRIPE_KEY_RETENTION", tc.retention)
+			t.Setenv("STRIPE_API_BASE", tc.base)
+			var env config.Env
+			rides.SettingsFromEnv(&env)
+			if !tc.refused {
+				require.NoError(t, env.Err(), "%s against %q", tc.retention, tc.base)
+				continue
+			}
+			require.ErrorContains(t, env.Err(), "STRIPE_KEY_RETENTION="+tc.retention+": above Stripe's 24h", "against %q", tc.base)
+		}
+	})
+
 	t.Run("UnsetIsTheDefault", func(t *testing.T) {
 		t.Setenv("STRIPE_API_KEY", "sk_test_x")
 		for _, name := range []string{"STRIPE_KEY_RETENTION", "MAX_CHARGE_ATTEMPTS", "STRIPE_TIMEOUT"} {

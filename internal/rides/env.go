@@ -42,7 +42,7 @@ type Settings struct {
 
 // SettingsFromEnv reads Settings from env.
 func SettingsFromEnv(env *config.Env) Settings {
-	return Settings{
+	s := Settings{
 		Stripe:             payment.ConfigFromEnv(env),
 		LockTimeout:        env.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout),
 		StripeKeyRetention: env.Duration("STRIPE_KEY_RETENTION", DefaultStripeKeyRetention),
@@ -50,6 +50,8 @@ func SettingsFromEnv(env *config.Env) Settings {
 		// Refused by default: see db.Preflight and docs/failures.md.
 		AllowAsyncReplication: env.Bool(db.AllowAsyncReplicationSetting, false),
 	}
+	refuseDoubleCharge(env, s)
+	return s
 }
 
 // NewService builds, for s, the idempotency-key store and the ride

@@ -209,8 +209,8 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 }
 
 // parseListQuery reads GET /rides's query string strictly: a query that
-// does not parse, a parameter given twice or one the endpoint does not
-// know is refused, naming it, rather than dropped. A client that misspells
+// does not parse, a parameter given twice, given empty or one the
+// endpoint does not know is refused, naming it, rather than dropped. A client that misspells
 // starting_after should hear so, not get the first page again.
 func parseListQuery(rawQuery string) (listQuery, *problem.Problem) {
 	q := listQuery{limit: defaultListLimit}
@@ -228,6 +228,10 @@ func parseListQuery(rawQuery string) (listQuery, *problem.Problem) {
 			return q, invalidQuery(clip(name), "is not a known query parameter (known: "+strings.Join(listParams, ", ")+")")
 		case len(values[name]) > 1:
 			return q, invalidQuery(name, "is given more than once")
+		case values[name][0] == "":
+			// ?status= is no status, not every status: refused like
+			// any other value that is none of the known ones.
+			return q, invalidQuery(name, "is empty; give it a value or leave it out")
 		}
 	}
 	if v := values.Get("limit"); v != "" {

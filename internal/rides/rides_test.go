@@ -594,6 +594,12 @@ func TestReadRides(t *testing.T) {
 		{"RepeatedParam", "limit=1&limit=2", "limit is given more than once"},
 		{"UnknownParam", "limit=2&startingafter=3", "startingafter is not a known query parameter"},
 		{"LongUnknownParamIsClipped", strings.Repeat("p", 10_000) + "=1", "is not a known query parameter"},
+		// Empty values used to be taken for absent ones: ?status= listed
+		// rides of every status.
+		{"EmptyStatus", "status=", "status is empty"},
+		{"EmptyLimit", "limit=", "limit is empty"},
+		{"EmptyStartingAfter", "limit=2&starting_after=", "starting_after is empty"},
+		{"BareLimit", "limit", "limit is empty"},
 	} {
 		t.Run("ListRejectsMalformedQuery/"+tc.name, func(t *testing.T) {
 			t.Parallel()

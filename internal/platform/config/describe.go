@@ -31,33 +31,57 @@ func (s Setting) Show(value string) string {
 }
 
 // passwordWord is password=... in a key/value connection string: quoted
-// ('p q'), or unquoted, ending at the first white space that no
-// backslash escapes (p\ q is one value, as libpq reads it; an & is part
-// of it). passwordParam is password=... in a URL's query, which ends at
-// the next & or white space.
+// ('p q', to the end of the string when the quote is never closed), or
+// unquoted, ending at the first white space that no backslash escapes
+// (p\ q is one value, as libpq reads it; an & is part of it).
+// passwordParam is password=... in a URL's query, which ends at the next
+// & or white space. Both match sslpassword too (the password of a
+// client certificate's key), as pgx reads it.
 var (
-	passwordWord  = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|(?:[^\s\\]|\\.?)*)`)
+	passwordWord  = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.?)*(?:'|$)|(?:[^\s\\]|\\.?)*)`)
+	passwordQuote = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.?)*(?:'|$))`)
 	passwordParam = regexp.MustCompile(`(?i)(password\s*=\s*)([^\s&]*)`)
+	// userinfo is user:password@ after a scheme's //, anywhere in a
+	// key/value string (a URL given as some parameter's value); the
+	// password runs to the last @ of its word, as url.Parse reads one.
+	userinfo = regexp.MustCompile(`(://[^\s:/@]*:)\S*@`)
 )
 
 // redactURL masks the password in a URL (postgres://user:pw@host/db,
 // smtp://user:pw@host, ?password=pw) or in a key/value connection string
 // (password=pw).
+//
+// A value that is not a well-formed URL is masked by shape, since no
+// parser says where its password ends: one that holds an @ anywhere
+// (postgres//user:pw@host/db, postgres:/user:pw@host, user:pw@host,
+// a password holding a / or a ? or a space) may hold user:password@, and
+// is shown as [redacted] whole. Without an @ there is no userinfo, and
+// the value is shown as written, so that a mistyped host or scheme can
+// be seen.
 func redactURL(v string) string {
 	if keyValue.MatchString(v) {
 		// Key=value pairs, whatever their values hold (a URL, an @):
 		// nothing else to parse.
-		return passwordWord.ReplaceAllString(v, "${1}xxxxx")
+		v = passwordWord.ReplaceAllString(v, "${1}xxxxx")
+		return userinfo.ReplaceAllString(v, "${1}xxxxx@")
 	}
+	v = passwordQuote.ReplaceAllString(v, "${1}xxxxx")
 	v = passwordParam.ReplaceAllString(v, "${1}xxxxx")
 	u, err := url.Parse(v)
-	if err != nil || u.Opaque != "" {
+	if err != nil || !hierarchical(v, u) {
 		if strings.Contains(v, "@") {
-			// Unparseable, or no URL at all (mailer:pw@mail:587 parses
-			// as the scheme mailer), yet it may hold user:password@.
 			return redacted
 		}
 		return v
+	}
+	if q := redactQuery(u.RawQuery); q != u.RawQuery {
+		u.RawQuery = q
+		v = u.String()
+	}
+	if u.User == nil && strings.Contains(v, "@") {
+		// An @ but no user: a password holding a ? or a #
+		// (postgres://rr:5432?pw@db) reads as a port and a query.
+		return redacted
 	}
 	if _, ok := u.User.Password(); !ok {
 		// As it was set: nothing to mask, and a value refused for its
@@ -65,6 +89,37 @@ func redactURL(v string) string {
 		return v
 	}
 	return u.Redacted()
+}
+
+// hierarchical reports whether v, parsed as u, is scheme://authority...
+// or //authority...: the only forms whose userinfo url.Parse finds.
+func hierarchical(v string, u *url.URL) bool {
+	if u.Opaque != "" {
+		return false
+	}
+	rest := v
+	if u.Scheme != "" {
+		rest = v[len(u.Scheme)+1:]
+	}
+	return strings.HasPrefix(rest, "//")
+}
+
+// redactQuery masks the value of every password or sslpassword
+// parameter of a URL's query, its name percent-decoded as pgx decodes it
+// (pass%77ord is password).
+func redactQuery(raw string) string {
+	if raw == "" {
+		return raw
+	}
+	pairs := strings.Split(raw, "&")
+	for i, pair := range pairs {
+		key, _, ok := strings.Cut(pair, "=")
+		name, err := url.QueryUnescape(key)
+		if ok && (err != nil || strings.EqualFold(name, "password") || strings.EqualFold(name, "sslpassword")) {
+			pairs[i] = key + "=xxxxx"
+		}
+	}
+	return strings.Join(pairs, "&")
 }
 
 // Attrs returns the settings read, with the values in effect, as log

@@ -172,24 +172,91 @@ var keyValue = regexp.MustCompile(`^\s*[A-Za-z_]+\s*=`)
 
 // connStringForm says what is wrong with v as a Postgres connection
 // string, or "": a postgres:// (or postgresql://) URL, whose host may be
-// empty (a Unix socket, or libpq's default), or key=value pairs. pgx
-// parses it in full when the process opens the database.
+// empty (a Unix socket, or libpq's default), or key=value pairs, read as
+// pgx reads them: a URL only by those exact prefixes (postgres:/db or
+// Postgres://db is no URL to pgx, and fails as key=value pairs), and the
+// pairs with their quotes closed. Whatever pgx would fail to read is
+// refused here, by name and with its password masked, rather than by pgx,
+// which quotes the string back masked only as well as it can guess.
 func connStringForm(v string) string {
+	const want = "not a postgres:// URL or a key=value connection string (host=... dbname=...)"
 	if keyValue.MatchString(v) {
+		if why := keyValueForm(v); why != "" {
+			return "not a key=value connection string: " + why
+		}
 		return ""
 	}
-	if u, err := url.Parse(v); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-		return ""
+	if !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://") {
+		return want
 	}
-	return "not a postgres:// URL or a key=value connection string (host=... dbname=...)"
+	// An @ where url.Parse finds no user (postgres://rr:5432?pw@db/rides)
+	// is read otherwise by pgx, which takes all before the @ for the
+	// user and password: refused, as ambiguous.
+	if u, err := url.Parse(v); err != nil || u.User == nil && strings.Contains(v, "@") || strings.ContainsAny(v, " \t\n\r\x00") {
+		return "not a well-formed postgres:// URL (a password with / ? # @ % or a space in it must be percent-encoded)"
+	}
+	return ""
+}
+
+// keyValueForm says what is wrong with v as libpq's key=value pairs, or
+// "": each pair a keyword, =, and a value that is either a run of
+// characters other than white space (a backslash escaping the next) or a
+// quoted string ('...', a backslash escaping the next character) that is
+// closed.
+func keyValueForm(v string) string {
+	if strings.IndexByte(v, 0) >= 0 {
+		return "a NUL byte"
+	}
+	const space = " \t\n\r\v\f"
+	s := strings.TrimLeft(v, space)
+	for s != "" {
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 {
+			return "a word without = after it"
+		}
+		if key := strings.Trim(s[:eq], space); key == "" || strings.ContainsAny(key, space) {
+			return "a keyword missing or holding a space"
+		}
+		s = strings.TrimLeft(s[eq+1:], space)
+		if strings.HasPrefix(s, "'") {
+			end := 1
+			for ; end < len(s) && s[end] != '\''; end++ {
+				if s[end] == '\\' {
+					end++
+				}
+			}
+			if end >= len(s) {
+				return "a quoted value that is never closed"
+			}
+			s = s[end+1:]
+		} else {
+			end := 0
+			for ; end < len(s) && !strings.ContainsRune(space, rune(s[end])); end++ {
+				if s[end] == '\\' {
+					end++
+				}
+			}
+			s = s[min(end, len(s)):]
+		}
+		s = strings.TrimLeft(s, space)
+	}
+	return ""
 }
 
 // Duration parses $name as a positive Go duration ("90s", "5m"), or
-// returns def. Zero and negative durations are refused.
+// returns def. Zero and negative durations are refused, and so is one
+// below the setting's declared floor (Setting.Min).
 func (e *Env) Duration(name string, def time.Duration) time.Duration {
 	d, ok := e.duration(name, def, false)
-	if ok && d <= 0 {
+	switch s, _ := Lookup(name); {
+	case ok && d <= 0:
 		e.fail(name, os.Getenv(name), "must be positive")
+		return 0
+	case ok && d < s.Min:
+		e.fail(name, os.Getenv(name), "must be at least "+FormatDuration(s.Min)+" (-help says why)")
+		return 0
+	case !ok && d != 0 && d < s.Min:
+		e.errs = append(e.errs, fmt.Errorf("%s: the default %s is below the declared floor %s", name, FormatDuration(def), FormatDuration(s.Min)))
 		return 0
 	}
 	return d
@@ -355,6 +422,26 @@ func (e *Env) Bool(name string, def bool) bool {
 		return false
 	}
 	return b
+}
+
+// Refuse records that the value in effect of name, a setting read
+// already, is refused, and why: for a rule that holds across settings
+// (STRIPE_KEY_RETENTION above 24h is refused unless STRIPE_API_BASE is a
+// stand-in), which no one setting's declaration can state. The error
+// names name and shows its value as the start line would.
+func (e *Env) Refuse(name, why string) {
+	i := slices.IndexFunc(e.reads, func(r Read) bool { return r.Name == name })
+	if i < 0 {
+		e.errs = append(e.errs, fmt.Errorf("%s is refused before it is read: read it first", name))
+		return
+	}
+	if e.describe {
+		// Describe reads defaults only; a rule that refuses them is
+		// the code's mistake, found by the first -help.
+		e.errs = append(e.errs, fmt.Errorf("%s=%s (its default): %s", name, e.reads[i].Shown(), why))
+		return
+	}
+	e.fail(name, e.reads[i].Value, why)
 }
 
 // Err is every error met so far, joined, or nil. In an Env made by

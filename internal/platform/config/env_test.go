@@ -28,6 +28,7 @@ var _ = config.Declare(
 	config.Setting{Name: "ENV_TEST_ADDR", Type: config.TypeAddress, Help: "an address"},
 	config.Setting{Name: "ENV_TEST_LINK", Type: config.TypeURL, Help: "a URL"},
 	config.Setting{Name: "ENV_TEST_DSN", Type: config.TypeConnString, Help: "a connection string"},
+	config.Setting{Name: "ENV_TEST_FLOOR", Type: config.TypeDuration, Min: time.Second, Help: "a duration of at least 1s"},
 )
 
 func TestEnv(t *testing.T) {
@@ -199,6 +200,66 @@ func TestEnv(t *testing.T) {
 		require.ErrorContains(t, err, "ENV_TEST_DSN=mysql://rr:xxxxx@db/rides: not a postgres:// URL")
 		require.ErrorContains(t, err, "ENV_TEST_URL=[redacted]: not a URL")
 		require.NotContains(t, err.Error(), "hunter2")
+	})
+
+	// IDEMPOTENCY_LOCK_TIMEOUT=1ns and STRIPE_TIMEOUT=1ns used to start.
+	t.Run("RefusesADurationBelowItsFloor", func(t *testing.T) {
+		for _, v := range []string{"1ns", "999ms"} {
+			t.Setenv("ENV_TEST_FLOOR", v)
+			var env config.Env
+			require.Zero(t, env.Duration("ENV_TEST_FLOOR", time.Minute), "never the default")
+			require.ErrorContains(t, env.Err(), "ENV_TEST_FLOOR="+v+": must be at least 1s", v)
+		}
+		t.Setenv("ENV_TEST_FLOOR", "1s")
+		var env config.Env
+		require.Equal(t, time.Second, env.Duration("ENV_TEST_FLOOR", time.Minute))
+		require.NoError(t, env.Err())
+
+		t.Setenv("ENV_TEST_FLOOR", "")
+		env = config.Env{}
+		env.Duration("ENV_TEST_FLOOR", time.Millisecond)
+		require.ErrorContains(t, env.Err(), "ENV_TEST_FLOOR: the default 1ms is below the declared floor 1s", "the code's own default too")
+	})
+
+	t.Run("RefusesByARuleAcrossSettings", func(t *testing.T) {
+		t.Setenv("ENV_TEST_LINK", "ftp://mailer:hunter2@x")
+		var env config.Env
+		env.String("ENV_TEST_LINK", "")
+		require.NoError(t, env.Err())
+		env.Refuse("ENV_TEST_LINK", "must be http or https")
+		env.Refuse("ENV_TEST_UNSET", "never read")
+		err := env.Err()
+		require.ErrorContains(t, err, "ENV_TEST_LINK=ftp://mailer:xxxxx@x: must be http or https")
+		require.ErrorContains(t, err, "ENV_TEST_UNSET is refused before it is read")
+		require.NotContains(t, err.Error(), "hunter2")
+	})
+
+	// pgx reads a URL only by its exact prefix and the pairs only with
+	// their quotes closed; anything else it refuses, quoting the string
+	// back with its password masked only as well as it can guess.
+	t.Run("RefusesAConnectionStringPgxWouldMisread", func(t *testing.T) {
+		for _, dsn := range []string{
+			"postgres//rr:hunter2@db/rides",
+			"postgres:/rr:hunter2@db/rides",
+			"Postgres://rr:hunter2@db/rides",
+			"postgres://rr:hun ter2@db/rides",
+			"postgres://rr:hunter2@db:port/rides",
+			"postgres://rr:hunter2@db/rides%zz",
+			"postgres://rr:5432?hunter2@db/rides",
+			"postgres://rr:5432#hunter2@db/rides",
+			"host=db password='hun ter2",
+			"host=db password='hunter2\\'",
+			"host=db password = 'hun ter2",
+		} {
+			t.Setenv("ENV_TEST_DSN", dsn)
+			var env config.Env
+			require.Empty(t, env.String("ENV_TEST_DSN", ""), dsn)
+			err := env.Err()
+			require.ErrorContains(t, err, "ENV_TEST_DSN=", dsn)
+			require.ErrorContains(t, err, "not a ", dsn)
+			require.NotContains(t, err.Error(), "hunter2", dsn)
+			require.NotContains(t, err.Error(), "ter2", dsn)
+		}
 	})
 
 	t.Run("NamesEveryBadSetting", func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Type is what a setting's value is, and so which Env method reads it.
@@ -50,6 +51,13 @@ type Setting struct {
 	// Zero says what 0 means for a number that honours it (read with an
 	// OrZero method, or Port). Empty for a number that refuses 0.
 	Zero string
+
+	// Min is the least value a duration accepts, for a setting below
+	// which the project's guarantees do not hold (a lock that expires
+	// before an ordinary request can finish): a smaller value stops the
+	// process, naming the setting and its floor. Help says why the floor
+	// is where it is, and names it ("at least 1s"). Zero sets no floor.
+	Min time.Duration
 
 	// Required settings have no default: the process does not start
 	// without them (read with Env.Required).
@@ -127,6 +135,12 @@ func (s Setting) validate() error {
 		return fmt.Errorf("config: %s: a port says what 0 means (Zero)", s.Name)
 	case s.Zero != "" && s.Type != TypePort && s.Type != TypeDuration && s.Type != TypeInt && s.Type != TypeFraction:
 		return fmt.Errorf("config: %s: Zero is for numbers", s.Name)
+	case s.Min < 0 || s.Min > 0 && s.Type != TypeDuration:
+		return fmt.Errorf("config: %s: Min is a positive floor, for a duration", s.Name)
+	case s.Min > 0 && s.Zero != "":
+		return fmt.Errorf("config: %s: a duration with a floor (Min) cannot honour 0 (Zero)", s.Name)
+	case s.Min > 0 && !strings.Contains(s.Help, "at least "+FormatDuration(s.Min)):
+		return fmt.Errorf("config: %s: Help must name the floor and say why it is there (at least %s)", s.Name, FormatDuration(s.Min))
 	}
 	switch s.Type {
 	case TypeString, TypeURL, TypeConnString, TypeAddress, TypeDuration, TypeInt, TypeFraction, TypeBool, TypePort, TypeHost:

@@ -94,6 +94,60 @@ func TestDeclarations(t *testing.T) {
 		require.Empty(t, Setting{Name: "X_KEY", Type: TypeString, Secret: true}.Show(""))
 	})
 
+	// DATABASE_URL='postgres//user:pw@host/db' used to print the
+	// password; each shape here is one a hand can type.
+	t.Run("MasksThePasswordInEveryMalformedShape", func(t *testing.T) {
+		t.Parallel()
+		dsn := Setting{Name: "X_DSN", Type: TypeConnString}
+		link := Setting{Name: "X_URL", Type: TypeURL}
+		for _, value := range []string{
+			"postgres//rr:hunter2@db/rides",          // no colon after the scheme
+			"postgres:/rr:hunter2@db/rides",          // one slash
+			"postgres:rr:hunter2@db/rides",           // no slashes
+			"rr:hunter2@db/rides",                    // no scheme
+			"//rr:hunter2@db/rides",                  // no scheme, with slashes
+			"postgres://rr:hunter2@db:port/rides",    // a port that is no number
+			"postgres://rr:hun/ter2@db/rides",        // a / in the password
+			"postgres://rr:5432?hunter2@db/rides",    // a ? in the password, reading as a port and a query
+			"postgres://rr:5432#hunter2@db/rides",    // a # in the password
+			"postgres://rr:hun ter2@db/rides",        // a space in the password
+			"postgres://rr:hunter2@db/rides%zz",      // a bad escape
+			" postgres://rr:hunter2@db/rides",        // a leading space
+			"postgres://rr:hunter2@db/rides\n",       // a control character
+			"postgres://rr:hunter2@[::1/rides",       // an unclosed IPv6 host
+			"postgres://rr:hun@ter2@db/rides",        // an @ in the password
+			"postgres://db/rides?pass%77ord=hunter2", // an escaped parameter name
+			"postgres://db/rides?sslpassword=hunter2",
+			"postgres://db/rides?sslmode=require&password='hun ter2'",
+			"host=db password='hun ter2",            // a quote never closed
+			"host=db password='hun\\' ter2'",        // an escaped quote
+			"host=db password=hunter2\\",            // a trailing backslash
+			"dbname=postgres://rr:hunter2@db/rides", // a URL as a value
+			"host=db sslpassword=hunter2",
+		} {
+			for _, s := range []Setting{dsn, link} {
+				shown := s.Show(value)
+				require.NotContains(t, shown, "hunter2", "%s: %q", s.Type, value)
+				require.NotContains(t, shown, "ter2", "%s: %q", s.Type, value)
+			}
+		}
+		// Without an @ there is no password to mask: a mistyped value is
+		// shown as written, so that the mistake can be seen.
+		require.Equal(t, "postgres//db/rides", dsn.Show("postgres//db/rides"))
+		require.Equal(t, "postgres://db:port/rides", dsn.Show("postgres://db:port/rides"))
+	})
+
+	// A floor is there for a reason the reader of -help and
+	// docs/configuration.md must see: the Help that declares it names it.
+	t.Run("RefusesAFloorItsHelpDoesNotName", func(t *testing.T) {
+		t.Parallel()
+		require.NoError(t, Setting{Name: "X_WAIT", Type: TypeDuration, Min: time.Second, Help: "at least 1s: below, it breaks"}.validate())
+		require.ErrorContains(t, Setting{Name: "X_WAIT", Type: TypeDuration, Min: time.Second, Help: "a wait"}.validate(),
+			"X_WAIT: Help must name the floor and say why it is there (at least 1s)")
+		require.ErrorContains(t, Setting{Name: "X_SIZE", Type: TypeInt, Min: time.Second, Help: "at least 1s"}.validate(), "Min is a positive floor, for a duration")
+		require.ErrorContains(t, Setting{Name: "X_WAIT", Type: TypeDuration, Min: time.Second, Zero: "none", Help: "at least 1s"}.validate(), "cannot honour 0")
+	})
+
 	t.Run("ShowsDurationsAsWritten", func(t *testing.T) {
 		t.Parallel()
 		for d, want := range map[string]string{"5m0s": "5m", "72h0m0s": "72h", "1m30s": "1m30s", "1h30m0s": "1h30m", "500ms": "500ms"} {

@@ -21,15 +21,17 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/migrations"
 )
 
-// Open returns a connection pool for url. maxConns of zero keeps pgx's
-// default (the larger of 4 and the number of CPUs).
+// Open returns a connection pool for url, the value of DATABASE_URL,
+// which an error about url names. maxConns of zero keeps pgx's default
+// (the larger of 4 and the number of CPUs).
 func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("parse database url: %w", err)
+		return nil, parseError(url, err)
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
@@ -43,6 +45,24 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 		return nil, fmt.Errorf("open database pool: %w", err)
 	}
 	return pool, nil
+}
+
+// parseError is pgx's refusal of url, quoting url as the start line shows
+// it rather than as pgx does: pgx masks the password of a string it could
+// not read only as well as it can guess (host=db password='it\'s x'
+// sslmode=bogus comes back as password=xxxxx x'), and the config
+// package's masking is the one the project tests, shape by shape.
+func parseError(url string, err error) error {
+	why := err.Error()
+	var parseErr *pgconn.ParseConfigError
+	if errors.As(err, &parseErr) {
+		// "cannot parse `<url>`: <why>": keep only why.
+		if i := strings.LastIndex(why, "`: "); i >= 0 {
+			why = why[i+len("`: "):]
+		}
+	}
+	shown := config.Setting{Name: "DATABASE_URL", Type: config.TypeConnString}.Show(url)
+	return fmt.Errorf("DATABASE_URL=%s: pgx cannot use it: %s", shown, why)
 }
 
 // MigrateUp applies every pending migration: the project's schema, then

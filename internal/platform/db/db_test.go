@@ -11,6 +11,26 @@ import (
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 )
 
+func TestOpen(t *testing.T) {
+	t.Parallel()
+
+	// pgx quotes a string it refuses with the password masked as well as
+	// it can guess: here it used to leave "x'" of "it\'s x".
+	t.Run("MasksThePasswordOfAStringPgxRefuses", func(t *testing.T) {
+		t.Parallel()
+		for _, url := range []string{
+			`host=db password='it\'s hunter2' sslmode=bogus`,
+			`postgres://rr:hunter2@db/rides?sslmode=bogus`,
+			`host=db password='hun ter2`,
+		} {
+			_, err := db.Open(context.Background(), url, 1)
+			require.ErrorContains(t, err, "DATABASE_URL=", url)
+			require.NotContains(t, err.Error(), "hunter2", url)
+			require.NotContains(t, err.Error(), "ter2", url)
+		}
+	})
+}
+
 func TestMigrate(t *testing.T) {
 	t.Parallel()
 

@@ -2,7 +2,9 @@
 // fake, the metrics and pprof listeners) the one same way: listen first,
 // so that an address that is taken or malformed stops the process at
 // start; serve until the context ends; then shut down gracefully, giving
-// the requests in flight a bounded time to finish.
+// the requests in flight a bounded time to finish. Every server refuses
+// a request whose length is ambiguous, Content-Length and
+// Transfer-Encoding both, and closes its connection (framing.go).
 package serve
 
 import (
@@ -101,14 +103,17 @@ func Listen(config *Config) (*Server, error) {
 	return &Server{
 		name: config.Name,
 		http: &http.Server{
-			Handler:           config.Handler,
+			// A request whose length is ambiguous is refused, whatever
+			// the server (framing.go).
+			Handler:           refuseAmbiguous(config.Handler, logger),
+			ConnContext:       connContext,
 			ReadHeaderTimeout: cmp.Or(config.ReadHeaderTimeout, DefaultReadHeaderTimeout),
 			ReadTimeout:       config.ReadTimeout,
 			WriteTimeout:      config.WriteTimeout,
 			IdleTimeout:       config.IdleTimeout,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		},
-		listener:        ln,
+		listener:        framingListener{ln},
 		shutdownTimeout: cmp.Or(config.ShutdownTimeout, DefaultShutdownTimeout),
 		logger:          logger,
 	}, nil

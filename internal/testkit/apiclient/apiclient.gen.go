@@ -21,6 +21,7 @@ import (
 
 // Defines values for ProblemCode.
 const (
+	ProblemCodeAmbiguousFraming           ProblemCode = "ambiguous_framing"
 	ProblemCodeBodyTooLarge               ProblemCode = "body_too_large"
 	ProblemCodeCardDeclined               ProblemCode = "card_declined"
 	ProblemCodeDatabaseCommitsWaiting     ProblemCode = "database_commits_waiting"
@@ -39,9 +40,11 @@ const (
 	ProblemCodePaymentNeedsReview         ProblemCode = "payment_needs_review"
 	ProblemCodePaymentRejected            ProblemCode = "payment_rejected"
 	ProblemCodePaymentUnavailable         ProblemCode = "payment_unavailable"
+	ProblemCodeRateLimited                ProblemCode = "rate_limited"
 	ProblemCodeRequestCancelled           ProblemCode = "request_cancelled"
 	ProblemCodeRequestInProgress          ProblemCode = "request_in_progress"
 	ProblemCodeRequestTakenOver           ProblemCode = "request_taken_over"
+	ProblemCodeRequestTimeout             ProblemCode = "request_timeout"
 	ProblemCodeRideNotFound               ProblemCode = "ride_not_found"
 	ProblemCodeUnauthorized               ProblemCode = "unauthorized"
 	ProblemCodeUnavailable                ProblemCode = "unavailable"
@@ -52,6 +55,8 @@ const (
 // Valid indicates whether the value is a known member of the ProblemCode enum.
 func (e ProblemCode) Valid() bool {
 	switch e {
+	case ProblemCodeAmbiguousFraming:
+		return true
 	case ProblemCodeBodyTooLarge:
 		return true
 	case ProblemCodeCardDeclined:
@@ -88,11 +93,15 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodePaymentUnavailable:
 		return true
+	case ProblemCodeRateLimited:
+		return true
 	case ProblemCodeRequestCancelled:
 		return true
 	case ProblemCodeRequestInProgress:
 		return true
 	case ProblemCodeRequestTakenOver:
+		return true
+	case ProblemCodeRequestTimeout:
 		return true
 	case ProblemCodeRideNotFound:
 		return true
@@ -166,6 +175,9 @@ func (e RideStatus) Valid() bool {
 	}
 }
 
+// ID An id, as Postgres's bigint holds it.
+type ID = int64
+
 // InvalidParam defines model for InvalidParam.
 type InvalidParam struct {
 	Name   string `json:"name"`
@@ -186,7 +198,10 @@ type Problem struct {
 	// - `idempotency_key_missing` (400): the `Idempotency-Key` header is missing or empty.
 	// - `idempotency_key_invalid` (400): the key is too short or too long, not printable ASCII, badly quoted, or sent twice.
 	// - `malformed_body` (400): the body could not be decoded.
-	// - `invalid_query` (400): the query is malformed, or a query parameter is invalid, repeated or unknown.
+	// - `ambiguous_framing` (400): the request has both `Content-Length` and `Transfer-Encoding`; refused before any endpoint, and the connection closed.
+	// - `invalid_query` (400): the query is malformed, or a query parameter is invalid, empty, repeated or unknown.
+	// - `request_timeout` (408): the body stopped arriving; nothing was done; retry with the same key.
+	// - `rate_limited` (429): a limit was reached; nothing was done; retry with the same key after `Retry-After`.
 	// - `unsupported_media_type` (415): the body is neither JSON nor a form.
 	// - `unsupported_content_encoding` (415): the body has a `Content-Encoding` other than `identity`.
 	// - `body_too_large` (413): the body is over 64 KiB.
@@ -240,7 +255,10 @@ type Problem struct {
 // - `idempotency_key_missing` (400): the `Idempotency-Key` header is missing or empty.
 // - `idempotency_key_invalid` (400): the key is too short or too long, not printable ASCII, badly quoted, or sent twice.
 // - `malformed_body` (400): the body could not be decoded.
-// - `invalid_query` (400): the query is malformed, or a query parameter is invalid, repeated or unknown.
+// - `ambiguous_framing` (400): the request has both `Content-Length` and `Transfer-Encoding`; refused before any endpoint, and the connection closed.
+// - `invalid_query` (400): the query is malformed, or a query parameter is invalid, empty, repeated or unknown.
+// - `request_timeout` (408): the body stopped arriving; nothing was done; retry with the same key.
+// - `rate_limited` (429): a limit was reached; nothing was done; retry with the same key after `Retry-After`.
 // - `unsupported_media_type` (415): the body is neither JSON nor a form.
 // - `unsupported_content_encoding` (415): the body has a `Content-Encoding` other than `identity`.
 // - `body_too_large` (413): the body is over 64 KiB.
@@ -273,8 +291,10 @@ type Ride struct {
 	CreatedAt time.Time `json:"created_at"`
 
 	// Currency Three-letter ISO 4217 code, lowercase.
-	Currency  string    `json:"currency"`
-	Id        int64     `json:"id"`
+	Currency string `json:"currency"`
+
+	// Id An id, as Postgres's bigint holds it.
+	Id        ID        `json:"id"`
 	OriginLat Latitude  `json:"origin_lat"`
 	OriginLon Longitude `json:"origin_lon"`
 
@@ -358,11 +378,52 @@ type RideStatus string
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
 
+// Limit defines model for Limit.
+type Limit = int
+
+// RideID An id, as Postgres's bigint holds it.
+type RideID = ID
+
+// StartingAfter An id, as Postgres's bigint holds it.
+type StartingAfter = ID
+
+// Status Where a ride stands. The atomic phase that settles the ride's
+// charge sets its status in the same transaction, so a status is
+// never ahead of or behind the charge.
+//
+//   - `pending`: created; its charge is not settled yet. A `POST
+//     /rides` that answered a `5xx` (or never answered) leaves its
+//     ride here. A retry with the same `Idempotency-Key` settles it,
+//     and so does the server if the client never retries (see
+//     "After a 5xx" in the API description). **Can still change.**
+//   - `succeeded`: charged; `stripe_charge_id` is set. Final.
+//   - `declined`: the card was declined (`402 card_declined`). Final:
+//     a new attempt is a new ride with a new key.
+//   - `failed`: the payment provider rejected the charge (`502
+//     payment_rejected`). Final.
+//   - `needs_review`: the charge's outcome could not be settled
+//     automatically (`502 payment_needs_review`) and a person is
+//     looking; you will not be charged twice. **Can still change**,
+//     to `succeeded`, `declined` or `failed`, once they have.
+//
+// Poll `GET /rides/{id}` while a ride is `pending` or
+// `needs_review`; the other statuses never change.
+type Status = RideStatus
+
 // BodyTooLarge An error, as RFC 9457 problem details with a stable `code`.
 type BodyTooLarge = Problem
 
+// ContentEncodingRefused An error, as RFC 9457 problem details with a stable `code`.
+type ContentEncodingRefused = Problem
+
 // InternalError An error, as RFC 9457 problem details with a stable `code`.
 type InternalError = Problem
+
+// RateLimited An error, as RFC 9457 problem details with a stable `code`.
+type RateLimited = Problem
+
+// RequestTimeout An error, as RFC 9457 problem details with a stable `code`.
+type RequestTimeout = Problem
 
 // Unauthorized An error, as RFC 9457 problem details with a stable `code`.
 type Unauthorized = Problem
@@ -373,25 +434,43 @@ type Unavailable = Problem
 // ListRidesParams defines parameters for ListRides.
 type ListRidesParams struct {
 	// Limit How many rides to return.
-	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// StartingAfter A ride id, for the next page: the rides older than it. Pass the
 	// `id` of the last ride of the previous page.
-	StartingAfter *int64 `form:"starting_after,omitempty" json:"starting_after,omitempty"`
+	StartingAfter *StartingAfter `form:"starting_after,omitempty" json:"starting_after,omitempty"`
 
 	// Status Only rides with this status, such as `pending` for the rides
-	// whose charge is not settled yet. Any other value is refused
-	// with `400 invalid_query`.
-	Status *RideStatus `form:"status,omitempty" json:"status,omitempty"`
+	// whose charge is not settled yet. Any other value, the empty one
+	// included, is refused with `400 invalid_query`.
+	Status *Status `form:"status,omitempty" json:"status,omitempty"`
+}
+
+// ListRidesHeadParams defines parameters for ListRidesHead.
+type ListRidesHeadParams struct {
+	// Limit How many rides to return.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// StartingAfter A ride id, for the next page: the rides older than it. Pass the
+	// `id` of the last ride of the previous page.
+	StartingAfter *StartingAfter `form:"starting_after,omitempty" json:"starting_after,omitempty"`
+
+	// Status Only rides with this status, such as `pending` for the rides
+	// whose charge is not settled yet. Any other value, the empty one
+	// included, is refused with `400 invalid_query`.
+	Status *Status `form:"status,omitempty" json:"status,omitempty"`
 }
 
 // CreateRideParams defines parameters for CreateRide.
 type CreateRideParams struct {
 	// IdempotencyKey Chosen by the client, once per ride, and sent unchanged on every
-	// retry of it; a UUID is ideal. 20 to 255 printable ASCII characters.
-	// A value sent as an RFC 8941 string (`"..."`, with `\"` and `\\` as
-	// its only escapes) is unquoted first, as the IETF Idempotency-Key
-	// draft specifies, and the unquoted value must meet the same rules.
+	// retry of it; a UUID is ideal. 20 to 255 printable ASCII characters
+	// (spaces too, but not at either end: HTTP strips those from a
+	// field's value), not starting with `"`. A value sent as an RFC 8941
+	// string (`"..."`, with `\"` and `\\` as its only escapes) is
+	// unquoted first, as the IETF Idempotency-Key draft specifies, and
+	// the unquoted value must be 20 to 255 printable ASCII characters;
+	// the pattern says both exactly.
 	// Keys are per user: another user's key with the same value is a
 	// different key. A key replays for 72 hours and is then refused for
 	// 30 days after its first use (see "How long a key lives").
@@ -520,10 +599,10 @@ type ClientInterface interface {
 
 	// ListRidesHead List your rides, without a body
 	//
-	// `GET /rides` without the body: the same status and headers.
+	// `GET /rides` without the body: the same parameters, status and headers.
 	//
 	// Corresponds with HEAD /rides (the `ListRidesHead` operationId).
-	ListRidesHead(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ListRidesHead(ctx context.Context, params *ListRidesHeadParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateRideWithBody Request a ride
 	//
@@ -576,14 +655,14 @@ type ClientInterface interface {
 	// GetRide Get one of your rides
 	//
 	// Corresponds with GET /rides/{id} (the `GetRide` operationId).
-	GetRide(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetRide(ctx context.Context, id RideID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetRideHead Get one of your rides, without a body
 	//
-	// `GET /rides/{id}` without the body: the same status and headers.
+	// `GET /rides/{id}` without the body: the same parameters, status and headers.
 	//
 	// Corresponds with HEAD /rides/{id} (the `GetRideHead` operationId).
-	GetRideHead(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetRideHead(ctx context.Context, id RideID, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // CheckHealth Liveness
@@ -688,11 +767,11 @@ func (c *Client) ListRides(ctx context.Context, params *ListRidesParams, reqEdit
 
 // ListRidesHead List your rides, without a body
 //
-// `GET /rides` without the body: the same status and headers.
+// `GET /rides` without the body: the same parameters, status and headers.
 //
 // Corresponds with HEAD /rides (the `ListRidesHead` operationId).
-func (c *Client) ListRidesHead(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewListRidesHeadRequest(c.Server)
+func (c *Client) ListRidesHead(ctx context.Context, params *ListRidesHeadParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRidesHeadRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -784,7 +863,7 @@ func (c *Client) CreateRideWithFormdataBody(ctx context.Context, params *CreateR
 // GetRide Get one of your rides
 //
 // Corresponds with GET /rides/{id} (the `GetRide` operationId).
-func (c *Client) GetRide(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
+func (c *Client) GetRide(ctx context.Context, id RideID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetRideRequest(c.Server, id)
 	if err != nil {
 		return nil, err
@@ -798,10 +877,10 @@ func (c *Client) GetRide(ctx context.Context, id int64, reqEditors ...RequestEdi
 
 // GetRideHead Get one of your rides, without a body
 //
-// `GET /rides/{id}` without the body: the same status and headers.
+// `GET /rides/{id}` without the body: the same parameters, status and headers.
 //
 // Corresponds with HEAD /rides/{id} (the `GetRideHead` operationId).
-func (c *Client) GetRideHead(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
+func (c *Client) GetRideHead(ctx context.Context, id RideID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetRideHeadRequest(c.Server, id)
 	if err != nil {
 		return nil, err
@@ -1027,7 +1106,7 @@ func NewListRidesRequest(server string, params *ListRidesParams) (*http.Request,
 }
 
 // NewListRidesHeadRequest constructs an http.Request for the ListRidesHead method
-func NewListRidesHeadRequest(server string) (*http.Request, error) {
+func NewListRidesHeadRequest(server string, params *ListRidesHeadParams) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -1043,6 +1122,57 @@ func NewListRidesHeadRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.StartingAfter != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "starting_after", *params.StartingAfter, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Status != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
@@ -1118,7 +1248,7 @@ func NewCreateRideRequestWithBody(server string, params *CreateRideParams, conte
 }
 
 // NewGetRideRequest constructs an http.Request for the GetRide method
-func NewGetRideRequest(server string, id int64) (*http.Request, error) {
+func NewGetRideRequest(server string, id RideID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -1152,7 +1282,7 @@ func NewGetRideRequest(server string, id int64) (*http.Request, error) {
 }
 
 // NewGetRideHeadRequest constructs an http.Request for the GetRideHead method
-func NewGetRideHeadRequest(server string, id int64) (*http.Request, error) {
+func NewGetRideHeadRequest(server string, id RideID) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -1283,12 +1413,12 @@ type ClientWithResponsesInterface interface {
 
 	// ListRidesHeadWithResponse List your rides, without a body
 	//
-	// `GET /rides` without the body: the same status and headers.
+	// `GET /rides` without the body: the same parameters, status and headers.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with HEAD /rides (the `ListRidesHead` operationId).
-	ListRidesHeadWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListRidesHeadResponse, error)
+	ListRidesHeadWithResponse(ctx context.Context, params *ListRidesHeadParams, reqEditors ...RequestEditorFn) (*ListRidesHeadResponse, error)
 
 	// CreateRideWithBodyWithResponse Request a ride
 	//
@@ -1343,21 +1473,32 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /rides/{id} (the `GetRide` operationId).
-	GetRideWithResponse(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*GetRideResponse, error)
+	GetRideWithResponse(ctx context.Context, id RideID, reqEditors ...RequestEditorFn) (*GetRideResponse, error)
 
 	// GetRideHeadWithResponse Get one of your rides, without a body
 	//
-	// `GET /rides/{id}` without the body: the same status and headers.
+	// `GET /rides/{id}` without the body: the same parameters, status and headers.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with HEAD /rides/{id} (the `GetRideHead` operationId).
-	GetRideHeadWithResponse(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*GetRideHeadResponse, error)
+	GetRideHeadWithResponse(ctx context.Context, id RideID, reqEditors ...RequestEditorFn) (*GetRideHeadResponse, error)
 }
 
 // CheckHealthResponse200Headers the declared response headers of an HTTP 200 response for CheckHealth
 type CheckHealthResponse200Headers struct {
 	RequestId string
+}
+
+// CheckHealthResponse413Headers the declared response headers of an HTTP 413 response for CheckHealth
+type CheckHealthResponse413Headers struct {
+	RequestId string
+}
+
+// CheckHealthResponse415Headers the declared response headers of an HTTP 415 response for CheckHealth
+type CheckHealthResponse415Headers struct {
+	AcceptEncoding *string
+	RequestId      string
 }
 
 // CheckHealthResponse500Headers the declared response headers of an HTTP 500 response for CheckHealth
@@ -1368,12 +1509,30 @@ type CheckHealthResponse500Headers struct {
 type CheckHealthResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ContentEncodingRefused
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *CheckHealthResponse200Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *CheckHealthResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CheckHealthResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CheckHealthResponse500Headers
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CheckHealthResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CheckHealthResponse) GetApplicationproblemJSON415() *ContentEncodingRefused {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -1415,6 +1574,16 @@ type CheckHealthHeadResponse200Headers struct {
 	RequestId string
 }
 
+// CheckHealthHeadResponse413Headers the declared response headers of an HTTP 413 response for CheckHealthHead
+type CheckHealthHeadResponse413Headers struct {
+	RequestId string
+}
+
+// CheckHealthHeadResponse415Headers the declared response headers of an HTTP 415 response for CheckHealthHead
+type CheckHealthHeadResponse415Headers struct {
+	RequestId string
+}
+
 // CheckHealthHeadResponse500Headers the declared response headers of an HTTP 500 response for CheckHealthHead
 type CheckHealthHeadResponse500Headers struct {
 	RequestId string
@@ -1425,6 +1594,10 @@ type CheckHealthHeadResponse struct {
 	HTTPResponse *http.Response
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *CheckHealthHeadResponse200Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *CheckHealthHeadResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CheckHealthHeadResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CheckHealthHeadResponse500Headers
 }
@@ -1463,6 +1636,17 @@ type GetOpenAPIDocumentResponse200Headers struct {
 	RequestId string
 }
 
+// GetOpenAPIDocumentResponse413Headers the declared response headers of an HTTP 413 response for GetOpenAPIDocument
+type GetOpenAPIDocumentResponse413Headers struct {
+	RequestId string
+}
+
+// GetOpenAPIDocumentResponse415Headers the declared response headers of an HTTP 415 response for GetOpenAPIDocument
+type GetOpenAPIDocumentResponse415Headers struct {
+	AcceptEncoding *string
+	RequestId      string
+}
+
 // GetOpenAPIDocumentResponse500Headers the declared response headers of an HTTP 500 response for GetOpenAPIDocument
 type GetOpenAPIDocumentResponse500Headers struct {
 	RequestId string
@@ -1479,10 +1663,18 @@ type GetOpenAPIDocumentResponse struct {
 		Openapi string                 `json:"openapi"`
 		Paths   map[string]interface{} `json:"paths"`
 	}
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ContentEncodingRefused
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetOpenAPIDocumentResponse200Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *GetOpenAPIDocumentResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *GetOpenAPIDocumentResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetOpenAPIDocumentResponse500Headers
 }
@@ -1496,6 +1688,16 @@ func (r GetOpenAPIDocumentResponse) GetYAML200() *struct {
 	Paths   map[string]interface{} `json:"paths"`
 } {
 	return r.YAML200
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r GetOpenAPIDocumentResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r GetOpenAPIDocumentResponse) GetApplicationproblemJSON415() *ContentEncodingRefused {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -1537,6 +1739,17 @@ type CheckReadinessResponse200Headers struct {
 	RequestId string
 }
 
+// CheckReadinessResponse413Headers the declared response headers of an HTTP 413 response for CheckReadiness
+type CheckReadinessResponse413Headers struct {
+	RequestId string
+}
+
+// CheckReadinessResponse415Headers the declared response headers of an HTTP 415 response for CheckReadiness
+type CheckReadinessResponse415Headers struct {
+	AcceptEncoding *string
+	RequestId      string
+}
+
 // CheckReadinessResponse500Headers the declared response headers of an HTTP 500 response for CheckReadiness
 type CheckReadinessResponse500Headers struct {
 	RequestId string
@@ -1550,16 +1763,34 @@ type CheckReadinessResponse503Headers struct {
 type CheckReadinessResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ContentEncodingRefused
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *CheckReadinessResponse200Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *CheckReadinessResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CheckReadinessResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CheckReadinessResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *CheckReadinessResponse503Headers
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CheckReadinessResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CheckReadinessResponse) GetApplicationproblemJSON415() *ContentEncodingRefused {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -1606,6 +1837,16 @@ type CheckReadinessHeadResponse200Headers struct {
 	RequestId string
 }
 
+// CheckReadinessHeadResponse413Headers the declared response headers of an HTTP 413 response for CheckReadinessHead
+type CheckReadinessHeadResponse413Headers struct {
+	RequestId string
+}
+
+// CheckReadinessHeadResponse415Headers the declared response headers of an HTTP 415 response for CheckReadinessHead
+type CheckReadinessHeadResponse415Headers struct {
+	RequestId string
+}
+
 // CheckReadinessHeadResponse500Headers the declared response headers of an HTTP 500 response for CheckReadinessHead
 type CheckReadinessHeadResponse500Headers struct {
 	RequestId string
@@ -1621,6 +1862,10 @@ type CheckReadinessHeadResponse struct {
 	HTTPResponse *http.Response
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *CheckReadinessHeadResponse200Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *CheckReadinessHeadResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CheckReadinessHeadResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CheckReadinessHeadResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -1677,6 +1922,20 @@ type ListRidesResponse413Headers struct {
 	RequestId string
 }
 
+// ListRidesResponse415Headers the declared response headers of an HTTP 415 response for ListRides
+type ListRidesResponse415Headers struct {
+	AcceptEncoding *string
+	RequestId      string
+}
+
+// ListRidesResponse429Headers the declared response headers of an HTTP 429 response for ListRides
+type ListRidesResponse429Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RequestId       string
+	RetryAfter      int
+}
+
 // ListRidesResponse500Headers the declared response headers of an HTTP 500 response for ListRides
 type ListRidesResponse500Headers struct {
 	RequestId string
@@ -1699,6 +1958,10 @@ type ListRidesResponse struct {
 	ApplicationproblemJSON401 *Unauthorized
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ContentEncodingRefused
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimited
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -1711,6 +1974,10 @@ type ListRidesResponse struct {
 	Headers401 *ListRidesResponse401Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *ListRidesResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *ListRidesResponse415Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListRidesResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListRidesResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -1735,6 +2002,16 @@ func (r ListRidesResponse) GetApplicationproblemJSON401() *Unauthorized {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r ListRidesResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ListRidesResponse) GetApplicationproblemJSON415() *ContentEncodingRefused {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListRidesResponse) GetApplicationproblemJSON429() *RateLimited {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -1791,6 +2068,24 @@ type ListRidesHeadResponse401Headers struct {
 	RequestId string
 }
 
+// ListRidesHeadResponse413Headers the declared response headers of an HTTP 413 response for ListRidesHead
+type ListRidesHeadResponse413Headers struct {
+	RequestId string
+}
+
+// ListRidesHeadResponse415Headers the declared response headers of an HTTP 415 response for ListRidesHead
+type ListRidesHeadResponse415Headers struct {
+	RequestId string
+}
+
+// ListRidesHeadResponse429Headers the declared response headers of an HTTP 429 response for ListRidesHead
+type ListRidesHeadResponse429Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RequestId       string
+	RetryAfter      int
+}
+
 // ListRidesHeadResponse500Headers the declared response headers of an HTTP 500 response for ListRidesHead
 type ListRidesHeadResponse500Headers struct {
 	RequestId string
@@ -1810,6 +2105,12 @@ type ListRidesHeadResponse struct {
 	Headers400 *ListRidesHeadResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListRidesHeadResponse401Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ListRidesHeadResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *ListRidesHeadResponse415Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListRidesHeadResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListRidesHeadResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -1868,6 +2169,12 @@ type CreateRideResponse402Headers struct {
 	RequestId          string
 }
 
+// CreateRideResponse408Headers the declared response headers of an HTTP 408 response for CreateRide
+type CreateRideResponse408Headers struct {
+	RequestId  string
+	RetryAfter int
+}
+
 // CreateRideResponse409Headers the declared response headers of an HTTP 409 response for CreateRide
 type CreateRideResponse409Headers struct {
 	RequestId  string
@@ -1893,6 +2200,14 @@ type CreateRideResponse415Headers struct {
 // CreateRideResponse422Headers the declared response headers of an HTTP 422 response for CreateRide
 type CreateRideResponse422Headers struct {
 	RequestId string
+}
+
+// CreateRideResponse429Headers the declared response headers of an HTTP 429 response for CreateRide
+type CreateRideResponse429Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RequestId       string
+	RetryAfter      int
 }
 
 // CreateRideResponse500Headers the declared response headers of an HTTP 500 response for CreateRide
@@ -1923,6 +2238,8 @@ type CreateRideResponse struct {
 	ApplicationproblemJSON401 *Unauthorized
 	// ApplicationproblemJSON402 the response for an HTTP 402 `application/problem+json` response
 	ApplicationproblemJSON402 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *RequestTimeout
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
@@ -1933,6 +2250,8 @@ type CreateRideResponse struct {
 	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimited
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON502 the response for an HTTP 502 `application/problem+json` response
@@ -1947,6 +2266,8 @@ type CreateRideResponse struct {
 	Headers401 *CreateRideResponse401Headers
 	// Headers402 the parsed response headers for an HTTP 402 response
 	Headers402 *CreateRideResponse402Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *CreateRideResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreateRideResponse409Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
@@ -1957,6 +2278,8 @@ type CreateRideResponse struct {
 	Headers415 *CreateRideResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *CreateRideResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateRideResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CreateRideResponse500Headers
 	// Headers502 the parsed response headers for an HTTP 502 response
@@ -1985,6 +2308,11 @@ func (r CreateRideResponse) GetApplicationproblemJSON402() *Problem {
 	return r.ApplicationproblemJSON402
 }
 
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r CreateRideResponse) GetApplicationproblemJSON408() *RequestTimeout {
+	return r.ApplicationproblemJSON408
+}
+
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r CreateRideResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
@@ -2008,6 +2336,11 @@ func (r CreateRideResponse) GetApplicationproblemJSON415() *Problem {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r CreateRideResponse) GetApplicationproblemJSON422() *Problem {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateRideResponse) GetApplicationproblemJSON429() *RateLimited {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -2075,6 +2408,20 @@ type GetRideResponse413Headers struct {
 	RequestId string
 }
 
+// GetRideResponse415Headers the declared response headers of an HTTP 415 response for GetRide
+type GetRideResponse415Headers struct {
+	AcceptEncoding *string
+	RequestId      string
+}
+
+// GetRideResponse429Headers the declared response headers of an HTTP 429 response for GetRide
+type GetRideResponse429Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RequestId       string
+	RetryAfter      int
+}
+
 // GetRideResponse500Headers the declared response headers of an HTTP 500 response for GetRide
 type GetRideResponse500Headers struct {
 	RequestId string
@@ -2097,6 +2444,10 @@ type GetRideResponse struct {
 	ApplicationproblemJSON404 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ContentEncodingRefused
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimited
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -2109,6 +2460,10 @@ type GetRideResponse struct {
 	Headers404 *GetRideResponse404Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *GetRideResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *GetRideResponse415Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetRideResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetRideResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -2133,6 +2488,16 @@ func (r GetRideResponse) GetApplicationproblemJSON404() *Problem {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r GetRideResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r GetRideResponse) GetApplicationproblemJSON415() *ContentEncodingRefused {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetRideResponse) GetApplicationproblemJSON429() *RateLimited {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -2194,6 +2559,24 @@ type GetRideHeadResponse404Headers struct {
 	RequestId string
 }
 
+// GetRideHeadResponse413Headers the declared response headers of an HTTP 413 response for GetRideHead
+type GetRideHeadResponse413Headers struct {
+	RequestId string
+}
+
+// GetRideHeadResponse415Headers the declared response headers of an HTTP 415 response for GetRideHead
+type GetRideHeadResponse415Headers struct {
+	RequestId string
+}
+
+// GetRideHeadResponse429Headers the declared response headers of an HTTP 429 response for GetRideHead
+type GetRideHeadResponse429Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RequestId       string
+	RetryAfter      int
+}
+
 // GetRideHeadResponse500Headers the declared response headers of an HTTP 500 response for GetRideHead
 type GetRideHeadResponse500Headers struct {
 	RequestId string
@@ -2215,6 +2598,12 @@ type GetRideHeadResponse struct {
 	Headers401 *GetRideHeadResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetRideHeadResponse404Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *GetRideHeadResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *GetRideHeadResponse415Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetRideHeadResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetRideHeadResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -2340,13 +2729,13 @@ func (c *ClientWithResponses) ListRidesWithResponse(ctx context.Context, params 
 
 // ListRidesHeadWithResponse List your rides, without a body
 //
-// `GET /rides` without the body: the same status and headers.
+// `GET /rides` without the body: the same parameters, status and headers.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with HEAD /rides (the `ListRidesHead` operationId).
-func (c *ClientWithResponses) ListRidesHeadWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListRidesHeadResponse, error) {
-	rsp, err := c.ListRidesHead(ctx, reqEditors...)
+func (c *ClientWithResponses) ListRidesHeadWithResponse(ctx context.Context, params *ListRidesHeadParams, reqEditors ...RequestEditorFn) (*ListRidesHeadResponse, error) {
+	rsp, err := c.ListRidesHead(ctx, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -2424,7 +2813,7 @@ func (c *ClientWithResponses) CreateRideWithFormdataBodyWithResponse(ctx context
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /rides/{id} (the `GetRide` operationId).
-func (c *ClientWithResponses) GetRideWithResponse(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*GetRideResponse, error) {
+func (c *ClientWithResponses) GetRideWithResponse(ctx context.Context, id RideID, reqEditors ...RequestEditorFn) (*GetRideResponse, error) {
 	rsp, err := c.GetRide(ctx, id, reqEditors...)
 	if err != nil {
 		return nil, err
@@ -2434,12 +2823,12 @@ func (c *ClientWithResponses) GetRideWithResponse(ctx context.Context, id int64,
 
 // GetRideHeadWithResponse Get one of your rides, without a body
 //
-// `GET /rides/{id}` without the body: the same status and headers.
+// `GET /rides/{id}` without the body: the same parameters, status and headers.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with HEAD /rides/{id} (the `GetRideHead` operationId).
-func (c *ClientWithResponses) GetRideHeadWithResponse(ctx context.Context, id int64, reqEditors ...RequestEditorFn) (*GetRideHeadResponse, error) {
+func (c *ClientWithResponses) GetRideHeadWithResponse(ctx context.Context, id RideID, reqEditors ...RequestEditorFn) (*GetRideHeadResponse, error) {
 	rsp, err := c.GetRideHead(ctx, id, reqEditors...)
 	if err != nil {
 		return nil, err
@@ -2461,6 +2850,20 @@ func ParseCheckHealthResponse(rsp *http.Response) (*CheckHealthResponse, error) 
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ContentEncodingRefused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -2481,6 +2884,33 @@ func ParseCheckHealthResponse(rsp *http.Response) (*CheckHealthResponse, error) 
 			headers.RequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 413:
+		var headers CheckHealthResponse413Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CheckHealthResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers CheckHealthResponse500Headers
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
@@ -2520,6 +2950,26 @@ func ParseCheckHealthHeadResponse(rsp *http.Response) (*CheckHealthHeadResponse,
 			headers.RequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 413:
+		var headers CheckHealthHeadResponse413Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CheckHealthHeadResponse415Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers CheckHealthHeadResponse500Headers
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
@@ -2562,6 +3012,20 @@ func ParseGetOpenAPIDocumentResponse(rsp *http.Response) (*GetOpenAPIDocumentRes
 		}
 		response.YAML200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ContentEncodingRefused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -2582,6 +3046,33 @@ func ParseGetOpenAPIDocumentResponse(rsp *http.Response) (*GetOpenAPIDocumentRes
 			headers.RequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 413:
+		var headers GetOpenAPIDocumentResponse413Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers GetOpenAPIDocumentResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetOpenAPIDocumentResponse500Headers
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
@@ -2611,6 +3102,20 @@ func ParseCheckReadinessResponse(rsp *http.Response) (*CheckReadinessResponse, e
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ContentEncodingRefused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -2638,6 +3143,33 @@ func ParseCheckReadinessResponse(rsp *http.Response) (*CheckReadinessResponse, e
 			headers.RequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 413:
+		var headers CheckReadinessResponse413Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CheckReadinessResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers CheckReadinessResponse500Headers
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
@@ -2687,6 +3219,26 @@ func ParseCheckReadinessHeadResponse(rsp *http.Response) (*CheckReadinessHeadRes
 			headers.RequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 413:
+		var headers CheckReadinessHeadResponse413Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CheckReadinessHeadResponse415Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers CheckReadinessHeadResponse500Headers
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
@@ -2754,6 +3306,20 @@ func ParseListRidesResponse(rsp *http.Response) (*ListRidesResponse, error) {
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ContentEncodingRefused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -2818,6 +3384,54 @@ func ParseListRidesResponse(rsp *http.Response) (*ListRidesResponse, error) {
 			headers.RequestId = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers ListRidesResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListRidesResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListRidesResponse500Headers
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
@@ -2894,6 +3508,57 @@ func ParseListRidesHeadResponse(rsp *http.Response) (*ListRidesHeadResponse, err
 			headers.RequestId = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 413:
+		var headers ListRidesHeadResponse413Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers ListRidesHeadResponse415Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListRidesHeadResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListRidesHeadResponse500Headers
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
@@ -2961,6 +3626,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 		}
 		response.ApplicationproblemJSON402 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -2995,6 +3667,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
@@ -3081,6 +3760,23 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 			headers.RequestId = value
 		}
 		response.Headers402 = &headers
+	case rsp.StatusCode == 408:
+		var headers CreateRideResponse408Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers CreateRideResponse409Headers
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
@@ -3145,6 +3841,37 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 			headers.RequestId = value
 		}
 		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateRideResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateRideResponse500Headers
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
@@ -3236,6 +3963,20 @@ func ParseGetRideResponse(rsp *http.Response) (*GetRideResponse, error) {
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ContentEncodingRefused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -3300,6 +4041,54 @@ func ParseGetRideResponse(rsp *http.Response) (*GetRideResponse, error) {
 			headers.RequestId = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers GetRideResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetRideResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetRideResponse500Headers
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
@@ -3386,6 +4175,57 @@ func ParseGetRideHeadResponse(rsp *http.Response) (*GetRideHeadResponse, error) 
 			headers.RequestId = value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 413:
+		var headers GetRideHeadResponse413Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers GetRideHeadResponse415Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetRideHeadResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetRideHeadResponse500Headers
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {

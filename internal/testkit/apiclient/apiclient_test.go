@@ -278,6 +278,25 @@ func TestGeneratedClient(t *testing.T) {
 		requireProblem(t, resp, resp.ApplicationproblemJSON400, http.StatusBadRequest, apiclient.ProblemCodeInvalidQuery)
 	})
 
+	// HEAD /rides used to declare none of GET's parameters: a generated
+	// client could not send them.
+	t.Run("HeadSendsTheListsParameters", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+
+		refused, err := b.client.ListRidesHeadWithResponse(t.Context(), &apiclient.ListRidesHeadParams{Limit: new(1000)})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusBadRequest, refused.StatusCode(), "the limit reached the API")
+		require.NotNil(t, refused.Headers400)
+		require.NotEmpty(t, refused.Headers400.RequestId)
+
+		status := apiclient.Pending
+		listed, err := b.client.ListRidesHeadWithResponse(t.Context(), &apiclient.ListRidesHeadParams{Limit: new(1), Status: &status})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, listed.StatusCode())
+		require.Empty(t, listed.Body)
+	})
+
 	t.Run("GetsOwnRide", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -82,6 +82,9 @@ type Stack struct {
 	Service   *rides.Service
 	// Registry holds the stack's metrics.
 	Registry *prometheus.Registry
+	// Handler is the API's root handler, which URL serves: for a test
+	// that serves it again, on a server configured otherwise.
+	Handler http.Handler
 	// URL is the API's base URL.
 	URL string
 	// MetricsURL is the base URL of the metrics listener, apart from the
@@ -145,6 +148,7 @@ func New(t testing.TB, opts Options) *Stack {
 		Rides:    ridesHandler,
 	})
 	require.NoError(t, err)
+	s.Handler = handler
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 	s.URL = srv.URL
