@@ -444,13 +444,13 @@ type labResponse struct {
 }
 
 // final reports whether the answer ends the client's retries: any 4xx
-// but 409 and 429, and the 502 of a key set aside for a person, which
+// but 408, 409 and 429, and the 502 of a key set aside for a person, which
 // every retry would get until someone settles it.
 func (r labResponse) final() bool {
 	if r.Err != nil {
 		return false
 	}
-	return r.Status < 500 && r.Status != http.StatusConflict && r.Status != http.StatusTooManyRequests ||
+	return r.Status < 500 && r.Status != http.StatusConflict && r.Status != http.StatusTooManyRequests && r.Status != http.StatusRequestTimeout ||
 		r.Code == "payment_needs_review"
 }
 

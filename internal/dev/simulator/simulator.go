@@ -245,9 +245,10 @@ func (o Outcome) retryable() bool {
 	case o.Replayed:
 		// A stored answer is replayed byte for byte on every retry.
 		return false
-	case o.Status == http.StatusConflict, o.Status == http.StatusTooManyRequests:
+	case o.Status == http.StatusConflict, o.Status == http.StatusTooManyRequests, o.Status == http.StatusRequestTimeout:
 		// 409: the same key is in flight (or was taken over); its
-		// result is there for the asking once it finishes.
+		// result is there for the asking once it finishes. 429 and 408
+		// (the body stalled on the way) ran nothing.
 		return true
 	case o.Status >= 500:
 		// payment_rejected is a final answer the API stores.

@@ -163,7 +163,7 @@ func (r *rider) ride(ctx context.Context, token, key string) {
 			r.traffic.acknowledge(key, status, body)
 			r.traffic.finish(answer, false, "")
 			return
-		case err == nil && status != http.StatusConflict && status < 500,
+		case err == nil && status != http.StatusConflict && status != http.StatusRequestTimeout && status < 500,
 			// 502 is final too: a stored rejection or a charge set
 			// aside for a human. Neither should happen to these rides.
 			err == nil && status == http.StatusBadGateway:

@@ -159,7 +159,7 @@ func (r reply) fresh() bool { return r.Err == nil && r.Status == http.StatusCrea
 
 // retryable reports whether a good client retries r with the same key.
 func (r reply) retryable() bool {
-	return r.Err != nil || r.Status == http.StatusConflict || r.Status >= 500
+	return r.Err != nil || r.Status == http.StatusConflict || r.Status == http.StatusRequestTimeout || r.Status >= 500
 }
 
 // postRide sends POST /rides with key to the api at baseURL.
