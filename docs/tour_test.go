@@ -38,6 +38,12 @@ func TestTour(t *testing.T) {
 		seen[path] = true
 		src, err := os.ReadFile(filepath.Join("..", path))
 		require.NoError(t, err, "the tour links %s", path)
+		// The schema is one file, and says where its first reading
+		// ends: the tables after its "-- Second reading" line are
+		// beyond the article.
+		if end := bytes.Index(src, []byte("\n-- Second reading")); end >= 0 && strings.HasSuffix(path, ".sql") {
+			src = src[:end+1]
+		}
 		lines := bytes.Count(src, []byte("\n"))
 		total += lines
 		require.LessOrEqual(t, lines, maxFileLines, "%s is a first-reading file: read whole, in one sitting", path)

@@ -1,6 +1,9 @@
 -- Everything 000001_schema.up.sql created, tables that refer to others first.
 DROP FUNCTION idempotency_key_phase_check(BOOLEAN, TEXT);
 DROP FUNCTION idempotency_key_fence(BIGINT, UUID, TEXT);
+DROP TABLE operator_login_failures;
+DROP TABLE operator_sessions;
+DROP TABLE operators;
 DROP TABLE reconcile_runs;
 DROP TABLE reaped_keys;
 DROP TABLE abandoned_requests;

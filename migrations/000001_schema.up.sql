@@ -3,6 +3,8 @@
 -- atomic phase, the phases' writes (audit records, rides and their charges,
 -- staged jobs), the receipt job's record, and what the reaper keeps for
 -- people. River's tables are not here: cmd/migrate applies River's own.
+-- What follows the "Second reading" line near the end (the console's
+-- accounts) is beyond the article: a first reading stops there.
 --
 -- Policy: until the first tagged release the schema is edited in place,
 -- here; no migration is added after this one. Nothing is deployed, so there
@@ -293,3 +295,52 @@ CREATE TABLE reconcile_runs (
     -- Each discrepancy: {"kind", "charge_id", "ride_id", "detail"}.
     discrepancies JSONB       NOT NULL CHECK (jsonb_typeof(discrepancies) = 'array')
 );
+
+-- Second reading: beyond the article, the operator's console.
+
+-- The console's accounts, one per person; owned by package operator. The
+-- name is what every settlement's audit record carries (the rules of
+-- rides.ValidOperator), and the password is kept only as its argon2id hash
+-- (PHC string form, its parameters inside), so a leaked table leaks no
+-- password outright. A disabled account stays, so that the audit records
+-- naming it still name someone.
+CREATE TABLE operators (
+    id              BIGSERIAL   PRIMARY KEY,
+    name            TEXT        NOT NULL UNIQUE CHECK (char_length(name) BETWEEN 1 AND 100 AND name = btrim(name)),
+    password_hash   TEXT        NOT NULL CHECK (password_hash LIKE '$argon2id$%' AND char_length(password_hash) <= 200),
+    created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+    -- When the password was last set: at creation, or by a reset.
+    password_set_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    disabled_at     TIMESTAMPTZ NULL
+);
+
+-- The console's sessions, kept here so that logging out, disabling the
+-- account or resetting its password ends them; owned by package operator.
+-- The cookie holds a random token and this table only its SHA-256, so a
+-- copy of the table logs no one in. secret keys the session's form token
+-- and the messages the console shows it.
+CREATE TABLE operator_sessions (
+    token_sha256 BYTEA       PRIMARY KEY CHECK (octet_length(token_sha256) = 32),
+    operator_id  BIGINT      NOT NULL REFERENCES operators ON DELETE CASCADE,
+    secret       BYTEA       NOT NULL CHECK (octet_length(secret) = 32),
+    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    expires_at   TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX operator_sessions_operator_id ON operator_sessions (operator_id);
+CREATE INDEX operator_sessions_expires_at ON operator_sessions (expires_at);
+
+-- Console logins not yet proved right, counted per account name and per
+-- client address (an IPv6 address by its /64), so that guessing slows down
+-- whichever of the two the guesser holds still; owned by package operator.
+-- An attempt is counted before its password is checked and given back
+-- when it proves right, so that parallel guesses cannot slip past the
+-- count; once a few have failed, each further attempt waits until
+-- wait_until. Rows are forgotten a while after their wait ended.
+CREATE TABLE operator_login_failures (
+    scope      TEXT        NOT NULL CHECK (scope IN ('account', 'address')),
+    subject    TEXT        NOT NULL CHECK (char_length(subject) BETWEEN 1 AND 100),
+    failures   INT         NOT NULL CHECK (failures >= 0),
+    wait_until TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (scope, subject)
+);
+CREATE INDEX operator_login_failures_wait_until ON operator_login_failures (wait_until);

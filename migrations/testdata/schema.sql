@@ -118,6 +118,46 @@ CREATE SEQUENCE public.idempotency_keys_id_seq
 
 ALTER SEQUENCE public.idempotency_keys_id_seq OWNED BY public.idempotency_keys.id;
 
+CREATE TABLE public.operator_login_failures (
+    scope text NOT NULL,
+    subject text NOT NULL,
+    failures integer NOT NULL,
+    wait_until timestamp with time zone NOT NULL,
+    CONSTRAINT operator_login_failures_failures_check CHECK ((failures >= 0)),
+    CONSTRAINT operator_login_failures_scope_check CHECK ((scope = ANY (ARRAY['account'::text, 'address'::text]))),
+    CONSTRAINT operator_login_failures_subject_check CHECK (((char_length(subject) >= 1) AND (char_length(subject) <= 100)))
+);
+
+CREATE TABLE public.operator_sessions (
+    token_sha256 bytea NOT NULL,
+    operator_id bigint NOT NULL,
+    secret bytea NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT operator_sessions_secret_check CHECK ((octet_length(secret) = 32)),
+    CONSTRAINT operator_sessions_token_sha256_check CHECK ((octet_length(token_sha256) = 32))
+);
+
+CREATE TABLE public.operators (
+    id bigint NOT NULL,
+    name text NOT NULL,
+    password_hash text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    password_set_at timestamp with time zone DEFAULT now() NOT NULL,
+    disabled_at timestamp with time zone,
+    CONSTRAINT operators_name_check CHECK ((((char_length(name) >= 1) AND (char_length(name) <= 100)) AND (name = btrim(name)))),
+    CONSTRAINT operators_password_hash_check CHECK (((password_hash ~~ '$argon2id$%'::text) AND (char_length(password_hash) <= 200)))
+);
+
+CREATE SEQUENCE public.operators_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.operators_id_seq OWNED BY public.operators.id;
+
 CREATE TABLE public.reaped_keys (
     user_id bigint NOT NULL,
     idempotency_key text NOT NULL,
@@ -246,6 +286,8 @@ ALTER TABLE ONLY public.audit_records ALTER COLUMN id SET DEFAULT nextval('publi
 
 ALTER TABLE ONLY public.idempotency_keys ALTER COLUMN id SET DEFAULT nextval('public.idempotency_keys_id_seq'::regclass);
 
+ALTER TABLE ONLY public.operators ALTER COLUMN id SET DEFAULT nextval('public.operators_id_seq'::regclass);
+
 ALTER TABLE ONLY public.reconcile_runs ALTER COLUMN id SET DEFAULT nextval('public.reconcile_runs_id_seq'::regclass);
 
 ALTER TABLE ONLY public.rides ALTER COLUMN id SET DEFAULT nextval('public.rides_id_seq'::regclass);
@@ -262,6 +304,18 @@ ALTER TABLE ONLY public.audit_records
 
 ALTER TABLE ONLY public.idempotency_keys
     ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.operator_login_failures
+    ADD CONSTRAINT operator_login_failures_pkey PRIMARY KEY (scope, subject);
+
+ALTER TABLE ONLY public.operator_sessions
+    ADD CONSTRAINT operator_sessions_pkey PRIMARY KEY (token_sha256);
+
+ALTER TABLE ONLY public.operators
+    ADD CONSTRAINT operators_name_key UNIQUE (name);
+
+ALTER TABLE ONLY public.operators
+    ADD CONSTRAINT operators_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.reaped_keys
     ADD CONSTRAINT reaped_keys_pkey PRIMARY KEY (user_id, idempotency_key);
@@ -312,6 +366,12 @@ CREATE INDEX idempotency_keys_unfinished_last_run_at ON public.idempotency_keys 
 
 CREATE UNIQUE INDEX idempotency_keys_user_id_idempotency_key ON public.idempotency_keys USING btree (user_id, idempotency_key);
 
+CREATE INDEX operator_login_failures_wait_until ON public.operator_login_failures USING btree (wait_until);
+
+CREATE INDEX operator_sessions_expires_at ON public.operator_sessions USING btree (expires_at);
+
+CREATE INDEX operator_sessions_operator_id ON public.operator_sessions USING btree (operator_id);
+
 CREATE INDEX reaped_keys_created_at ON public.reaped_keys USING btree (created_at);
 
 CREATE INDEX rides_idempotency_key_id ON public.rides USING btree (idempotency_key_id) WHERE (idempotency_key_id IS NOT NULL);
@@ -326,6 +386,9 @@ ALTER TABLE ONLY public.audit_records
 
 ALTER TABLE ONLY public.idempotency_keys
     ADD CONSTRAINT idempotency_keys_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(id) ON DELETE RESTRICT;
+
+ALTER TABLE ONLY public.operator_sessions
+    ADD CONSTRAINT operator_sessions_operator_id_fkey FOREIGN KEY (operator_id) REFERENCES public.operators(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.reaped_keys
     ADD CONSTRAINT reaped_keys_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(id) ON DELETE RESTRICT;
