@@ -20,11 +20,14 @@ export API_PORT         ?= 5000
 export API_METRICS_ADDR ?= 127.0.0.1:9100
 export STRIPE_API_BASE  ?= http://127.0.0.1:$(FAKESTRIPE_PORT)
 export SIMULATED_ERRORS ?= true
-# The operator's console (cmd/console); its password has no default
-# outside make dev.
+# The operator's console (cmd/console). It has no account of its own:
+# make dev adds this one (console operator add -reset) before it starts
+# anything, and prints it. Make variables only, not settings: no process
+# reads them.
 export CONSOLE_HOST     ?= 127.0.0.1
 export CONSOLE_PORT     ?= 5050
-export CONSOLE_PASSWORD ?= rocketrides-dev
+DEV_OPERATOR            ?= dev
+DEV_OPERATOR_PASSWORD   ?= rocketrides-dev
 
 # An execution count, not a duration: with a duration, Go 1.26's fuzzing
 # coordinator can report "context deadline exceeded" as a failure when the
@@ -35,8 +38,9 @@ FUZZ_TARGETS := FuzzParams FuzzEquivalentEncodings FuzzIdempotencyKey
 
 .PHONY: dev stop test lint fuzz chaos bench build db migrate seed vet fmt generate docs clean
 
-## dev: local Postgres, migrations, then every Procfile process. Ctrl-C stops
-## them all, and the local Postgres too when make dev started it
+## dev: local Postgres, migrations, the console's dev account (printed), then
+## every Procfile process. Ctrl-C stops them all, and the local Postgres too
+## when make dev started it
 dev: build
 	@set -euo pipefail; \
 	if [ -z "$${DATABASE_URL:-}" ] && ! $(BIN)/localpg status >/dev/null 2>&1; then \
@@ -45,12 +49,13 @@ dev: build
 	fi; \
 	export DATABASE_URL="$${DATABASE_URL:-$$($(BIN)/localpg url rocketrides)}"; \
 	$(BIN)/migrate up; \
+	printf '%s\n' '$(DEV_OPERATOR_PASSWORD)' | $(BIN)/console operator add -reset '$(DEV_OPERATOR)' >/dev/null; \
 	runner=$$(scripts/procfile-runner); \
 	echo "database: $$DATABASE_URL"; \
 	echo "stripe:   $$STRIPE_API_BASE"; \
 	echo "api:      http://$$API_HOST:$$API_PORT"; \
 	echo "metrics:  http://$$API_METRICS_ADDR/metrics"; \
-	echo "console:  http://$$CONSOLE_HOST:$$CONSOLE_PORT (any name, password $$CONSOLE_PASSWORD)"; \
+	echo "console:  http://$$CONSOLE_HOST:$$CONSOLE_PORT (account $(DEV_OPERATOR), password $(DEV_OPERATOR_PASSWORD))"; \
 	$$runner
 
 ## stop: stop every project-local server: the cluster (make dev, make test),

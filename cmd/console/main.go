@@ -1,7 +1,16 @@
 // Command console serves the operator's console (package console) on
 // HOST:PORT until SIGINT or SIGTERM (make dev sets them from CONSOLE_HOST
-// and CONSOLE_PORT). It needs CONSOLE_PASSWORD: there is no default login
-// outside `make dev`.
+// and CONSOLE_PORT). People log in to their own accounts, which the
+// command also manages; there is none by default (make dev adds its own):
+//
+//	console operator add [-reset] NAME    (the password on standard input)
+//	console operator disable NAME
+//
+// add refuses a name an audit record would refuse and a password below
+// the minimum strength (operator.CheckPassword), each by name; -reset
+// sets the password of an account that exists, and enables it again.
+// disable logs its sessions out at once; the account stays, for the
+// audit records that name it.
 //
 // With SIMULATED_ERRORS=true (as make dev sets) it adds the lab, which
 // sends rides to the api at CONSOLE_API_URL as the demo user (CONSOLE_LAB_TOKEN,
@@ -12,11 +21,11 @@
 // For scripts and runbooks, the console's settlements of a key set aside
 // for a person are also a command:
 //
-//	console resolve adopt|release|close -key <idempotency key id> -operator <name>
+//	console resolve adopt|release|close -key <idempotency key id> -operator <account>
 //
 // It acts exactly as the console's buttons do (console.SettlementNamed),
-// prints what it did in the console's words, and exits 1 when the
-// settlement is refused.
+// as the enabled account named by -operator, prints what it did in the
+// console's words, and exits 1 when the settlement is refused.
 package main
 
 import (
@@ -39,6 +48,7 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/console"
 	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/operator"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/platform/serve"
@@ -47,8 +57,13 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "resolve" {
-		os.Exit(resolve(os.Args[2:], os.Stdout, os.Stderr))
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "resolve":
+			os.Exit(resolve(os.Args[2:], os.Stdout, os.Stderr))
+		case "operator":
+			os.Exit(operatorCommand(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+		}
 	}
 	process.Main(command())
 }
@@ -92,9 +107,9 @@ func (s services) open(ctx context.Context, logger *slog.Logger) (*pgxpool.Pool,
 
 func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error) {
 	services := readServices(env)
-	// Required: the console shows and settles payments. make dev sets a
-	// development password and prints it.
-	password := env.Required("CONSOLE_PASSWORD")
+	// Behind a reverse proxy that terminates TLS, the console hears
+	// http; the proxy says https.
+	trustProxy := env.Bool("CONSOLE_TRUST_PROXY", false)
 	host := env.Host("HOST", "127.0.0.1")
 	// Zero listens on any free port; the "Serving HTTP" line says which.
 	port := env.Port("PORT", 5050)
@@ -122,7 +137,21 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	if err != nil {
 		return nil, err
 	}
-	handler, err := console.New(&console.Config{Pool: pool, Keys: keys, Rides: svc, Password: password, Logger: logger, Lab: lab})
+	operators, err := operator.New(&operator.Config{Pool: pool})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	// No default account: say how to make one rather than serve a login
+	// no one can pass without a word.
+	if n, err := operators.CountEnabled(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	} else if n == 0 {
+		logger.WarnContext(ctx, "No operator account can log in; add one with: console operator add NAME")
+	}
+	handler, err := console.New(&console.Config{Pool: pool, Keys: keys, Rides: svc, Operators: operators,
+		TrustProxy: trustProxy, Logger: logger, Lab: lab})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -158,7 +187,7 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 // resolve is `console resolve adopt|release|close -key N -operator NAME`.
 // It prints what it did to stdout and why it did not to stderr.
 func resolve(args []string, stdout, stderr io.Writer) int {
-	usage := "usage: console resolve adopt|release|close -key <idempotency key id> -operator <name>"
+	usage := "usage: console resolve adopt|release|close -key <idempotency key id> -operator <account>"
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, usage)
 		return 2
@@ -167,16 +196,16 @@ func resolve(args []string, stdout, stderr io.Writer) int {
 	flags := flag.NewFlagSet("console resolve "+action, flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	keyID := flags.Int64("key", 0, "the idempotency key's id (as the console and the logs show it)")
-	operator := flags.String("operator", "", "your name, for the audit record")
+	account := flags.String("operator", "", "your account's name, for the audit record")
 	if err := flags.Parse(args[1:]); err != nil {
 		return 2
 	}
 	// The operator's name is checked as the audit record will check it
 	// (rides.ValidOperator): a bad one is a usage error, found before
 	// the database is opened.
-	*operator = strings.TrimSpace(*operator) // as the login trims it
+	*account = strings.TrimSpace(*account) // as the login trims it
 	var refused *rides.OperatorError
-	badOperator := errors.As(rides.ValidOperator(*operator), &refused)
+	badOperator := errors.As(rides.ValidOperator(*account), &refused)
 	settlement, known := console.SettlementNamed(action)
 	switch {
 	case !known:
@@ -211,10 +240,25 @@ func resolve(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer pool.Close()
+	// The audit record names an account, as the console's do: not
+	// whatever name was typed.
+	operators, err := operator.New(&operator.Config{Pool: pool})
+	if err != nil {
+		fmt.Fprintf(stderr, "console resolve: %v\n", err)
+		return 2
+	}
+	if _, err := operators.Enabled(ctx, *account); err != nil {
+		if errors.Is(err, operator.ErrNotFound) {
+			fmt.Fprintf(stderr, "console resolve: -operator: no enabled account is named %q (console operator add)\n", *account)
+		} else {
+			fmt.Fprintf(stderr, "console resolve: %v\n", err)
+		}
+		return 2
+	}
 	// The command is run on the host it acts from, so loopback is where
 	// the settlement truly came from: unlike a console request over a
 	// Unix socket (clientIP), no origin is made up.
-	st := rides.Settlement{KeyID: *keyID, Operator: *operator, OriginIP: netip.IPv6Loopback()}
+	st := rides.Settlement{KeyID: *keyID, Operator: *account, OriginIP: netip.IPv6Loopback()}
 	msg, err := settlement.Run(ctx, svc, st)
 	if err != nil {
 		fmt.Fprintf(stderr, "console resolve %s: refused: %v\n", action, err)

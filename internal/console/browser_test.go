@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -91,6 +92,7 @@ const stripeKey = "sk_test_console"
 // check what the browser saw.
 type procStack struct {
 	fleet   *fleet.Fleet
+	dbURL   string
 	pool    *pgxpool.Pool
 	stripe  *fleet.Process
 	api     *fleet.Process
@@ -98,15 +100,17 @@ type procStack struct {
 	token   string
 }
 
-// startStack starts the stack with env (KEY=VALUE) in every process.
+// startStack starts the stack with env (KEY=VALUE) in every process, and
+// adds the account "ada" (password password) as an operator would.
 func startStack(t *testing.T, completer bool, env ...string) *procStack {
 	t.Helper()
 	dbURL := dbtest.NewURL(t)
-	s := &procStack{token: "console-" + uuid.NewString()}
+	s := &procStack{token: "console-" + uuid.NewString(), dbURL: dbURL}
 	s.fleet = fleettest.New(t, append([]string{
 		"DATABASE_URL=" + dbURL, "STRIPE_API_KEY=" + stripeKey,
-		"SEED_USER_TOKEN=" + s.token, "CONSOLE_PASSWORD=" + password,
+		"SEED_USER_TOKEN=" + s.token,
 	}, env...)...)
+	s.operator(t, password+"\n", 0, "add", "ada")
 	s.stripe = fleettest.Start(t, s.fleet, "fakestripe")
 	s.fleet.AddEnv("STRIPE_API_BASE=" + s.stripe.URL)
 	fleettest.Run(t, s.fleet, "seed", nil)
@@ -124,6 +128,29 @@ func startStack(t *testing.T, completer bool, env ...string) *procStack {
 	t.Cleanup(pool.Close)
 	s.pool = pool
 	return s
+}
+
+// operator runs `console operator args...` against the stack's database,
+// with stdin, as a person at the console's host would, and requires it to
+// exit with code; it returns what it wrote to stdout and stderr.
+func (s *procStack) operator(t *testing.T, stdin string, code int, args ...string) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.fleet.Binaries().Path("console"), append([]string{"operator"}, args...)...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + s.dbURL}
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	got := 0
+	if exit := (*exec.ExitError)(nil); errors.As(err, &exit) {
+		got = exit.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	require.Equal(t, code, got, "console operator %q: %s%s", args, stdout.String(), stderr.String())
+	return stdout.String(), stderr.String()
 }
 
 // postRide sends a ride to the api as the demo user.
@@ -221,6 +248,7 @@ func (s *procStack) login(t *testing.T, ctx context.Context, shot bool) {
 	require.NoError(t, chromedp.Run(ctx,
 		chromedp.Navigate(s.console.URL+"/"),
 		chromedp.WaitVisible(`#login`),
+		// The account's name: a name without one is refused.
 		chromedp.SendKeys(`input[name=operator]`, "ada"),
 		chromedp.SendKeys(`input[name=password]`, password),
 	))

@@ -13,37 +13,32 @@
 //     holds for each, and the three settlements of package rides.
 //   - The reaper's abandoned requests and the reconciler's findings.
 //
-// It is an operator tool over payment data: every page needs a login
-// (a password from the environment), every POST is checked against the
-// console's own origin and a per-session token, templates escape
-// everything, and API tokens are never read, let alone shown.
+// It is an operator tool over payment data: every page needs a login to
+// a person's own account (package operator), whose name every
+// settlement's audit record carries; sessions are kept on the server, so
+// logging out or disabling the account ends them; every POST is checked
+// against the console's own origin, scheme included, and a per-session
+// token; templates escape everything, and API tokens are never read, let
+// alone shown.
 package console
 
 import (
 	"cmp"
 	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"embed"
-	"encoding/base64"
 	"errors"
-	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
-	"unicode"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"riverqueue.com/riverui"
 
 	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/operator"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
@@ -52,9 +47,6 @@ var templateFS embed.FS
 
 //go:embed static
 var staticFS embed.FS
-
-// sessionLifetime is how long a login lasts.
-const sessionLifetime = 12 * time.Hour
 
 // Config configures the console.
 type Config struct {
@@ -65,9 +57,15 @@ type Config struct {
 	// Rides settles keys set aside and asks Stripe about a request.
 	// Required.
 	Rides *rides.Service
-	// Password is the login secret (CONSOLE_PASSWORD). Required; it also
-	// keys the signatures of sessions, so changing it logs everyone out.
-	Password string
+	// Operators are the accounts people log in to, and their sessions.
+	// Required.
+	Operators *operator.Store
+	// TrustProxy says the console is reached through a reverse proxy
+	// whose X-Forwarded-Proto names the scheme the browser used
+	// (CONSOLE_TRUST_PROXY): https there makes the cookie Secure and is
+	// the scheme an Origin must have. Never set it where browsers reach
+	// the console directly: they could then claim either scheme.
+	TrustProxy bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Lab, when set, adds the lab (only where simulated errors are
@@ -83,8 +81,8 @@ func (c *Config) validate() error {
 		return errors.New("console: Config.Keys is required")
 	case c.Rides == nil:
 		return errors.New("console: Config.Rides is required")
-	case c.Password == "":
-		return errors.New("console: Config.Password is required")
+	case c.Operators == nil:
+		return errors.New("console: Config.Operators is required")
 	}
 	if c.Lab != nil {
 		return c.Lab.validate()
@@ -94,14 +92,14 @@ func (c *Config) validate() error {
 
 // Console is the console's HTTP handler.
 type Console struct {
-	pool     *pgxpool.Pool
-	keys     *idem.Store
-	rides    *rides.Service
-	password string
-	secret   []byte
-	logger   *slog.Logger
-	pages    map[string]*template.Template
-	mux      *http.ServeMux
+	pool       *pgxpool.Pool
+	keys       *idem.Store
+	rides      *rides.Service
+	operators  *operator.Store
+	trustProxy bool
+	logger     *slog.Logger
+	pages      map[string]*template.Template
+	mux        *http.ServeMux
 	// failuresHTML is docs/failures.md, rendered once.
 	failuresHTML template.HTML
 	lab          *Lab
@@ -119,15 +117,14 @@ func New(config *Config) (*Console, error) {
 	if err := config.validate(); err != nil {
 		return nil, err
 	}
-	secret := sha256.Sum256([]byte("rocketrides console session\x00" + config.Password))
 	c := &Console{
-		pool:     config.Pool,
-		keys:     config.Keys,
-		rides:    config.Rides,
-		password: config.Password,
-		secret:   secret[:],
-		logger:   cmp.Or(config.Logger, slog.Default()),
-		pages:    map[string]*template.Template{},
+		pool:       config.Pool,
+		keys:       config.Keys,
+		rides:      config.Rides,
+		operators:  config.Operators,
+		trustProxy: config.TrustProxy,
+		logger:     cmp.Or(config.Logger, slog.Default()),
+		pages:      map[string]*template.Template{},
 	}
 	if err := c.parseTemplates(); err != nil {
 		return nil, err
@@ -208,199 +205,18 @@ func noListing(h http.Handler) http.Handler {
 // what the console said to this session (flashOf), never the words of a
 // link someone else made (/attention?message=Refunded, call 555-...).
 func (c *Console) flash(back string, s *session, kind, text string) string {
-	return back + "?" + kind + "=" + urlQuery(text) + "&sig=" + c.flashSig(s, kind, text)
+	return back + "?" + kind + "=" + urlQuery(text) + "&sig=" + flashSig(s, kind, text)
 }
 
-func (c *Console) flashSig(s *session, kind, text string) string {
-	return sign(c.secret, "flash|"+kind+"|"+s.Nonce+"|"+text)
-}
+func flashSig(s *session, kind, text string) string { return s.Sign("flash|" + kind + "|" + text) }
 
 // flashOf is the text of kind in r's query when the console set it there
 // for the session s (flash), and "" otherwise.
 func (c *Console) flashOf(r *http.Request, s *session, kind string) string {
 	q := r.URL.Query()
 	text := q.Get(kind)
-	if text == "" || !hmac.Equal([]byte(q.Get("sig")), []byte(c.flashSig(s, kind, text))) {
+	if text == "" || !hmac.Equal([]byte(q.Get("sig")), []byte(flashSig(s, kind, text))) {
 		return ""
 	}
 	return text
-}
-
-// session is a logged-in operator.
-type session struct {
-	Operator string
-	Nonce    string
-	Expires  time.Time
-}
-
-// csrf is the session's token for forms: a signature of its nonce, so
-// that it needs no storage and a page of another session cannot forge it.
-func (s *session) csrf(secret []byte) string { return sign(secret, "csrf|"+s.Nonce) }
-
-const cookieName = "rocketrides_console"
-
-func sign(secret []byte, payload string) string {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(payload))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
-}
-
-// encode is the cookie's value: the session, then its signature.
-func (c *Console) encode(s *session) string {
-	payload := base64.RawURLEncoding.EncodeToString([]byte(
-		strconv.FormatInt(s.Expires.Unix(), 10) + "|" + s.Nonce + "|" + s.Operator))
-	return payload + "." + sign(c.secret, payload)
-}
-
-// sessionOf returns the request's session, or nil when it has none that
-// this console signed and that has not expired.
-func (c *Console) sessionOf(r *http.Request) *session {
-	cookie, err := r.Cookie(cookieName)
-	if err != nil {
-		return nil
-	}
-	payload, sig, ok := strings.Cut(cookie.Value, ".")
-	if !ok || !hmac.Equal([]byte(sig), []byte(sign(c.secret, payload))) {
-		return nil
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(payload)
-	if err != nil {
-		return nil
-	}
-	parts := strings.SplitN(string(raw), "|", 3)
-	if len(parts) != 3 {
-		return nil
-	}
-	exp, err := strconv.ParseInt(parts[0], 10, 64)
-	if err != nil || time.Now().Unix() > exp {
-		return nil
-	}
-	return &session{Expires: time.Unix(exp, 0), Nonce: parts[1], Operator: parts[2]}
-}
-
-// page requires a session for a page that only reads.
-func (c *Console) page(fn func(w http.ResponseWriter, r *http.Request, s *session)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s := c.sessionOf(r)
-		if s == nil {
-			http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
-			return
-		}
-		fn(w, r, s)
-	})
-}
-
-// action requires, for a POST, a session, a request from the console's
-// own origin, and the session's form token: a page on another site can
-// make the browser send the cookie, but it can neither set Origin to ours
-// nor read the token.
-func (c *Console) action(fn func(w http.ResponseWriter, r *http.Request, s *session)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s := c.sessionOf(r)
-		if s == nil {
-			http.Error(w, "Log in first.", http.StatusUnauthorized)
-			return
-		}
-		if !sameOrigin(r) {
-			c.logger.WarnContext(r.Context(), "Refused a console action from another origin",
-				slog.String("origin", r.Header.Get("Origin")), slog.String("referer", r.Header.Get("Referer")))
-			http.Error(w, "Refused: the request did not come from this console.", http.StatusForbidden)
-			return
-		}
-		if token := r.PostFormValue("csrf"); subtle.ConstantTimeCompare([]byte(token), []byte(s.csrf(c.secret))) != 1 {
-			http.Error(w, "Refused: the form's token is missing or stale; reload the page.", http.StatusForbidden)
-			return
-		}
-		fn(w, r, s)
-	})
-}
-
-// sameOrigin reports whether r comes from a page of this console: its
-// Origin header, or failing that its Referer, names the host r was sent
-// to. A POST with neither is refused.
-func sameOrigin(r *http.Request) bool {
-	from := r.Header.Get("Origin")
-	if from == "" || from == "null" {
-		from = r.Header.Get("Referer")
-	}
-	u, err := url.Parse(from)
-	if from == "" || err != nil {
-		return false
-	}
-	return (u.Scheme == "http" || u.Scheme == "https") && u.Host == r.Host
-}
-
-func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
-	c.render(w, r, "login", nil, map[string]any{"Next": safeNext(r.URL.Query().Get("next"))})
-}
-
-// login checks the password (in constant time) and starts a session
-// under the operator's name, which every settlement's audit record
-// carries. Login is a POST like any other: it too must come from the
-// console's own origin.
-func (c *Console) login(w http.ResponseWriter, r *http.Request) {
-	operator := strings.TrimSpace(r.PostFormValue("operator"))
-	password := r.PostFormValue("password")
-	next := safeNext(r.PostFormValue("next"))
-	// The form again, its name filled in. Not under "Operator": the
-	// layout shows the logged-in navigation to a page that has one.
-	refuse := func(status int, msg string) {
-		c.renderStatus(w, r, status, "login", nil, map[string]any{"Next": next, "Error": msg, "Name": operator})
-	}
-	if !sameOrigin(r) {
-		http.Error(w, "Refused: the request did not come from this console.", http.StatusForbidden)
-		return
-	}
-	// The name goes on the audit record of every settlement, which
-	// refuses one rides.ValidOperator refuses: better to hear it now.
-	var refused *rides.OperatorError
-	if errors.As(rides.ValidOperator(operator), &refused) {
-		refuse(http.StatusBadRequest, fmt.Sprintf("Your name (operator) is refused: %s. It goes on the audit record of what you do.", refused.Reason))
-		return
-	}
-	if subtle.ConstantTimeCompare(hashOf(password), hashOf(c.password)) != 1 {
-		c.logger.WarnContext(r.Context(), "Console login refused", slog.String("operator", operator))
-		refuse(http.StatusUnauthorized, "Wrong password.")
-		return
-	}
-	nonce := make([]byte, 18)
-	_, _ = rand.Read(nonce) // never fails (crypto/rand)
-	s := &session{Operator: operator, Nonce: base64.RawURLEncoding.EncodeToString(nonce), Expires: time.Now().Add(sessionLifetime)}
-	http.SetCookie(w, &http.Cookie{
-		Name: cookieName, Value: c.encode(s), Path: "/", Expires: s.Expires,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
-	})
-	c.logger.InfoContext(r.Context(), "Console login", slog.String("operator", operator))
-	http.Redirect(w, r, next, http.StatusSeeOther)
-}
-
-func hashOf(s string) []byte { h := sha256.Sum256([]byte(s)); return h[:] }
-
-func (c *Console) logout(w http.ResponseWriter, r *http.Request, _ *session) {
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
-	http.Redirect(w, r, "/login", http.StatusSeeOther)
-}
-
-// safeNext keeps a redirect after login on this console: it returns
-// next's path and query when next is a path of this console, else "/".
-// Browsers read a URL more loosely than net/url does: they drop tabs and
-// newlines anywhere and take a backslash for a slash, so "/\t/evil.example"
-// and "/\\evil.example" reach them as "//evil.example", another site. Any
-// control character or backslash is refused outright, before parsing.
-func safeNext(next string) string {
-	if strings.ContainsFunc(next, func(r rune) bool { return r == '\\' || unicode.IsControl(r) }) {
-		return "/"
-	}
-	// A path of exactly one leading slash parses to no scheme, host,
-	// user or opaque part; its decoded path may still begin "//"
-	// ("/%2F/x"), refused too: decoded anywhere on its way, it names
-	// another site.
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
-		return "/"
-	}
-	u, err := url.Parse(next)
-	if err != nil || strings.HasPrefix(u.Path, "//") {
-		return "/"
-	}
-	return (&url.URL{Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}).RequestURI()
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/console"
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/operator"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 )
@@ -27,8 +28,9 @@ const password = "correct horse"
 
 type testBundle struct {
 	*apitest.Stack
-	console *httptest.Server
-	client  *http.Client // logged in, cookies kept, redirects not followed
+	operators *operator.Store // the account "ada", password password
+	console   *httptest.Server
+	client    *http.Client // logged in, cookies kept, redirects not followed
 }
 
 func setup(t *testing.T) *testBundle { return setupWith(t, nil) }
@@ -48,7 +50,11 @@ func setupWith(t *testing.T, lab func(*apitest.Stack) *console.Lab) *testBundle 
 	require.NoError(t, err)
 	svc, err := rides.NewService(&rides.ServiceConfig{Pool: b.Pool, Keys: keys, Payments: b.Gateway})
 	require.NoError(t, err)
-	h, err := console.New(&console.Config{Pool: b.Pool, Keys: keys, Rides: svc, Password: password, Lab: labConfig})
+	b.operators, err = operator.New(&operator.Config{Pool: b.Pool})
+	require.NoError(t, err)
+	_, err = b.operators.Add(context.Background(), "ada", password)
+	require.NoError(t, err)
+	h, err := console.New(&console.Config{Pool: b.Pool, Keys: keys, Rides: svc, Operators: b.operators, Lab: labConfig})
 	require.NoError(t, err)
 	b.console = httptest.NewServer(h)
 	t.Cleanup(b.console.Close)
@@ -383,8 +389,64 @@ func TestConsole(t *testing.T) {
 			require.Contains(t, string(body), "Your name (operator) is refused", "name %q", name)
 			require.NotContains(t, string(body), `id="operator"`, "name %q", name)
 		}
-		resp := b.post(t, "/login", b.console.URL, url.Values{"operator": {strings.Repeat("é", rides.MaxOperatorLength)}, "password": {password}})
+		longest := strings.Repeat("é", rides.MaxOperatorLength)
+		_, err := b.operators.Add(context.Background(), longest, password)
+		require.NoError(t, err, "the limit counts characters, not bytes")
+		resp := b.post(t, "/login", b.console.URL, url.Values{"operator": {longest}, "password": {password}})
 		require.Equal(t, http.StatusSeeOther, resp.StatusCode, "the limit counts characters, not bytes")
+	})
+
+	// Served over TLS, the session cookie is Secure, and only an https
+	// page of the console may post.
+	t.Run("CookieIsSecureOverTLS", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		tlsConsole := httptest.NewTLSServer(b.console.Config.Handler)
+		t.Cleanup(tlsConsole.Close)
+		client := tlsConsole.Client()
+		client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		login := func(origin string) *http.Response {
+			req, err := http.NewRequest(http.MethodPost, tlsConsole.URL+"/login",
+				strings.NewReader(url.Values{"operator": {"ada"}, "password": {password}}.Encode()))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("Origin", origin)
+			resp, err := client.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			return resp
+		}
+		resp := login(tlsConsole.URL)
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+		require.Contains(t, resp.Header.Get("Set-Cookie"), "; Secure")
+		require.Equal(t, http.StatusForbidden, login("http://"+strings.TrimPrefix(tlsConsole.URL, "https://")).StatusCode)
+	})
+
+	// A page left open keeps its event stream: the stream ends with the
+	// session, when the account is disabled.
+	t.Run("EventsEndWithTheSession", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+		resp, err := b.client.Get(b.console.URL + "/events")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		lines := bufio.NewScanner(resp.Body)
+		require.True(t, lines.Scan())
+		require.Equal(t, "event: overview", lines.Text())
+		_, err = b.operators.Disable(context.Background(), "ada")
+		require.NoError(t, err)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for lines.Scan() {
+			}
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the stream went on after the account was disabled")
+		}
 	})
 
 	t.Run("OverviewCountsRides", func(t *testing.T) {

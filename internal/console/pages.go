@@ -79,7 +79,7 @@ func (c *Console) renderStatus(w http.ResponseWriter, r *http.Request, status in
 	}
 	data["Page"] = page
 	if s != nil {
-		data["Operator"], data["CSRF"] = s.Operator, s.csrf(c.secret)
+		data["Operator"], data["CSRF"] = s.Operator, csrf(s)
 	}
 	data["HasLab"] = c.lab != nil
 	var buf bytes.Buffer
@@ -202,7 +202,9 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 const eventInterval = time.Second
 
 // events streams the overview as server-sent events, one every
-// eventInterval, until the browser goes away.
+// eventInterval, until the browser goes away or the session ends: a
+// page left open after its operator logged out, or was disabled, stops
+// showing anything new.
 func (c *Console) events(w http.ResponseWriter, r *http.Request, _ *session) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
@@ -237,6 +239,13 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, _ *session) {
 		case <-r.Context().Done():
 			return
 		case <-ticker.C:
+		}
+		s, err := c.sessionOf(r)
+		if err != nil && r.Context().Err() == nil {
+			c.logger.ErrorContext(r.Context(), "Console session check failed", slog.Any("error", err))
+		}
+		if s == nil {
+			return
 		}
 	}
 }

@@ -50,7 +50,12 @@ func (c *Console) Start(ctx context.Context) error {
 // as the console's own forms must.
 func (c *Console) riverPage(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c.sessionOf(r) == nil {
+		s, err := c.sessionOf(r)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		if s == nil {
 			if r.Method == http.MethodGet || r.Method == http.MethodHead {
 				http.Redirect(w, r, "/login?next="+urlQuery(r.URL.RequestURI()), http.StatusSeeOther)
 				return
@@ -58,7 +63,7 @@ func (c *Console) riverPage(h http.Handler) http.Handler {
 			http.Error(w, "Log in first.", http.StatusUnauthorized)
 			return
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead && !sameOrigin(r) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && !c.sameOrigin(r) {
 			http.Error(w, "Refused: the request did not come from this console.", http.StatusForbidden)
 			return
 		}

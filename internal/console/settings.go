@@ -4,10 +4,11 @@ import "github.com/rocketrides/rocketrides/internal/platform/config"
 
 // Variables are the console's own settings (cmd/console). It also reads
 // the api's settings for the ride service it acts through, HOST and PORT
-// for its listener, and SIMULATED_ERRORS for the lab.
+// for its listener, and SIMULATED_ERRORS for the lab. It has no password
+// setting: people log in to their own accounts (console operator add).
 var Variables = config.Declare(
-	config.Setting{Name: "CONSOLE_PASSWORD", Type: config.TypeString, Secret: true, Required: true,
-		Help: "the password of the console's login; no default outside make dev"},
+	config.Setting{Name: "CONSOLE_TRUST_PROXY", Type: config.TypeBool,
+		Help: "true: believe X-Forwarded-Proto, as the reverse proxy that browsers reach the console through sets it (https there: a Secure cookie, and only an https Origin may post); leave it false where browsers reach the console directly"},
 	config.Setting{Name: "CONSOLE_API_URL", Type: config.TypeURL,
 		Help: "the api's base URL, where the lab sends its rides (SIMULATED_ERRORS=true only)"},
 	config.Setting{Name: "CONSOLE_LAB_TOKEN", Type: config.TypeString, Secret: true,
