@@ -2,6 +2,7 @@
 DROP FUNCTION idempotency_key_phase_check(BOOLEAN, TEXT);
 DROP FUNCTION idempotency_key_fence(BIGINT, UUID, TEXT);
 DROP TABLE reconcile_runs;
+DROP TABLE rate_limit_windows;
 DROP TABLE reaped_keys;
 DROP TABLE abandoned_requests;
 DROP TABLE ride_receipts;

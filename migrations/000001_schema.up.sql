@@ -280,6 +280,11 @@ CREATE TABLE reaped_keys (
 );
 CREATE INDEX reaped_keys_created_at ON reaped_keys (created_at);
 
+-- Rate limits' counts, a window per limit and subject (package ratelimit says more).
+-- UNLOGGED: no WAL, no flush to wait for; a crash only starts the windows over.
+CREATE UNLOGGED TABLE rate_limit_windows (policy TEXT, subject TEXT, PRIMARY KEY (policy, subject),
+    hits BIGINT NOT NULL, quota BIGINT, CHECK (hits <= quota), ends_at TIMESTAMPTZ NOT NULL);
+
 -- The reconciler's latest findings (rides against Stripe's charges), for
 -- the console; owned by package reconcile, which keeps the recent ones.
 CREATE TABLE reconcile_runs (
