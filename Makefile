@@ -20,6 +20,9 @@ export API_PORT         ?= 5000
 export API_METRICS_ADDR ?= 127.0.0.1:9100
 export STRIPE_API_BASE  ?= http://127.0.0.1:$(FAKESTRIPE_PORT)
 export SIMULATED_ERRORS ?= true
+# The simulator sends a ride a second with one token, far past the rate
+# limits' defaults; RATE_LIMITS=on make dev shows them refusing it.
+export RATE_LIMITS      ?= off
 # The operator's console (cmd/console); its password has no default
 # outside make dev.
 export CONSOLE_HOST     ?= 127.0.0.1
