@@ -54,10 +54,13 @@
 // its window ends (a count only grows within a window), so a flood of
 // refused requests never reaches Postgres.
 //
-// What that costs in exactness: with one or two instances, none. With
-// more, a token can pass its quota only if each instance receives nearly
-// half of it within SyncEvery, unseen by the others, and then by less than
-// half the quota for each instance past the second. An instance learns
-// that an address was refused within SyncEvery of the failure that did it
-// (at once, if it counted that failure itself).
+// What that costs in exactness: with one instance, nothing. With several,
+// a token's requests that another instance has counted below half the
+// quota, in the SyncEvery since its last sync, are not in the shared count
+// yet; a token can pass its quota by those, which is less than half the
+// quota per other instance and no more than the token sent them in a
+// tenth of a second. An instance learns that an address was refused
+// within SyncEvery of the failure that did it (at once, if it counted
+// that failure itself). Charges and failed authentications are always
+// counted exactly.
 package ratelimit

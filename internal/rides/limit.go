@@ -13,7 +13,9 @@
 // completer cannot finish a request its client was told did not run. The
 // completer's own attempt at a key its client left at started is counted
 // too, and refused alike, but keeps its key: it tries again later, as the
-// contract promises that client.
+// contract promises that client. A count stands once it has committed,
+// even if the phase behind it then fails and a retry is counted again:
+// the cap errs towards refusing, never towards one charge too many.
 
 package rides
 
