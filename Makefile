@@ -20,6 +20,9 @@ export API_PORT         ?= 5000
 export API_METRICS_ADDR ?= 127.0.0.1:9100
 export STRIPE_API_BASE  ?= http://127.0.0.1:$(FAKESTRIPE_PORT)
 export SIMULATED_ERRORS ?= true
+# The simulator sends a ride a second with one token, far past the rate
+# limits' defaults; RATE_LIMITS=on make dev shows them refusing it.
+export RATE_LIMITS      ?= off
 # The operator's console (cmd/console). It has no account of its own:
 # make dev adds this one (console operator add -reset) before it starts
 # anything, and prints it. Make variables only, not settings: no process

@@ -93,11 +93,7 @@ func TestOpenAPI(t *testing.T) {
 			documented = append(documented, v.(string))
 		}
 		slices.Sort(documented)
-		// The contract documents issue 23's rate limits (429
-		// rate_limited) ahead of the code that will answer them; drop
-		// this when it lands.
-		codes := append(problemCodes(t, "../internal"), documentedAhead...)
-		slices.Sort(codes)
+		codes := problemCodes(t, "../internal")
 		require.Equal(t, documented, codes,
 			"the ProblemCode enum of docs/openapi.yaml and the codes passed to problem.New in internal/ differ")
 	})
@@ -116,7 +112,7 @@ func TestOpenAPI(t *testing.T) {
 	})
 
 	// Every route passes the same body checks (64 KiB, no
-	// Content-Encoding), the ride routes the coming rate limits, and
+	// Content-Encoding), the ride routes the rate limits, and
 	// POST /rides, the one that reads its body, may find it stalled.
 	t.Run("DocumentsTheEdgesAnswersWhereTheyOccur", func(t *testing.T) {
 		t.Parallel()
@@ -171,10 +167,6 @@ func TestOpenAPI(t *testing.T) {
 		}
 	})
 }
-
-// documentedAhead are problem codes the contract documents before any
-// code answers them.
-var documentedAhead = []string{"rate_limited"}
 
 // parameters are op's parameters as "in name", sorted.
 func parameters(op *openapi3.Operation) []string {

@@ -5,6 +5,7 @@ DROP TABLE operator_login_failures;
 DROP TABLE operator_sessions;
 DROP TABLE operators;
 DROP TABLE reconcile_runs;
+DROP TABLE rate_limit_windows;
 DROP TABLE reaped_keys;
 DROP TABLE abandoned_requests;
 DROP TABLE ride_receipts;

@@ -3,8 +3,8 @@
 -- atomic phase, the phases' writes (audit records, rides and their charges,
 -- staged jobs), the receipt job's record, and what the reaper keeps for
 -- people. River's tables are not here: cmd/migrate applies River's own.
--- What follows the "Second reading" line near the end (the console's
--- accounts) is beyond the article: a first reading stops there.
+-- What follows the "Second reading" line near the end (the rate limits and
+-- the console's accounts) is beyond the article: a first reading stops there.
 --
 -- Policy: until the first tagged release the schema is edited in place,
 -- here; no migration is added after this one. Nothing is deployed, so there
@@ -296,7 +296,21 @@ CREATE TABLE reconcile_runs (
     discrepancies JSONB       NOT NULL CHECK (jsonb_typeof(discrepancies) = 'array')
 );
 
--- Second reading: beyond the article, the operator's console.
+-- Second reading: beyond the article, the rate limits and the operator's
+-- console.
+
+-- The rate limits' counts, one window per limit and subject; owned by
+-- package ratelimit, which says more. UNLOGGED: no WAL and no flush to
+-- wait for; a crash only starts the windows over.
+CREATE UNLOGGED TABLE rate_limit_windows (
+    policy  TEXT        NOT NULL,
+    subject TEXT        NOT NULL,
+    hits    BIGINT      NOT NULL,
+    quota   BIGINT,
+    ends_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (policy, subject),
+    CHECK (hits <= quota)
+);
 
 -- The console's accounts, one per person; owned by package operator. The
 -- name is what every settlement's audit record carries (the rules of

@@ -17,6 +17,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/platform/serve"
+	"github.com/rocketrides/rocketrides/internal/ratelimit"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
@@ -30,6 +31,7 @@ func command() *process.Config {
 func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error) {
 	databaseURL := env.Required("DATABASE_URL")
 	settings := rides.SettingsFromEnv(env)
+	tokenLimit, failedAuthLimit := ratelimit.EdgeFromEnv(env)
 	simulatedErrors := env.Bool("SIMULATED_ERRORS", false)
 	// Zero keeps pgx's default pool size.
 	maxConns := env.Int32OrZero("DATABASE_MAX_CONNS", 0)
@@ -72,12 +74,23 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	if err != nil {
 		return nil, err
 	}
+	limits, err := ratelimit.New(&ratelimit.Config{Pool: pool, Token: tokenLimit, FailedAuth: failedAuthLimit, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
 	handler, err := api.New(&api.Config{
 		Pool:     pool,
 		Logger:   logger,
 		Registry: reg,
 		Rides:    ridesHandler,
+		Limits:   limits,
 	})
+	if err != nil {
+		return nil, err
+	}
+	// The api sweeps the rate limits' ended windows, the charge cap's
+	// included, whenever any limit is on.
+	sweeper, err := ratelimit.Sweeper(pool, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -89,8 +102,24 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 		return nil, err
 	}
 
+	run := srv.Serve
+	if limits.On() || settings.Charges.On() {
+		run = func(ctx context.Context) error {
+			ctx, stop := context.WithCancel(ctx)
+			swept := make(chan struct{})
+			go func() {
+				defer close(swept)
+				_ = sweeper.Run(ctx)
+			}()
+			err := srv.Serve(ctx)
+			stop()
+			<-swept
+			return err
+		}
+	}
+
 	return &process.Program{
-		Run:         srv.Serve,
+		Run:         run,
 		Metrics:     reg,
 		MetricsAddr: metricsAddr,
 		Close:       pool.Close,

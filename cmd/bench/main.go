@@ -4,6 +4,7 @@
 //
 //	go run ./cmd/bench -json .data/bench/results.json
 //	go run ./cmd/bench -quick -only limit,new
+//	go run ./cmd/bench -only new,replay -limits   # what the rate limits cost
 package main
 
 import (
@@ -29,6 +30,7 @@ func run() int {
 	port := flag.Int("port", 0, "port of the bench's own Postgres cluster (default LOCALPG_PORT+10, 54339 without it)")
 	keep := flag.Bool("keep", false, "leave the bench cluster running afterwards")
 	profile := flag.String("profile", "", "write a CPU profile of the api over new rides at 32 clients to this file (go tool pprof)")
+	limits := flag.Bool("limits", false, "run the api with every rate limit on, each too high to be reached (default RATE_LIMITS=off): what counting costs")
 	flag.Parse()
 	if err := checkFlags(*profile, *jsonPath, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -39,7 +41,7 @@ func run() int {
 	root, err := project.Root()
 	var report *bench.Report
 	if err == nil {
-		report, err = bench.Run(ctx, bench.Config{Root: root, Port: *port, Quick: *quick, Keep: *keep, Profile: *profile, JSON: *jsonPath, Log: os.Stderr,
+		report, err = bench.Run(ctx, bench.Config{Root: root, Port: *port, Quick: *quick, Keep: *keep, Profile: *profile, JSON: *jsonPath, Log: os.Stderr, RateLimits: *limits,
 			Only: strings.FieldsFunc(*only, func(r rune) bool { return r == ',' }), Command: strings.Join(append([]string{"bench"}, os.Args[1:]...), " ")})
 	}
 	if report != nil {

@@ -36,8 +36,8 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/platform/problem"
 	"github.com/rocketrides/rocketrides/internal/platform/serve"
+	"github.com/rocketrides/rocketrides/internal/ratelimit"
 	"github.com/rocketrides/rocketrides/internal/rides"
-	"github.com/rocketrides/rocketrides/internal/user"
 )
 
 // MaxBodyBytes bounds every request body.
@@ -57,6 +57,11 @@ type Config struct {
 	// (METRICS_ADDR), apart from the public port. Nil means a registry of
 	// the handler's own.
 	Registry *prometheus.Registry
+	// Limits are the rate limits every authenticated request passes
+	// first: requests per API token, failed authentications per client
+	// address. Nil applies none. (The cap on charges is the ride
+	// service's.)
+	Limits *ratelimit.Limiter
 }
 
 func (c *Config) validate() error {
@@ -123,7 +128,7 @@ func New(config *Config) (*Handler, error) {
 		r.Get("/openapi.yaml", serveOpenAPI)
 
 		r.Group(func(r chi.Router) {
-			r.Use(authenticate(config.Pool, logger))
+			r.Use(authenticate(config.Pool, config.Limits, logger))
 			config.Rides.Mount(r)
 		})
 	})
@@ -165,44 +170,6 @@ func ServerConfig(addr string, h http.Handler, logger *slog.Logger) *serve.Confi
 		ShutdownTimeout:   95 * time.Second,
 		Logger:            logger,
 	}
-}
-
-// authenticate resolves "Authorization: Bearer <token>" to a user.
-func authenticate(pool *pgxpool.Pool, logger *slog.Logger) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			// Two credentials are none: which one a proxy or a framework
-			// would pick differs, so none is picked here.
-			if len(r.Header.Values("Authorization")) > 1 {
-				unauthorized(w, "Send the Authorization header once.")
-				return
-			}
-			scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-			token = strings.TrimSpace(token)
-			if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-				unauthorized(w, "Send your API token as Authorization: Bearer <token>.")
-				return
-			}
-			u, err := user.ByToken(r.Context(), pool, token)
-			if errors.Is(err, user.ErrNotFound) {
-				unauthorized(w, "The API token is not valid.")
-				return
-			}
-			if err != nil {
-				logger.ErrorContext(r.Context(), "Check API token", slog.Any("error", err))
-				problem.New(http.StatusServiceUnavailable, "unavailable",
-					"Could not check the API token; retry shortly.").WithRetryAfter(1).Write(w)
-				return
-			}
-			logctx.Set(r.Context(), slog.Int64(logctx.UserID, u.ID))
-			next.ServeHTTP(w, r.WithContext(user.NewContext(r.Context(), u)))
-		})
-	}
-}
-
-func unauthorized(w http.ResponseWriter, detail string) {
-	w.Header().Set("WWW-Authenticate", `Bearer realm="rocketrides"`)
-	problem.New(http.StatusUnauthorized, "unauthorized", detail).Write(w)
 }
 
 // serveOpenAPI serves the API's description, from which clients can be

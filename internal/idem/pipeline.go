@@ -3,8 +3,9 @@
 // COMMIT, in one round trip unless the phase needs an answer on the way;
 // PhaseThen sends two phases that no foreign call separates in one
 // pipeline, each its own transaction; a phase that Postgres aborts for a
-// serialization failure or deadlock runs again. A phase function reads
-// the same whichever way it is sent.
+// serialization failure or deadlock runs again. (A guard sent ahead of a
+// phase, in its round trip, is guard.go's.) A phase function reads the
+// same whichever way it is sent.
 
 package idem
 
@@ -60,7 +61,7 @@ func (o Outcome) Next() RecoveryPoint { return o.next }
 // retryPhase runs fn from attempt on; err is the previous attempt's.
 func (s *Store) retryPhase(ctx context.Context, key *Key, fn PhaseFunc, attempt int, err error) error {
 	for ; attempt <= s.phaseAttempts; attempt++ {
-		err = s.phaseOnce(ctx, key, fn)
+		err = s.phaseOnce(ctx, key, nil, fn)
 		if errors.Is(err, errReapedPredecessor) {
 			return s.retire(ctx, key)
 		}
@@ -74,8 +75,9 @@ func (s *Store) retryPhase(ctx context.Context, key *Key, fn PhaseFunc, attempt 
 
 // phaseOnce makes one attempt at the atomic phase fn of key: its
 // statements, BEGIN to COMMIT, go out in one round trip unless fn flushes
-// on the way, and the in-memory key follows once COMMIT has answered.
-func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
+// on the way, and the in-memory key follows once COMMIT has answered. A
+// guard, when not nil, goes out ahead of them (guard.go).
+func (s *Store) phaseOnce(ctx context.Context, key *Key, guard *Guard, fn PhaseFunc) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
@@ -86,6 +88,9 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc) error {
 	defer rollback(ctx, conn.Conn()) // a no-op once committed
 
 	tx := &Tx{conn: conn.Conn(), batch: &pgx.Batch{}}
+	if guard != nil {
+		tx.queueGuard(guard)
+	}
 	q, err := s.queuePhase(ctx, tx, key, key.RecoveryPoint, fn)
 	if err != nil {
 		return s.fenceError(key, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/ratelimit"
 )
 
 // Settings are what every process that runs ride requests, the api and
@@ -34,6 +35,10 @@ type Settings struct {
 	// DATABASE_ALLOW_ASYNC_REPLICATION, default false: start against a
 	// database that may lose acknowledged commits (see db.Preflight).
 	AllowAsyncReplication bool
+	// Charges caps each user's charges (RATE_LIMIT_CHARGES per
+	// RATE_LIMIT_CHARGES_WINDOW, off with RATE_LIMITS=off): the api and
+	// the completer count them in the same place.
+	Charges ratelimit.Policy
 	// Actor names the process in the steps it records on keys (see
 	// idem.Config.Actor); set by the command, not read from the
 	// environment. Empty means idem.DefaultActor.
@@ -49,6 +54,7 @@ func SettingsFromEnv(env *config.Env) Settings {
 		MaxChargeAttempts:  env.Int("MAX_CHARGE_ATTEMPTS", DefaultMaxChargeAttempts),
 		// Refused by default: see db.Preflight and docs/failures.md.
 		AllowAsyncReplication: env.Bool(db.AllowAsyncReplicationSetting, false),
+		Charges:               ratelimit.ChargesFromEnv(env),
 	}
 	refuseDoubleCharge(env, s)
 	return s
@@ -84,6 +90,7 @@ func (s Settings) NewService(ctx context.Context, pool *pgxpool.Pool, reg promet
 		Failpoint:          failpoint.FromEnv(),
 		StripeKeyRetention: s.StripeKeyRetention,
 		MaxChargeAttempts:  s.MaxChargeAttempts,
+		Charges:            s.Charges,
 	})
 	return svc, keys, err
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
 	"github.com/rocketrides/rocketrides/internal/platform/problem"
+	"github.com/rocketrides/rocketrides/internal/ratelimit"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 
@@ -121,7 +122,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		User:           u,
 		IdempotencyKey: key,
 		Params:         params,
-		OriginIP:       clientIP(r),
+		OriginIP:       ClientIP(r),
 		RaiseError:     raiseError,
 	})
 	if err == nil {
@@ -375,10 +376,16 @@ func invalidQuery(name, reason string) *problem.Problem {
 // None of these is stored on the key: the key is unlocked at its last
 // recovery point, and a retry continues from there.
 func (h *Handler) errorProblem(ctx context.Context, err error) *problem.Problem {
-	var expired *idem.ExpiredError
+	var (
+		expired *idem.ExpiredError
+		limited *ratelimit.Exceeded
+	)
 	switch {
 	case errors.As(err, &expired):
 		return expiredProblem(expired)
+	case errors.As(err, &limited):
+		// The charge cap: nothing was done, and the key is gone.
+		return limited.Problem()
 	case errors.Is(err, idem.ErrKeyReused):
 		return problem.New(http.StatusUnprocessableEntity, "idempotency_key_reused",
 			"This Idempotency-Key was used for a different request (method, path or parameters). Use a new key for a new request.")
@@ -464,9 +471,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(body)
 }
 
-// clientIP is the address the request came from. Forwarding headers are
+// ClientIP is the address the request came from. Forwarding headers are
 // not trusted: anyone can send them.
-func clientIP(r *http.Request) netip.Addr {
+func ClientIP(r *http.Request) netip.Addr {
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		return ap.Addr().Unmap()
 	}

@@ -60,6 +60,7 @@ type request struct {
 	key        *idem.Key
 	params     Params
 	raiseError bool // fail on purpose before the charge (raise_error=true)
+	client     bool // a client's own request (Create), not the completer's (limit.go)
 
 	// ride is the ride as the last phase left it, so that the next phase
 	// need not read it back. It is nil when the request resumes from a

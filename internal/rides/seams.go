@@ -47,10 +47,11 @@ var seamIn = map[idem.RecoveryPoint]string{
 }
 
 // phase runs fn as an atomic phase of the request's key (idem.Store.Phase),
-// then passes the seam just past the recovery point it reached.
+// then passes the seam just past the recovery point it reached. From
+// started, the charge cap's count goes out ahead of it (limit.go).
 func (r *request) phase(ctx context.Context, fn idem.PhaseFunc) error {
-	if err := r.keys.Phase(ctx, r.key, r.seamedPhase(fn)); err != nil {
-		return err
+	if err := r.keys.PhaseGuarded(ctx, r.key, r.chargeGuard(), r.seamedPhase(fn)); err != nil {
+		return r.refused(ctx, err)
 	}
 	return r.fail.At(ctx, seamAfter[r.key.RecoveryPoint])
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
 	"github.com/rocketrides/rocketrides/internal/platform/logctx"
+	"github.com/rocketrides/rocketrides/internal/ratelimit"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 
@@ -119,6 +120,9 @@ type ServiceConfig struct {
 	// with an unknown outcome before the key is set aside for a human.
 	// Zero means DefaultMaxChargeAttempts.
 	MaxChargeAttempts int
+	// Charges caps each user's charges, against card testing (limit.go).
+	// A zero Quota caps nothing.
+	Charges ratelimit.Policy
 }
 
 func (c *ServiceConfig) validate() error {
@@ -133,6 +137,10 @@ func (c *ServiceConfig) validate() error {
 		return fmt.Errorf("rides: ServiceConfig.StripeKeyRetention must not be negative, got %s", c.StripeKeyRetention)
 	case c.MaxChargeAttempts < 0:
 		return fmt.Errorf("rides: ServiceConfig.MaxChargeAttempts must not be negative, got %d", c.MaxChargeAttempts)
+	case c.Charges.Quota < 0:
+		return fmt.Errorf("rides: ServiceConfig.Charges.Quota must not be negative, got %d", c.Charges.Quota)
+	case c.Charges.On() && (c.Charges.Window < ratelimit.MinWindow || c.Charges.Window%time.Second != 0):
+		return fmt.Errorf("rides: ServiceConfig.Charges.Window must be whole seconds, at least one, got %s", c.Charges.Window)
 	}
 	return nil
 }
@@ -146,6 +154,7 @@ type Service struct {
 	fail              *failpoint.Set
 	stripeRetention   time.Duration
 	maxChargeAttempts int
+	charges           ratelimit.Policy
 }
 
 // NewService returns a Service for config.
@@ -164,6 +173,7 @@ func NewService(config *ServiceConfig) (*Service, error) {
 		fail:              config.Failpoint,
 		stripeRetention:   cmp.Or(config.StripeKeyRetention, DefaultStripeKeyRetention),
 		maxChargeAttempts: cmp.Or(config.MaxChargeAttempts, DefaultMaxChargeAttempts),
+		charges:           config.Charges,
 	}, nil
 }
 
@@ -216,7 +226,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Result, error)
 	if replayed {
 		return Result{Response: key.Response(), Replayed: true}, nil
 	}
-	r := &request{Service: s, user: req.User, key: key, params: req.Params, raiseError: req.RaiseError}
+	r := &request{Service: s, user: req.User, key: key, params: req.Params, raiseError: req.RaiseError, client: true}
 	resp, err := r.drive(ctx)
 	if err != nil {
 		return Result{RideID: r.createdRideID(ctx)}, err

@@ -38,11 +38,38 @@ func HashToken(token string) []byte {
 	return sum[:]
 }
 
+// byTokenSQL looks up the user whose token hashes to $1.
+const byTokenSQL = `SELECT id, email, stripe_customer_id FROM users WHERE api_token_hash = $1`
+
 // ByToken returns the user an API token belongs to, or ErrNotFound.
 func ByToken(ctx context.Context, q Querier, token string) (User, error) {
-	return one(ctx, q, "by token",
-		`SELECT id, email, stripe_customer_id FROM users WHERE api_token_hash = $1`,
-		HashToken(token))
+	return one(ctx, q, "by token", byTokenSQL, HashToken(token))
+}
+
+// Lookup is a look-up of a user queued on a batch (QueueByToken): set
+// once the batch is sent.
+type Lookup struct {
+	User  User
+	Found bool
+}
+
+// QueueByToken queues on b the look-up ByToken makes, for a caller that
+// sends it in one round trip with statements of its own: the api counts
+// the token's requests in the same round trip (package ratelimit). Once b
+// is sent, the Lookup holds the user, or Found is false.
+func QueueByToken(b *pgx.Batch, token string) *Lookup {
+	l := &Lookup{}
+	b.Queue(byTokenSQL, HashToken(token)).Query(func(rows pgx.Rows) error {
+		users, err := pgx.CollectRows(rows, pgx.RowToStructByName[User])
+		if err != nil {
+			return fmt.Errorf("read user by token: %w", err)
+		}
+		if len(users) == 1 {
+			l.User, l.Found = users[0], true
+		}
+		return nil
+	})
+	return l
 }
 
 // ByID returns the user with id, or ErrNotFound.

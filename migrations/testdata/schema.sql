@@ -158,6 +158,15 @@ CREATE SEQUENCE public.operators_id_seq
 
 ALTER SEQUENCE public.operators_id_seq OWNED BY public.operators.id;
 
+CREATE UNLOGGED TABLE public.rate_limit_windows (
+    policy text NOT NULL,
+    subject text NOT NULL,
+    hits bigint NOT NULL,
+    quota bigint,
+    ends_at timestamp with time zone NOT NULL,
+    CONSTRAINT rate_limit_windows_check CHECK ((hits <= quota))
+);
+
 CREATE TABLE public.reaped_keys (
     user_id bigint NOT NULL,
     idempotency_key text NOT NULL,
@@ -316,6 +325,9 @@ ALTER TABLE ONLY public.operators
 
 ALTER TABLE ONLY public.operators
     ADD CONSTRAINT operators_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.rate_limit_windows
+    ADD CONSTRAINT rate_limit_windows_pkey PRIMARY KEY (policy, subject);
 
 ALTER TABLE ONLY public.reaped_keys
     ADD CONSTRAINT reaped_keys_pkey PRIMARY KEY (user_id, idempotency_key);

@@ -23,6 +23,7 @@ var prefixes = []string{
 	"FAKESTRIPE_",
 	"IDEMPOTENCY_",
 	"LOCALPG_",
+	"RATE_",
 	"REAPED_",
 	"REAPER_",
 	"RECEIPT_",

@@ -25,6 +25,9 @@ type Problem struct {
 	InvalidParams []InvalidParam `json:"invalid_params,omitempty"`
 	// RetryAfter, when positive, is also sent as the Retry-After header.
 	RetryAfter int `json:"-"`
+	// Header holds further header fields sent with the problem, such as
+	// a rate limit's RateLimit and RateLimit-Policy.
+	Header http.Header `json:"-"`
 	// Extensions are extension members (RFC 9457, section 3.2), such as
 	// the id of a resource the problem is about, set with With. Their
 	// names must not be those of the members above.
@@ -125,6 +128,9 @@ func (p *Problem) JSON() []byte {
 
 // Write sends the problem as the response.
 func (p *Problem) Write(w http.ResponseWriter) {
+	for name, values := range p.Header {
+		w.Header()[name] = values
+	}
 	if p.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(p.RetryAfter))
 	}

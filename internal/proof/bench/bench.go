@@ -49,6 +49,10 @@ type Config struct {
 	JSON    string    // if set, the file the caller writes the report to (Report.WriteJSON); Run checks it first
 	Log     io.Writer // progress lines
 	Command string    // how the run was started, for the report
+	// RateLimits runs the api with every rate limit on, each too high to
+	// be reached: what counting costs. Without it the api runs with
+	// RATE_LIMITS=off, as a load tool must (one token sends every ride).
+	RateLimits bool
 }
 
 // sizes are a run's durations and row counts. short is the measured time
@@ -147,7 +151,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.Log = cmp.Or(cfg.Log, io.Discard)
 	r := &run{cfg: cfg, sz: sizesFor(cfg.Quick), start: time.Now(), runID: strings.ToLower(rand.Text()[:8]),
 		limit: map[int]float64{}, newRides: map[int]LoadResult{},
-		report: &Report{Command: cfg.Command, Started: time.Now().UTC(), Quick: cfg.Quick, Machine: Machine{
+		report: &Report{Command: cfg.Command, Started: time.Now().UTC(), Quick: cfg.Quick, RateLimits: rateLimitsNote(cfg.RateLimits), Machine: Machine{
 			CPUs: runtime.NumCPU(), MemoryGiB: float64(procInt("/proc/meminfo", "MemTotal:")) / (1 << 20),
 			// pgxpool's default, which the api keeps without DATABASE_MAX_CONNS.
 			APIPoolSize: max(4, runtime.NumCPU()), LoadAverageStart: loadAverage()}}}
@@ -273,6 +277,7 @@ func (r *run) setup(ctx context.Context) error {
 		return err
 	}
 	r.fleet.AddEnv("DATABASE_URL="+r.cluster.DatabaseURL(apiDB), "STRIPE_API_KEY="+stripeKey, "STRIPE_API_BASE="+r.fake.URL)
+	r.fleet.AddEnv(rateLimitEnv(r.cfg.RateLimits)...)
 	if _, err := r.fleet.Run(ctx, "seed", nil); err != nil {
 		return err
 	}
@@ -294,6 +299,29 @@ func (r *run) setup(ctx context.Context) error {
 	}
 	_, err = r.startAPI(ctx, debug...)
 	return err
+}
+
+// notReached is each rate limit's quota when the bench runs with them on:
+// more than any step sends in a window.
+const notReached = 1_000_000_000
+
+// rateLimitEnv is the processes' rate limits: all off, or, with on, all
+// on with quotas no step reaches, so that each request is counted and
+// none refused.
+func rateLimitEnv(on bool) []string {
+	if !on {
+		return []string{"RATE_LIMITS=off"}
+	}
+	q := strconv.Itoa(notReached)
+	return []string{"RATE_LIMITS=on", "RATE_LIMIT_TOKEN_REQUESTS=" + q, "RATE_LIMIT_AUTH_FAILURES=" + q, "RATE_LIMIT_CHARGES=" + q}
+}
+
+// rateLimitsNote is how the report names the rate limits a run had.
+func rateLimitsNote(on bool) string {
+	if on {
+		return "on, not reached"
+	}
+	return "off"
 }
 
 // startAPI starts one more api process.

@@ -18,9 +18,12 @@ type Report struct {
 	Started time.Time `json:"started"`
 	Seconds float64   `json:"seconds"`
 	Quick   bool      `json:"quick"`
-	Machine Machine   `json:"machine"`
-	Figures []Figure  `json:"figures"`
-	Targets []Target  `json:"targets"`
+	// RateLimits says whether the api counted its rate limits: "off", or
+	// "on, not reached" (Config.RateLimits).
+	RateLimits string   `json:"rate_limits"`
+	Machine    Machine  `json:"machine"`
+	Figures    []Figure `json:"figures"`
+	Targets    []Target `json:"targets"`
 	// Explain is the plan of each statement of a captured ride and replay
 	// on the table with millions of keys.
 	Explain string `json:"explain"`
@@ -149,9 +152,9 @@ func formatFloat(v float64) string {
 
 // WriteText prints the tables and the findings.
 func (r *Report) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "Rocket Rides bench (%s), %d CPUs, %.0f GiB, %s; api pool %d; load average at start %s\n\n%s",
+	fmt.Fprintf(w, "Rocket Rides bench (%s), %d CPUs, %.0f GiB, %s; api pool %d; rate limits %s; load average at start %s\n\n%s",
 		map[bool]string{true: "quick", false: "full"}[r.Quick], r.Machine.CPUs, r.Machine.MemoryGiB,
-		r.Machine.Postgres, r.Machine.APIPoolSize, r.Machine.LoadAverageStart, r.FiguresTable())
+		r.Machine.Postgres, r.Machine.APIPoolSize, r.RateLimits, r.Machine.LoadAverageStart, r.FiguresTable())
 	fmt.Fprintf(w, "(load: the machine's 1-minute load average when the figure was taken; the bench alone keeps it near 2-3)\n\n%s",
 		r.TargetsTable())
 	if r.Explain != "" {

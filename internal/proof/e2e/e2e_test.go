@@ -142,6 +142,7 @@ func newClient(token string, timeout time.Duration) *client {
 type reply struct {
 	Status   int
 	Replayed bool
+	Header   http.Header
 	Body     []byte
 	Err      error
 	Took     time.Duration
@@ -181,6 +182,7 @@ func (c *client) postRide(ctx context.Context, baseURL, key string) reply {
 	return reply{
 		Status:   resp.StatusCode,
 		Replayed: resp.Header.Get("Idempotent-Replayed") == "true",
+		Header:   resp.Header,
 		Body:     body,
 		Err:      err,
 		Took:     time.Since(start),

@@ -1930,8 +1930,8 @@ type ListRidesResponse415Headers struct {
 
 // ListRidesResponse429Headers the declared response headers of an HTTP 429 response for ListRides
 type ListRidesResponse429Headers struct {
-	RateLimit       *string
-	RateLimitPolicy *string
+	RateLimit       string
+	RateLimitPolicy string
 	RequestId       string
 	RetryAfter      int
 }
@@ -2080,8 +2080,8 @@ type ListRidesHeadResponse415Headers struct {
 
 // ListRidesHeadResponse429Headers the declared response headers of an HTTP 429 response for ListRidesHead
 type ListRidesHeadResponse429Headers struct {
-	RateLimit       *string
-	RateLimitPolicy *string
+	RateLimit       string
+	RateLimitPolicy string
 	RequestId       string
 	RetryAfter      int
 }
@@ -2204,8 +2204,8 @@ type CreateRideResponse422Headers struct {
 
 // CreateRideResponse429Headers the declared response headers of an HTTP 429 response for CreateRide
 type CreateRideResponse429Headers struct {
-	RateLimit       *string
-	RateLimitPolicy *string
+	RateLimit       string
+	RateLimitPolicy string
 	RequestId       string
 	RetryAfter      int
 }
@@ -2416,8 +2416,8 @@ type GetRideResponse415Headers struct {
 
 // GetRideResponse429Headers the declared response headers of an HTTP 429 response for GetRide
 type GetRideResponse429Headers struct {
-	RateLimit       *string
-	RateLimitPolicy *string
+	RateLimit       string
+	RateLimitPolicy string
 	RequestId       string
 	RetryAfter      int
 }
@@ -2571,8 +2571,8 @@ type GetRideHeadResponse415Headers struct {
 
 // GetRideHeadResponse429Headers the declared response headers of an HTTP 429 response for GetRideHead
 type GetRideHeadResponse429Headers struct {
-	RateLimit       *string
-	RateLimitPolicy *string
+	RateLimit       string
+	RateLimitPolicy string
 	RequestId       string
 	RetryAfter      int
 }
@@ -3405,17 +3405,17 @@ func ParseListRidesResponse(rsp *http.Response) (*ListRidesResponse, error) {
 		var headers ListRidesResponse429Headers
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RateLimit = &value
+			headers.RateLimit = value
 		}
 		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RateLimitPolicy = &value
+			headers.RateLimitPolicy = value
 		}
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
 			var value string
@@ -3532,17 +3532,17 @@ func ParseListRidesHeadResponse(rsp *http.Response) (*ListRidesHeadResponse, err
 		var headers ListRidesHeadResponse429Headers
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RateLimit = &value
+			headers.RateLimit = value
 		}
 		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RateLimitPolicy = &value
+			headers.RateLimitPolicy = value
 		}
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
 			var value string
@@ -3845,17 +3845,17 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 		var headers CreateRideResponse429Headers
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RateLimit = &value
+			headers.RateLimit = value
 		}
 		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RateLimitPolicy = &value
+			headers.RateLimitPolicy = value
 		}
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
 			var value string
@@ -4062,17 +4062,17 @@ func ParseGetRideResponse(rsp *http.Response) (*GetRideResponse, error) {
 		var headers GetRideResponse429Headers
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RateLimit = &value
+			headers.RateLimit = value
 		}
 		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RateLimitPolicy = &value
+			headers.RateLimitPolicy = value
 		}
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
 			var value string
@@ -4199,17 +4199,17 @@ func ParseGetRideHeadResponse(rsp *http.Response) (*GetRideHeadResponse, error) 
 		var headers GetRideHeadResponse429Headers
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RateLimit = &value
+			headers.RateLimit = value
 		}
 		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RateLimitPolicy = &value
+			headers.RateLimitPolicy = value
 		}
 		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
 			var value string

@@ -36,6 +36,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
 	"github.com/rocketrides/rocketrides/internal/platform/logctx"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/ratelimit"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/user"
@@ -70,6 +71,10 @@ type Options struct {
 	// LogOutput receives the stack's logs, as text. Nil sends them to the
 	// test's output, shown when it fails or with -v.
 	LogOutput io.Writer
+	// TokenLimit, FailedAuthLimit and ChargeLimit are the rate limits the
+	// stack applies; each is off unless its Quota is set, as it is off
+	// by default here (the api process has them on).
+	TokenLimit, FailedAuthLimit, ChargeLimit ratelimit.Policy
 }
 
 // Stack is a running API with its dependencies.
@@ -135,17 +140,21 @@ func New(t testing.TB, opts Options) *Stack {
 	s.Service, err = rides.NewService(&rides.ServiceConfig{
 		Pool: s.Pool, Keys: s.Keys, Payments: s.Gateway, Failpoint: &s.failpoints, Logger: logger,
 		StripeKeyRetention: opts.StripeKeyRetention, MaxChargeAttempts: opts.MaxChargeAttempts,
+		Charges: opts.ChargeLimit,
 	})
 	require.NoError(t, err)
 	ridesHandler, err := rides.NewHandler(&rides.HandlerConfig{
 		Service: s.Service, Pool: s.Pool, SimulatedErrors: opts.SimulatedErrors, Failpoint: &s.failpoints, Logger: logger,
 	})
 	require.NoError(t, err)
+	limits, err := ratelimit.New(&ratelimit.Config{Pool: s.Pool, Token: opts.TokenLimit, FailedAuth: opts.FailedAuthLimit, Logger: logger})
+	require.NoError(t, err)
 	handler, err := api.New(&api.Config{
 		Pool:     s.Pool,
 		Logger:   logger,
 		Registry: s.Registry,
 		Rides:    ridesHandler,
+		Limits:   limits,
 	})
 	require.NoError(t, err)
 	s.Handler = handler

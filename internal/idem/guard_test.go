@@ -1,0 +1,119 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
+)
+
+// TestPhaseGuarded pins a guard sent ahead of a phase (the ride's charge
+// cap is one): one round trip for both, a transaction of its own that
+// commits whatever the phase does, and a raise that leaves the phase
+// unsent.
+func TestPhaseGuarded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	counter := &roundTrips{}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	var userID int64
+	require.NoError(t, pool.QueryRow(ctx, `
+		INSERT INTO users (email, stripe_customer_id, api_token_hash)
+		VALUES ('guard@example.com', 'cus_guard', sha256('t')) RETURNING id`).Scan(&userID))
+	store, err := idem.New(&idem.Config{Pool: pool, LockTimeout: time.Minute})
+	require.NoError(t, err)
+	claim := func(key string) *idem.Key {
+		t.Helper()
+		k, _, err := store.Claim(ctx, idem.Request{UserID: userID, Key: key, Method: "POST", Path: "/rides",
+			Params: []byte(`{}`), OriginIP: netip.MustParseAddr("192.0.2.1")})
+		require.NoError(t, err)
+		return k
+	}
+	jobs := func(name string) (n int) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM staged_jobs WHERE job_name = $1`, name).Scan(&n))
+		return n
+	}
+	counting := &idem.Guard{SQL: `INSERT INTO staged_jobs (job_name, job_args) VALUES ('guard', '{}')`}
+	// Any error stops the phase; the charge cap raises one of its own.
+	refusing := &idem.Guard{SQL: `SELECT 1 / 0`}
+	phase := func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('phase', '{}')`)
+		return idem.Advance("halfway"), nil
+	}
+	failing := func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('phase', '{}')`)
+		tx.Queue(`SELECT idempotency_key_phase_check(false, 'the phase fails')`)
+		return idem.Advance("halfway"), nil
+	}
+	require.NoError(t, store.PhaseGuarded(ctx, claim("warm-up"), counting, phase)) // prepares the statements
+
+	t.Run("SendsTheGuardAndThePhaseInOneRoundTrip", func(t *testing.T) {
+		key := claim("one-trip")
+		counter.reset()
+		require.NoError(t, store.PhaseGuarded(ctx, key, counting, phase))
+		require.Equal(t, int64(1), counter.total(), "round trips of the guard and the phase")
+		require.Equal(t, idem.RecoveryPoint("halfway"), key.RecoveryPoint)
+	})
+
+	t.Run("CommitsTheGuardOnItsOwn", func(t *testing.T) {
+		key := claim("phase-fails")
+		guards, phases := jobs("guard"), jobs("phase")
+		require.ErrorContains(t, store.PhaseGuarded(ctx, key, counting, failing), "the phase fails")
+		require.Equal(t, guards+1, jobs("guard"), "the guard committed before the phase began")
+		require.Equal(t, phases, jobs("phase"), "the phase rolled back")
+		require.Equal(t, idem.Started, key.RecoveryPoint)
+	})
+
+	t.Run("ARaiseLeavesThePhaseUnsent", func(t *testing.T) {
+		key := claim("refused")
+		phases := jobs("phase")
+		err := store.PhaseGuarded(ctx, key, refusing, phase)
+		var pgErr *pgconn.PgError
+		require.True(t, errors.As(err, &pgErr), "the guard's own error: %v", err)
+		require.Equal(t, "22012", pgErr.Code, "division_by_zero")
+		require.Equal(t, phases, jobs("phase"), "nothing of the phase ran")
+		require.Equal(t, idem.Started, key.RecoveryPoint)
+		// The connection is usable again: the guard's transaction was
+		// rolled back.
+		require.NoError(t, store.PhaseGuarded(ctx, key, nil, phase))
+		require.Equal(t, idem.RecoveryPoint("halfway"), key.RecoveryPoint)
+	})
+
+	t.Run("DiscardDeletesOnlyAKeyItHoldsAtStarted", func(t *testing.T) {
+		exists := func(key *idem.Key) (found bool) {
+			require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE id = $1)`, key.ID).Scan(&found))
+			return found
+		}
+		held := claim("discarded")
+		require.NoError(t, store.Discard(ctx, held))
+		require.False(t, exists(held))
+		// The same key value is new again.
+		require.Equal(t, idem.Started, claim("discarded").RecoveryPoint)
+
+		moved := claim("moved-on")
+		require.NoError(t, store.Phase(ctx, moved, phase))
+		require.NoError(t, store.Discard(ctx, moved))
+		require.True(t, exists(moved), "a key past started is left alone")
+
+		released := claim("released")
+		require.NoError(t, store.Unlock(ctx, released))
+		require.NoError(t, store.Discard(ctx, released))
+		require.True(t, exists(released), "a key the request no longer holds is left alone")
+	})
+}

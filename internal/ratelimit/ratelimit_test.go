@@ -1,0 +1,317 @@
+package ratelimit_test
+
+import (
+	"context"
+	"net/http"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/ratelimit"
+	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
+	"github.com/rocketrides/rocketrides/internal/user"
+)
+
+func TestLimiter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	type testBundle struct {
+		pool *pgxpool.Pool
+		// two limiters on one database: two api instances
+		a, b *ratelimit.Limiter
+	}
+	setup := func(t *testing.T, token, failedAuth ratelimit.Policy) *testBundle {
+		t.Helper()
+		pool := dbtest.New(t)
+		newLimiter := func() *ratelimit.Limiter {
+			l, err := ratelimit.New(&ratelimit.Config{Pool: pool, Token: token, FailedAuth: failedAuth})
+			require.NoError(t, err)
+			return l
+		}
+		return &testBundle{pool: pool, a: newLimiter(), b: newLimiter()}
+	}
+	// request sends what the api sends for a request with tokenHash from
+	// addr, its token found or not, and returns its refusal.
+	request := func(t *testing.T, b *testBundle, l *ratelimit.Limiter, tokenHash []byte, addr netip.Addr, found bool) *ratelimit.Exceeded {
+		t.Helper()
+		if refused := l.Known(tokenHash, addr); refused != nil {
+			return refused
+		}
+		check := l.Count(tokenHash, addr)
+		if check.Needs() {
+			batch := &pgx.Batch{}
+			check.Queue(batch)
+			require.NoError(t, b.pool.SendBatch(ctx, batch).Close())
+		}
+		return check.Refusal(found)
+	}
+	token := user.HashToken("tok-limiter")
+	addr := netip.MustParseAddr("192.0.2.7")
+
+	t.Run("CountsATokensRequestsOnceAcrossLimiters", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, ratelimit.Policy{Name: "token", Quota: 4, Window: time.Minute}, ratelimit.Policy{})
+		for i := range 4 {
+			require.Nil(t, request(t, b, []*ratelimit.Limiter{b.a, b.b}[i%2], token, addr, true), "request %d of 4", i+1)
+		}
+		refused := request(t, b, b.b, token, addr, true)
+		require.NotNil(t, refused)
+		require.Equal(t, "token", refused.Policy.Name)
+		require.InDelta(t, 60, refused.RetryAfter, 2)
+		// The other limiter finds the same count.
+		require.NotNil(t, request(t, b, b.a, token, addr, true))
+		// Another token's count is its own.
+		require.Nil(t, request(t, b, b.a, user.HashToken("tok-other"), addr, true))
+		// An unknown token's count refuses nothing: its request fails
+		// authentication instead.
+		require.Nil(t, request(t, b, b.a, user.HashToken("tok-unknown"), addr, false))
+	})
+
+	// Below half its quota a token's hits are added to the shared count
+	// at most every SyncEvery, by the request that finds the last sync
+	// that old: a replay storm on one token writes ten times a second,
+	// not thousands.
+	t.Run("BelowHalfTheQuotaAddsHitsEverySyncEvery", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, ratelimit.Policy{Name: "token", Quota: 100, Window: time.Minute}, ratelimit.Policy{})
+		shared := func() (hits int64) {
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT hits FROM rate_limit_windows WHERE policy = 'token'`).Scan(&hits))
+			return hits
+		}
+		for range 5 {
+			require.Nil(t, request(t, b, b.a, token, addr, true))
+		}
+		require.Equal(t, int64(1), shared(), "the first request synced; the next four were counted here")
+		time.Sleep(ratelimit.SyncEvery)
+		require.Nil(t, request(t, b, b.a, token, addr, true))
+		require.Equal(t, int64(6), shared(), "the next sync adds them")
+	})
+
+	t.Run("RemembersARefusalUntilItsWindowEnds", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, ratelimit.Policy{Name: "token", Quota: 1, Window: time.Second}, ratelimit.Policy{})
+		require.Nil(t, request(t, b, b.a, token, addr, true))
+		require.NotNil(t, request(t, b, b.a, token, addr, true))
+		// Known answers without Postgres, which no longer has the count.
+		_, err := b.pool.Exec(ctx, `DELETE FROM rate_limit_windows`)
+		require.NoError(t, err)
+		refused := b.a.Known(token, addr)
+		require.NotNil(t, refused)
+		require.Equal(t, 1, refused.RetryAfter)
+		require.Nil(t, b.b.Known(token, addr), "an instance remembers only what it saw")
+
+		time.Sleep(1100 * time.Millisecond)
+		require.Nil(t, b.a.Known(token, addr))
+		require.Nil(t, request(t, b, b.a, token, addr, true), "a new window")
+	})
+
+	t.Run("StartsANewWindowOnceTheLastHasEnded", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, ratelimit.Policy{Name: "token", Quota: 2, Window: time.Second}, ratelimit.Policy{})
+		require.Nil(t, request(t, b, b.a, token, addr, true))
+		require.Nil(t, request(t, b, b.b, token, addr, true))
+		time.Sleep(1100 * time.Millisecond)
+		require.Nil(t, request(t, b, b.a, token, addr, true))
+		require.Nil(t, request(t, b, b.b, token, addr, true))
+		require.NotNil(t, request(t, b, b.a, token, addr, true))
+	})
+
+	t.Run("RefusesAnAddressPastItsFailuresWhateverItsToken", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, ratelimit.Policy{Name: "token", Quota: 100, Window: time.Minute},
+			ratelimit.Policy{Name: "failed_auth", Quota: 3, Window: time.Minute})
+		for i := range 3 {
+			refused, err := []*ratelimit.Limiter{b.a, b.b}[i%2].Failed(ctx, addr)
+			require.NoError(t, err)
+			require.Nil(t, refused, "failure %d of 3 is answered 401", i+1)
+		}
+		// The limiter that counted the last failure allowed knows at
+		// once; the other reads the count again within SyncEvery.
+		require.NotNil(t, b.a.Known(token, addr))
+		time.Sleep(ratelimit.SyncEvery)
+		refused := request(t, b, b.b, token, addr, true)
+		require.NotNil(t, refused)
+		require.Equal(t, "failed_auth", refused.Policy.Name)
+		// A fourth failure, on a limiter that does not know, is refused
+		// itself.
+		c, err := ratelimit.New(&ratelimit.Config{Pool: b.pool, FailedAuth: ratelimit.Policy{Name: "failed_auth", Quota: 3, Window: time.Minute}})
+		require.NoError(t, err)
+		refused, err = c.Failed(ctx, addr)
+		require.NoError(t, err)
+		require.NotNil(t, refused)
+		// Another address is not refused.
+		require.Nil(t, request(t, b, b.a, token, netip.MustParseAddr("192.0.2.8"), true))
+	})
+
+	t.Run("CountsAnIPv6AddressByItsSlash64", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, ratelimit.Policy{}, ratelimit.Policy{Name: "failed_auth", Quota: 2, Window: time.Minute})
+		for _, a := range []string{"2001:db8:1:2::1", "2001:db8:1:2:ffff::9"} {
+			refused, err := b.a.Failed(ctx, netip.MustParseAddr(a))
+			require.NoError(t, err)
+			require.Nil(t, refused)
+		}
+		require.NotNil(t, request(t, b, b.b, token, netip.MustParseAddr("2001:db8:1:2:abcd::1"), true), "the same /64")
+		require.Nil(t, request(t, b, b.b, token, netip.MustParseAddr("2001:db8:1:3::1"), true), "another /64")
+		// An IPv4 address mapped into IPv6 is the IPv4 address.
+		refused, err := b.a.Failed(ctx, netip.MustParseAddr("::ffff:192.0.2.7"))
+		require.NoError(t, err)
+		require.Nil(t, refused)
+		var subject string
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT subject FROM rate_limit_windows WHERE subject LIKE '192.%'`).Scan(&subject))
+		require.Equal(t, "192.0.2.7", subject)
+	})
+
+	t.Run("SweepsEndedWindows", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, ratelimit.Policy{Name: "token", Quota: 5, Window: time.Second}, ratelimit.Policy{})
+		require.Nil(t, request(t, b, b.a, token, addr, true))
+		n, err := ratelimit.Sweep(ctx, b.pool)
+		require.NoError(t, err)
+		require.Zero(t, n, "a running window stays")
+		time.Sleep(1100 * time.Millisecond)
+		n, err = ratelimit.Sweep(ctx, b.pool)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+	})
+
+	t.Run("ANilLimiterLimitsNothing", func(t *testing.T) {
+		t.Parallel()
+		var l *ratelimit.Limiter
+		require.False(t, l.On())
+		require.Nil(t, l.Known(token, addr))
+		require.False(t, l.Count(token, addr).Needs())
+		require.Nil(t, l.Count(token, addr).Refusal(true))
+		refused, err := l.Failed(ctx, addr)
+		require.NoError(t, err)
+		require.Nil(t, refused)
+	})
+
+	t.Run("RefusesABadPolicyByField", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.New(t)
+		_, err := ratelimit.New(&ratelimit.Config{})
+		require.EqualError(t, err, "ratelimit: Config.Pool is required")
+		_, err = ratelimit.New(&ratelimit.Config{Pool: pool, Token: ratelimit.Policy{Name: "token", Quota: 1, Window: 1500 * time.Millisecond}})
+		require.EqualError(t, err, "ratelimit: Config.Token.Window must be whole seconds, at least one, got 1.5s")
+		_, err = ratelimit.New(&ratelimit.Config{Pool: pool, FailedAuth: ratelimit.Policy{Name: "Bad Name", Quota: 1, Window: time.Second}})
+		require.ErrorContains(t, err, "Config.FailedAuth.Name")
+		_, err = ratelimit.New(&ratelimit.Config{Pool: pool, Token: ratelimit.Policy{Window: 1500 * time.Millisecond}})
+		require.NoError(t, err, "a limit that is off needs no window")
+	})
+}
+
+// TestChargeGuard pins the charge cap's statement: it counts a charge,
+// fails past the quota, and a refused charge is not counted.
+func TestChargeGuard(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	charges := ratelimit.Policy{Name: "charges", Quota: 2, Window: time.Hour}
+	charge := func(userID int64) error {
+		sql, args := ratelimit.ChargeGuard(charges, userID)
+		_, err := pool.Exec(ctx, sql, args...)
+		return err
+	}
+	require.NoError(t, charge(1))
+	require.NoError(t, charge(1))
+	err := charge(1)
+	require.True(t, ratelimit.Refused(err), "%v", err)
+	refused := ratelimit.ChargeRefusal(ctx, pool, charges, 1)
+	require.Equal(t, charges, refused.Policy)
+	require.InDelta(t, 3600, refused.RetryAfter, 2)
+	require.NoError(t, charge(2), "another user's charges are their own")
+
+	var hits int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT hits FROM rate_limit_windows WHERE policy = 'charges' AND subject = '1'`).Scan(&hits))
+	require.Equal(t, int64(2), hits, "the refused charge rolled back with its transaction")
+
+	require.False(t, ratelimit.Refused(context.Canceled))
+	_, err = pool.Exec(ctx, `INSERT INTO rate_limit_windows (policy, subject, hits, quota, ends_at) VALUES ('x', 'y', 1, NULL, now())`)
+	require.NoError(t, err, "without a quota the caller compares")
+	require.Equal(t, 3600, ratelimit.ChargeRefusal(ctx, pool, charges, 99).RetryAfter, "no window to read: the whole window")
+}
+
+// TestExceededProblem pins a refusal's answer to the IETF httpapi draft's
+// field syntax (draft-ietf-httpapi-ratelimit-headers): a String item per
+// policy, with q and w in RateLimit-Policy, r and t in RateLimit.
+func TestExceededProblem(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		policy       ratelimit.Policy
+		policyField  string
+		limitField   string
+		detailPrefix string
+	}{
+		{ratelimit.Policy{Name: "token", Quota: 600, Window: time.Minute}, `"token";q=600;w=60`, `"token";r=0;t=12`,
+			"Too many requests with this API token: 600 are allowed every 60 seconds."},
+		{ratelimit.Policy{Name: "failed_auth", Quota: 50, Window: 5 * time.Minute}, `"failed_auth";q=50;w=300`, `"failed_auth";r=0;t=12`,
+			"Too many failed authentications from this address: 50 are allowed every 300 seconds"},
+		{ratelimit.Policy{Name: "charges", Quota: 10, Window: time.Hour}, `"charges";q=10;w=3600`, `"charges";r=0;t=12`,
+			"Too many charges for this user: 10 rides are allowed every 3600 seconds. Nothing was done and nothing is stored on the key"},
+	} {
+		p := (&ratelimit.Exceeded{Policy: tc.policy, RetryAfter: 12}).Problem()
+		require.Equal(t, http.StatusTooManyRequests, p.Status)
+		require.Equal(t, "rate_limited", p.Code)
+		require.Equal(t, 12, p.RetryAfter)
+		require.Equal(t, tc.policyField, p.Header.Get("RateLimit-Policy"))
+		require.Equal(t, tc.limitField, p.Header.Get("RateLimit"))
+		require.Contains(t, p.Detail, tc.detailPrefix)
+	}
+}
+
+// An explicit 0 turns one limit off; RATE_LIMITS=off turns them all off;
+// a window must be whole seconds.
+func TestSettingsFromEnv(t *testing.T) {
+	read := func(t *testing.T) (token, failedAuth, charges ratelimit.Policy, err error) {
+		t.Helper()
+		var env config.Env
+		token, failedAuth = ratelimit.EdgeFromEnv(&env)
+		charges = ratelimit.ChargesFromEnv(&env)
+		return token, failedAuth, charges, env.Err()
+	}
+
+	t.Run("DefaultsAreOn", func(t *testing.T) {
+		token, failedAuth, charges, err := read(t)
+		require.NoError(t, err)
+		require.Equal(t, ratelimit.Policy{Name: "token", Quota: 600, Window: time.Minute}, token)
+		require.Equal(t, ratelimit.Policy{Name: "failed_auth", Quota: 50, Window: 5 * time.Minute}, failedAuth)
+		require.Equal(t, ratelimit.Policy{Name: "charges", Quota: 10, Window: time.Hour}, charges)
+	})
+
+	t.Run("ZeroTurnsOneOff", func(t *testing.T) {
+		t.Setenv("RATE_LIMIT_CHARGES", "0")
+		token, _, charges, err := read(t)
+		require.NoError(t, err)
+		require.False(t, charges.On())
+		require.True(t, token.On())
+	})
+
+	t.Run("OffTurnsAllOff", func(t *testing.T) {
+		t.Setenv("RATE_LIMITS", "off")
+		t.Setenv("RATE_LIMIT_TOKEN_REQUESTS", "5")
+		token, failedAuth, charges, err := read(t)
+		require.NoError(t, err)
+		require.False(t, token.On() || failedAuth.On() || charges.On())
+	})
+
+	t.Run("RefusesAnythingButOnOrOff", func(t *testing.T) {
+		t.Setenv("RATE_LIMITS", "false")
+		_, _, _, err := read(t)
+		require.ErrorContains(t, err, "RATE_LIMITS=false: must be on or off")
+	})
+
+	t.Run("RefusesAWindowOfPartSeconds", func(t *testing.T) {
+		t.Setenv("RATE_LIMIT_TOKEN_WINDOW", "1500ms")
+		t.Setenv("RATE_LIMIT_CHARGES_WINDOW", "500ms")
+		_, _, _, err := read(t)
+		require.ErrorContains(t, err, "RATE_LIMIT_TOKEN_WINDOW=1500ms: must be whole seconds")
+		require.ErrorContains(t, err, "RATE_LIMIT_CHARGES_WINDOW=500ms: must be at least 1s")
+	})
+}
