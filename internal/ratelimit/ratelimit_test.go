@@ -269,6 +269,9 @@ func TestExceededProblem(t *testing.T) {
 // An explicit 0 turns one limit off; RATE_LIMITS=off turns them all off;
 // a window must be whole seconds.
 func TestSettingsFromEnv(t *testing.T) {
+	// make dev and make test export RATE_LIMITS=off for the processes
+	// they start; each case here reads only what it sets itself.
+	t.Setenv("RATE_LIMITS", "")
 	read := func(t *testing.T) (token, failedAuth, charges ratelimit.Policy, err error) {
 		t.Helper()
 		var env config.Env
