@@ -392,11 +392,18 @@ func TestBrowser(t *testing.T) {
 					chromedp.Text(`#lab`, &labText),
 					chromedp.Text(`#stripe-key`, &stripeKey),
 				))
-				require.Len(t, attempts, 2, "two attempts: %v", attempts)
+				// On a loaded machine the first retry may still find attempt
+				// 1 finishing (409) and the next one replay its answer: what
+				// must hold is the lost answer first, the 201 last, and no
+				// second charge in between.
+				require.GreaterOrEqual(t, len(attempts), 2, "attempts: %v", attempts)
 				require.True(t, strings.HasPrefix(attempts[0], "Attempt 1: 503 payment_unavailable"), attempts[0])
-				require.True(t, strings.HasPrefix(attempts[1], "Attempt 2: 201 Created"), attempts[1])
+				require.Regexp(t, `^Attempt \d+: 201`, attempts[len(attempts)-1])
+				for _, a := range attempts[1 : len(attempts)-1] {
+					require.Contains(t, a, "409 request_in_progress", "attempts: %v", attempts)
+				}
 				require.Regexp(t, `Its record of attempt 1 \(GET /_fake/stats\): (\d+) charge requests, 1 charge made, \d+ replays?, (\d+) answers dropped`, labText)
-				require.Contains(t, labText, "Its record of the retry: 1 charge request, 0 charges made, 1 replay.")
+				require.Regexp(t, `Its record of the retry: \d+ charge requests?, 0 charges made`, labText)
 				require.Regexp(t, `^rocket-rides-\d+-[0-9a-f-]{36}$`, stripeKey)
 				require.Contains(t, labText, "same Stripe idempotency key, "+stripeKey)
 			}
