@@ -302,6 +302,12 @@ func (l *Limiter) Failed(ctx context.Context, addr netip.Addr) (*Exceeded, error
 	now := time.Now()
 	// From the quota on, the view refuses the address's requests.
 	l.addresses.synced(subject, w, now)
+	if w.Hits == int64(l.failedAuth.Quota) {
+		// Once a window: the count is exact, and this is the failure that
+		// reached it.
+		l.logger.WarnContext(ctx, "Refusing an address after its failed authentications",
+			slog.String("address", subject), slog.Int64("failures", w.Hits), slog.Int("retry_after", w.RetryAfter))
+	}
 	if w.Hits > int64(l.failedAuth.Quota) {
 		return &Exceeded{Policy: l.failedAuth, RetryAfter: max(w.RetryAfter, 1)}, nil
 	}

@@ -1,7 +1,9 @@
 package ratelimit_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"testing"
@@ -139,12 +141,21 @@ func TestLimiter(t *testing.T) {
 		require.NotNil(t, refused)
 		require.Equal(t, "failed_auth", refused.Policy.Name)
 		// A fourth failure, on a limiter that does not know, is refused
-		// itself.
-		c, err := ratelimit.New(&ratelimit.Config{Pool: b.pool, FailedAuth: ratelimit.Policy{Name: "failed_auth", Quota: 3, Window: time.Minute}})
+		// itself; the third was logged, once, naming the address.
+		var logs bytes.Buffer
+		c, err := ratelimit.New(&ratelimit.Config{Pool: b.pool, FailedAuth: ratelimit.Policy{Name: "failed_auth", Quota: 3, Window: time.Minute},
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		require.NoError(t, err)
 		refused, err = c.Failed(ctx, addr)
 		require.NoError(t, err)
 		require.NotNil(t, refused)
+		require.Empty(t, logs.String(), "past the quota: logged already")
+		d := netip.MustParseAddr("192.0.2.99")
+		for range 3 {
+			_, err = c.Failed(ctx, d)
+			require.NoError(t, err)
+		}
+		require.Contains(t, logs.String(), `level=WARN msg="Refusing an address after its failed authentications" address=192.0.2.99 failures=3`)
 		// Another address is not refused.
 		require.Nil(t, request(t, b, b.a, token, netip.MustParseAddr("192.0.2.8"), true))
 	})

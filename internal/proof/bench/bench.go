@@ -35,7 +35,7 @@ import (
 )
 
 // Steps are the run's steps in the order they run.
-var Steps = []string{"limit", "new", "instances", "pooler", "replay", "hiding", "scale", "enqueuer", "completer", "reaper"}
+var Steps = []string{"limit", "new", "instances", "pooler", "replay", "ratelimits", "hiding", "scale", "enqueuer", "completer", "reaper"}
 
 // Config configures a run.
 type Config struct {
@@ -111,6 +111,7 @@ type run struct {
 	replays, hiding, scaleNew, scaleReplay, reaperBase, reaperLoad LoadResult
 	peakRSS                                                        int64
 	apiCPU                                                         time.Duration // per new ride at 32 clients
+	rateLimitsCost                                                 float64       // new rides/s with the limits on over off
 	debugAddr                                                      string        // the first api's pprof listener, with Config.Profile
 	expiredDone                                                    bool
 }
@@ -172,7 +173,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	for i, step := range []func(context.Context) error{r.stepLimit, r.stepNew, r.stepInstances, r.stepPooler, r.stepReplay,
-		r.stepHiding, r.stepScale, r.stepEnqueuer, r.stepCompleter, r.stepReaper} {
+		r.stepRateLimits, r.stepHiding, r.stepScale, r.stepEnqueuer, r.stepCompleter, r.stepReaper} {
 		if len(cfg.Only) == 0 || slices.Contains(cfg.Only, Steps[i]) {
 			r.logf("step %s", Steps[i])
 			if err := step(ctx); err != nil {
@@ -378,6 +379,8 @@ func (r *run) targets() {
 		add("scale: "+s.what+"/s with the keys loaded", ">= 0.90 x empty table", s.big.Rate > 0 && s.small.Rate > 0, q >= 0.9,
 			"%.0f / %.0f = %.2f", s.big.Rate, s.small.Rate, q)
 	}
+	add("new rides/s, rate limits on and not reached, vs off", fmt.Sprintf(">= %.2f x", rateLimitsTarget), r.rateLimitsCost > 0,
+		r.rateLimitsCost >= rateLimitsTarget, "%.3f", r.rateLimitsCost)
 	during, before := ms(r.reaperLoad.P99), ms(r.reaperBase.P99)
 	add("api p99 while the reaper runs vs before", "<= 1.25 x", during > 0 && before > 0, during/before <= 1.25,
 		"%.1f / %.1f ms = %.2f", during, before, during/before)

@@ -25,9 +25,12 @@ type cpuUse struct {
 }
 
 // cpuUse samples r's api and cluster now.
-func (r *run) cpuUse(ctx context.Context) (cpuUse, error) {
+func (r *run) cpuUse(ctx context.Context) (cpuUse, error) { return r.cpuUseOf(ctx, r.apis[0].Pid()) }
+
+// cpuUseOf samples the api process pid and r's cluster now.
+func (r *run) cpuUseOf(ctx context.Context, pid int) (cpuUse, error) {
 	var u cpuUse
-	u.apiUser, u.apiSystem, _ = procCPU(r.apis[0].Pid())
+	u.apiUser, u.apiSystem, _ = procCPU(pid)
 	procs, err := r.cluster.Processes()
 	if err != nil {
 		return u, err
