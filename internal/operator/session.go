@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/rocketrides/rocketrides/internal/ratelimit"
 )
 
 // Errors of a login and of a session.
@@ -74,7 +76,7 @@ func (s *Store) Login(ctx context.Context, name, password string, from netip.Add
 	if err := CheckName(name); err != nil {
 		return nil, "", fmt.Errorf("%w: %w", ErrRefused, err)
 	}
-	address := addressOf(from)
+	address := ratelimit.AddressSubject(from)
 	if err := s.take(ctx, scopeAddress, address); err != nil {
 		return nil, "", err
 	}

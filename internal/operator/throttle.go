@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,21 +14,6 @@ const (
 	scopeAddress = "address"
 	scopeAccount = "account"
 )
-
-// addressOf is the subject an address is counted under: an IPv4 address
-// itself, an IPv6 address by its /64, which one host is commonly given
-// whole, and "unknown" for a request without one (a Unix socket).
-func addressOf(a netip.Addr) string {
-	a = a.Unmap()
-	switch {
-	case !a.IsValid():
-		return "unknown"
-	case a.Is4():
-		return a.String()
-	}
-	p, _ := a.Prefix(64) // never fails for an IPv6 address
-	return p.String()
-}
 
 // take counts one login attempt at subject, or refuses it with a
 // ThrottledError while subject must wait. The attempt counts as a failure

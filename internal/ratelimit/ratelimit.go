@@ -159,12 +159,16 @@ func queueWindow(b *pgx.Batch, w *window, sql string, args ...any) {
 // (user.HashToken), in hex.
 func tokenSubject(tokenHash []byte) string { return hex.EncodeToString(tokenHash) }
 
-// addressSubject is what the failed-authentication limit counts for: an
-// IPv4 address, or an IPv6 address's /64, the block one host or one
-// customer's line gets whole.
-func addressSubject(addr netip.Addr) string {
+// AddressSubject is what a limit per client address counts for: an IPv4
+// address, or an IPv6 address's /64, the block one host or one customer's
+// line gets whole, and "unknown" for a request without an address (a Unix
+// socket). The console's login throttle counts by it too.
+func AddressSubject(addr netip.Addr) string {
 	addr = addr.Unmap()
-	if addr.Is6() {
+	switch {
+	case !addr.IsValid():
+		return "unknown"
+	case addr.Is6():
 		p, _ := addr.Prefix(64) // never fails for an IPv6 address
 		return p.String()
 	}
@@ -180,7 +184,7 @@ func (l *Limiter) Known(tokenHash []byte, addr netip.Addr) *Exceeded {
 	}
 	now := time.Now()
 	if l.failedAuth.On() {
-		if e := l.addresses.refusal(addressSubject(addr), now, l.failedAuthOver); e != nil {
+		if e := l.addresses.refusal(AddressSubject(addr), now, l.failedAuthOver); e != nil {
 			return e
 		}
 	}
@@ -224,7 +228,7 @@ func (l *Limiter) Count(tokenHash []byte, addr netip.Addr) *Check {
 		c.sent = l.tokens.hit(c.tokenSubject, c.now)
 	}
 	if l.failedAuth.On() {
-		c.address = addressSubject(addr)
+		c.address = AddressSubject(addr)
 		c.read = l.addresses.stale(c.address, c.now)
 	}
 	return c
@@ -290,7 +294,7 @@ func (l *Limiter) Failed(ctx context.Context, addr netip.Addr) (*Exceeded, error
 	if l == nil || !l.failedAuth.On() {
 		return nil, nil
 	}
-	subject := addressSubject(addr)
+	subject := AddressSubject(addr)
 	rows, err := l.pool.Query(ctx, hitSQL, l.failedAuth.Name, subject, l.failedAuth.seconds(), nil, 1)
 	if err != nil {
 		return nil, fmt.Errorf("count failed authentication: %w", err)
