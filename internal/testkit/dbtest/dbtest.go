@@ -79,7 +79,7 @@ func NewURL(t testing.TB) string {
 		t.Fatalf("dbtest: prepare test database server: %v", err)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), databaseTimeout)
 	defer cancel()
 	name, err := srv.createDatabase(ctx, t.Name())
 	if err != nil {
@@ -87,7 +87,7 @@ func NewURL(t testing.TB) string {
 	}
 	t.Cleanup(func() {
 		// The test's context is already cancelled when cleanups run.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), databaseTimeout)
 		defer cancel()
 		if err := srv.dropDatabase(ctx, name); err != nil {
 			t.Errorf("dbtest: %v", err)
@@ -95,6 +95,14 @@ func NewURL(t testing.TB) string {
 	})
 	return srv.databaseURL(name)
 }
+
+// databaseTimeout bounds creating or dropping one test database. It is a
+// guard against a hung server, not a measure: every DROP DATABASE waits
+// for an immediate checkpoint, and when many parallel tests end at once
+// on a machine whose cores are busy, the drops queue behind each other's
+// checkpoints. 30 s was outrun that way in a fresh-clone run beside two
+// busy loops.
+const databaseTimeout = 3 * time.Minute
 
 // server is the Postgres server test databases are created on, prepared
 // once per test binary.
