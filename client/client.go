@@ -68,11 +68,12 @@ type Config struct {
 	OnAttempt func(Attempt)
 	// UserAgent is sent with every try; empty sends DefaultUserAgent.
 	UserAgent string
-
-	// jitter draws the backoff's wait in [0, ceiling], and sleep waits;
-	// tests replace them.
-	jitter func(ceiling time.Duration) time.Duration
-	sleep  func(ctx context.Context, d time.Duration) error
+	// Jitter draws the backoff's wait from [0, ceiling]; nil draws it
+	// uniformly (full jitter). Tests fix it to make waits predictable.
+	Jitter func(ceiling time.Duration) time.Duration
+	// Sleep waits d, or until ctx ends, between two tries; nil uses a
+	// timer. Tests record the waits instead of sleeping through them.
+	Sleep func(ctx context.Context, d time.Duration) error
 }
 
 // DefaultUserAgent is the User-Agent a Client sends unless told otherwise.
@@ -130,11 +131,11 @@ func New(config *Config) (*Client, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = DefaultUserAgent
 	}
-	if cfg.jitter == nil {
-		cfg.jitter = fullJitter
+	if cfg.Jitter == nil {
+		cfg.Jitter = fullJitter
 	}
-	if cfg.sleep == nil {
-		cfg.sleep = sleep
+	if cfg.Sleep == nil {
+		cfg.Sleep = sleep
 	}
 	return &Client{cfg: cfg, base: strings.TrimSuffix(cfg.URL, "/")}, nil
 }

@@ -67,8 +67,8 @@ func testClient(t *testing.T, srv *httptest.Server, cfg Config) (*Client, *[]tim
 	var waits []time.Duration
 	var attempts []Attempt
 	cfg.URL, cfg.Token = srv.URL, "rr_test_token"
-	cfg.jitter = func(ceiling time.Duration) time.Duration { return ceiling }
-	cfg.sleep = func(ctx context.Context, d time.Duration) error { waits = append(waits, d); return ctx.Err() }
+	cfg.Jitter = func(ceiling time.Duration) time.Duration { return ceiling }
+	cfg.Sleep = func(ctx context.Context, d time.Duration) error { waits = append(waits, d); return ctx.Err() }
 	cfg.OnAttempt = func(a Attempt) { attempts = append(attempts, a) }
 	c, err := New(&cfg)
 	if err != nil {
@@ -277,5 +277,73 @@ func TestNew(t *testing.T) {
 	}
 	if k := NewKey(); len(k) != 36 || k == NewKey() || k[14] != '4' {
 		t.Fatalf("NewKey %q", k)
+	}
+}
+
+func TestWait(t *testing.T) {
+	t.Parallel()
+	newClient := func(t *testing.T, cfg Config) *Client {
+		t.Helper()
+		cfg.URL, cfg.Token = "http://127.0.0.1:5000", "tok"
+		c, err := New(&cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	noJitter := func(ceiling time.Duration) time.Duration { return ceiling }
+	ctx := context.Background()
+
+	t.Run("DoublesCeilingUpToMaxDelay", func(t *testing.T) {
+		t.Parallel()
+		c := newClient(t, Config{BaseDelay: time.Second, MaxDelay: 5 * time.Second, Jitter: noJitter})
+		want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}
+		for n := 1; n <= 5; n++ {
+			if d, ok := c.wait(ctx, n, 0); !ok || d != want[n-1] {
+				t.Fatalf("wait before retry %d: %s %t, want %s", n, d, ok, want[n-1])
+			}
+		}
+		if d, _ := c.wait(ctx, 200, 0); d != 5*time.Second {
+			t.Fatalf("no overflow: %s", d)
+		}
+	})
+
+	t.Run("FullJitterStaysWithinCeiling", func(t *testing.T) {
+		t.Parallel()
+		c := newClient(t, Config{BaseDelay: 100 * time.Millisecond})
+		for range 1000 {
+			if d, ok := c.wait(ctx, 3, 0); !ok || d < 0 || d > 400*time.Millisecond {
+				t.Fatalf("wait %s %t, want within [0, 400ms]", d, ok)
+			}
+		}
+	})
+
+	t.Run("RetryAfterIsFloorAndMaxDelayItsLimit", func(t *testing.T) {
+		t.Parallel()
+		c := newClient(t, Config{Jitter: func(time.Duration) time.Duration { return 0 }})
+		if d, ok := c.wait(ctx, 1, time.Second); !ok || d != time.Second {
+			t.Fatalf("wait %s %t, want 1s", d, ok)
+		}
+		// Longer than MaxDelay: no retry at all, rather than one too early.
+		if _, ok := c.wait(ctx, 1, time.Hour); ok {
+			t.Fatal("retries after a Retry-After of an hour")
+		}
+	})
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	for v, want := range map[string]time.Duration{
+		"2": 2 * time.Second,
+		now.Add(30 * time.Second).Format(http.TimeFormat): 30 * time.Second,
+		now.Add(-time.Minute).Format(http.TimeFormat):     0,
+		"":     0,
+		"soon": 0,
+		"-5":   0,
+	} {
+		if got := parseRetryAfter(v, now); got != want {
+			t.Fatalf("parseRetryAfter(%q) = %s, want %s", v, got, want)
+		}
 	}
 }

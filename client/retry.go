@@ -63,7 +63,12 @@ type Attempt struct {
 	// Err is why no answer arrived: a network error, a timeout.
 	Err     error
 	Latency time.Duration
-	// Retry says whether another try follows, after Wait.
+	// Final is set when the answer is final: a 2xx, or an error answer
+	// no retry with the same key can change.
+	Final bool
+	// Retry says whether another try follows, after Wait. Neither Final
+	// nor Retry: the client gives up (its tries, or its context, ran
+	// out).
 	Retry bool
 	Wait  time.Duration
 }
@@ -115,9 +120,10 @@ func (c *Client) do(ctx context.Context, ex exchange) (answer, error) {
 			retry = ctx.Err() == nil
 			err = fmt.Errorf("client: %s %s: %w", ex.method, ex.path, err)
 		case ans.status >= 200 && ans.status < 300:
+			a.Final = true
 		default:
 			prob = newError(ex, ans)
-			retry = !prob.Final
+			retry, a.Final = !prob.Final, prob.Final
 			err = prob
 			a.Status, a.Code, a.RideID, a.RetryAfter = prob.Status, prob.Code, prob.RideID, prob.RetryAfter
 		}
@@ -134,7 +140,7 @@ func (c *Client) do(ctx context.Context, ex exchange) (answer, error) {
 		if !a.Retry {
 			return ans, err
 		}
-		if c.cfg.sleep(ctx, a.Wait) != nil {
+		if c.cfg.Sleep(ctx, a.Wait) != nil {
 			return ans, err
 		}
 	}
@@ -155,7 +161,7 @@ func (c *Client) wait(ctx context.Context, n int, retryAfter time.Duration) (tim
 		}
 	}
 	// The server knows better than any backoff when it will be ready.
-	d := max(c.cfg.jitter(ceiling), retryAfter)
+	d := max(c.cfg.Jitter(ceiling), retryAfter)
 	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= d {
 		return 0, false
 	}
