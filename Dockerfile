@@ -10,7 +10,9 @@
 FROM golang:1.26 AS build
 WORKDIR /src
 # Modules first, so that a change to the source does not fetch them again.
+# client/ is a module of its own that go.mod replaces with the directory.
 COPY go.mod go.sum ./
+COPY client/go.mod client/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 # Static binaries: the runtime image has no libc. -trimpath keeps the

@@ -72,8 +72,10 @@ stop: build
 ## then each fuzz target briefly
 test:
 	$(GO) vet ./...
+	cd client && $(GO) vet ./...
 	@$(MAKE) --no-print-directory lint
 	$(GO) test -count=1 -timeout 9m ./...
+	cd client && $(GO) test -count=1 ./...
 	@$(MAKE) --no-print-directory fuzz
 
 ## fuzz: run each fuzz target for FUZZTIME (default 20000 executions; a duration such as 60s works too)
@@ -110,11 +112,14 @@ migrate: build
 
 vet:
 	$(GO) vet ./...
+	cd client && $(GO) vet ./...
 
-## lint: golangci-lint with the project's rules (.golangci.yml), pinned in tools/lint/go.mod;
-## it runs beside another lint on the machine (an editor's, a second checkout's) instead of failing
+## lint: golangci-lint with the project's rules (.golangci.yml), pinned in tools/lint/go.mod,
+## over the server's module and the client's (client/, a module of its own); it runs
+## beside another lint on the machine (an editor's, a second checkout's) instead of failing
 lint:
 	$(GO) tool -modfile=tools/lint/go.mod golangci-lint run --allow-parallel-runners ./...
+	cd client && $(GO) tool -modfile=../tools/lint/go.mod golangci-lint run --config ../.golangci.yml --allow-parallel-runners ./...
 
 fmt:
 	gofmt -l -w .

@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 
+	rrclient "github.com/rocketrides/rocketrides/client"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/platform/loop"
 	"github.com/rocketrides/rocketrides/internal/rides"
@@ -49,9 +50,10 @@ type Lab struct {
 // The lab client's default timeout, and its limits.
 const (
 	DefaultLabTimeout = 2 * time.Second
-	// labBackoff is the client's first wait between attempts, doubled
-	// after each.
-	labBackoff = 250 * time.Millisecond
+	// labBackoff is the ceiling of the client's first wait between
+	// attempts, doubled after each up to labMaxBackoff.
+	labBackoff    = 250 * time.Millisecond
+	labMaxBackoff = 4 * time.Second
 	// labAttempts is how often the lab's client tries before it leaves
 	// the request to the completer, as an app that was closed does.
 	labAttempts = 8
@@ -338,7 +340,7 @@ func (c *Console) labAnswerLost(ctx context.Context, run *labRun, setFaults func
 			plural(d.ChargeRequests, "charge request"), plural(d.Charges, "charge"), plural(d.Replays, "replay"), plural(d.DroppedAnswers, "answer")), "",
 			Why{why, sectionAssumptions})
 	}
-	if resp.final() {
+	if resp.Final {
 		return // a final answer after all: nothing to retry
 	}
 	c.labRetry(ctx, run, "client", 2)
@@ -414,22 +416,13 @@ func plural(n int, thing string) string {
 	return strconv.Itoa(n) + " " + thing + "s"
 }
 
-// labRetry retries the ride, as a mobile app does: the same key, the same
-// parameters, a wait that doubles, until a final answer.
+// labRetry retries the ride, as a mobile app does, through the client
+// package: the same key, the same parameters, backoff with jitter and
+// Retry-After, until a final answer. attempt numbers its first try.
 func (c *Console) labRetry(ctx context.Context, run *labRun, client string, attempt int) {
-	wait := labBackoff
-	for ; attempt <= labAttempts; attempt++ {
-		resp := c.labPost(ctx, run.Key, false, c.lab.Timeout)
-		c.labSaw(run, client, attempt, resp)
-		if resp.final() {
-			return
-		}
-		if loop.Sleep(ctx, wait) != nil {
-			return
-		}
-		wait = min(2*wait, 4*time.Second)
+	if resp := c.labSend(ctx, run, client, attempt, labAttempts-attempt+1, c.lab.Timeout, false); !resp.Final && ctx.Err() == nil {
+		run.add(client, "The client gives up.", "", Why{"The completer will finish the request.", sectionMurphy})
 	}
-	run.add(client, "The client gives up.", "", Why{"The completer will finish the request.", sectionMurphy})
 }
 
 // labResponse is what one attempt got.
@@ -441,53 +434,56 @@ type labResponse struct {
 	Err      error
 	// Timeout is how long the client would wait.
 	Timeout time.Duration
-}
-
-// final reports whether the answer ends the client's retries: any 4xx
-// but 408, 409 and 429, and the 502 of a key set aside for a person, which
-// every retry would get until someone settles it.
-func (r labResponse) final() bool {
-	if r.Err != nil {
-		return false
-	}
-	return r.Status < 500 && r.Status != http.StatusConflict && r.Status != http.StatusTooManyRequests && r.Status != http.StatusRequestTimeout ||
-		r.Code == "payment_needs_review"
+	// Final: the answer ends the client's retries (the client package's
+	// rule, which follows the api's Rocket-Rides-Should-Retry).
+	Final bool
 }
 
 // labPost sends the lab's ride once, with key, and waits for its answer
 // at most timeout.
 func (c *Console) labPost(ctx context.Context, key string, raiseError bool, timeout time.Duration) labResponse {
-	form := url.Values{
-		"origin_lat": {"37.7749"}, "origin_lon": {"-122.4194"},
-		"target_lat": {"37.8044"}, "target_lon": {"-122.2712"},
+	var resp labResponse
+	c.labClientSend(ctx, key, 1, timeout, raiseError, func(a rrclient.Attempt) { resp = labResponseOf(a, timeout) })
+	return resp
+}
+
+// labSend sends the lab's ride up to attempts times, recording each
+// attempt on run as client's, numbered from first, and returns the last
+// attempt's answer.
+func (c *Console) labSend(ctx context.Context, run *labRun, client string, first, attempts int, timeout time.Duration, raiseError bool) labResponse {
+	var last labResponse
+	c.labClientSend(ctx, run.Key, attempts, timeout, raiseError, func(a rrclient.Attempt) {
+		last = labResponseOf(a, timeout)
+		c.labSaw(run, client, first+a.N-1, last)
+	})
+	return last
+}
+
+// labClientSend sends the lab's ride with the client package, each
+// attempt bounded by timeout, and hands every attempt to onAttempt.
+func (c *Console) labClientSend(ctx context.Context, key string, attempts int, timeout time.Duration, raiseError bool, onAttempt func(rrclient.Attempt)) {
+	cl, err := rrclient.New(&rrclient.Config{
+		URL: c.lab.APIURL, Token: c.lab.Token, HTTPClient: c.labClient, AttemptTimeout: timeout,
+		MaxAttempts: attempts, BaseDelay: labBackoff, MaxDelay: labMaxBackoff,
+		UserAgent: "rocketrides-console-lab", OnAttempt: onAttempt,
+	})
+	if err != nil {
+		onAttempt(rrclient.Attempt{N: 1, Err: err})
+		return
 	}
+	p := rrclient.RideParams{OriginLat: 37.7749, OriginLon: -122.4194, TargetLat: 37.8044, TargetLon: -122.2712, IdempotencyKey: key}
 	if raiseError {
-		form.Set(rides.SimulateErrorParam, "true")
+		p.Extra = url.Values{rides.SimulateErrorParam: {"true"}}
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.lab.APIURL, "/")+"/rides", strings.NewReader(form.Encode()))
-	if err != nil {
-		return labResponse{Err: err}
+	_, _ = cl.CreateRide(ctx, p) // every attempt went to onAttempt
+}
+
+func labResponseOf(a rrclient.Attempt, timeout time.Duration) labResponse {
+	r := labResponse{Status: a.Status, Code: a.Code, Replayed: a.Replayed, Took: a.Latency, Err: a.Err, Final: a.Final}
+	if a.Err != nil {
+		r.Timeout = timeout
 	}
-	req.Header.Set("Authorization", "Bearer "+c.lab.Token)
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := c.labClient.Do(req)
-	if err != nil {
-		return labResponse{Err: err, Took: time.Since(start), Timeout: timeout}
-	}
-	defer resp.Body.Close()
-	var problem struct {
-		Code string `json:"code"`
-	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	_ = json.Unmarshal(body, &problem)
-	return labResponse{
-		Status: resp.StatusCode, Code: problem.Code, Took: time.Since(start),
-		Replayed: resp.Header.Get("Idempotent-Replayed") == "true",
-	}
+	return r
 }
 
 // labSaw records an attempt's answer and what it means.

@@ -130,6 +130,12 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		p := h.errorProblem(ctx, err)
+		if raiseError && errors.Is(err, ErrSimulated) {
+			// The failure the request asked for: a retry asks for it
+			// again and fails the same way, so the answer tells the
+			// client not to retry (the completer finishes the request).
+			p.Final = true
+		}
 		if res.RideID != 0 {
 			// The ride exists: the client can follow it by id, whatever
 			// it does about this answer.
@@ -453,6 +459,8 @@ func (h *Handler) readProblem(ctx context.Context, err error) *problem.Problem {
 func writeStored(w http.ResponseWriter, resp idem.Response) {
 	if resp.Code >= 400 {
 		w.Header().Set("Content-Type", problem.ContentType)
+		// A stored error is replayed byte for byte on every retry.
+		w.Header().Set(problem.ShouldRetryHeader, "false")
 	} else {
 		w.Header().Set("Content-Type", "application/json")
 	}

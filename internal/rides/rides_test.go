@@ -15,6 +15,7 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/platform/problem"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 	"github.com/rocketrides/rocketrides/internal/user"
@@ -190,6 +191,9 @@ func TestCreateRide(t *testing.T) {
 		require.Equal(t, "true", second.Header.Get("Idempotent-Replayed"))
 		require.Equal(t, string(first.Body), string(second.Body))
 		require.Equal(t, 1, b.Stripe.Stats().ChargeRequests, "the decline is not retried at Stripe")
+		for _, r := range []*apitest.Response{first, second} {
+			require.Equal(t, "false", r.Header.Get(problem.ShouldRetryHeader), "a stored decline is final, replayed or not")
+		}
 	})
 
 	t.Run("StoresRejectedCharge", func(t *testing.T) {
@@ -683,6 +687,9 @@ func TestSimulatedErrors(t *testing.T) {
 	failed := b.PostRide(t, key, apitest.DefaultParams+"&raise_error=true")
 	require.Equal(t, http.StatusInternalServerError, failed.Status, "%s", failed.Body)
 	require.Equal(t, rides.RideCreated, b.KeyRow(t, key).RecoveryPoint)
+	// A retry would ask for the failure again: the server says so,
+	// although a 500 is retried otherwise.
+	require.Equal(t, "false", failed.Header.Get(problem.ShouldRetryHeader))
 
 	repeated := b.PostRide(t, apitest.NewKey(), apitest.DefaultParams+"&raise_error=true&raise_error=false")
 	require.Equal(t, http.StatusUnprocessableEntity, repeated.Status, "%s", repeated.Body)

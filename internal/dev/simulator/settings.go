@@ -17,5 +17,5 @@ var Variables = config.Declare(
 	config.Setting{Name: "SIMULATOR_MAX_ATTEMPTS", Type: config.TypeInt, Unit: "attempts",
 		Help: "attempts per ride, the first included (-attempts)"},
 	config.Setting{Name: "SIMULATOR_MAX_BACKOFF", Type: config.TypeDuration,
-		Help: "the longest wait between two attempts of a ride (-max-backoff)"},
+		Help: "the longest wait between two attempts of a ride; an answer asking for a longer one (Retry-After) ends the ride's retries (-max-backoff)"},
 )

@@ -4,25 +4,26 @@
 // API to fail on purpose (raise_error=true) so that the failures have to
 // be recovered.
 //
-// It is also a model of a good client of an idempotent API. Every retry of
-// a ride sends the identical request: the same Idempotency-Key, the same
-// parameters, and the same raise_error. A response that may change on a
-// retry (a network error or timeout, 409, 429, 5xx) is retried with capped
-// exponential backoff and full jitter, waiting at least as long as
-// Retry-After asks. A final answer (2xx, 4xx, or any stored answer the API
-// replays) is never retried: the same key would only replay it.
+// It retries through the client package (github.com/rocketrides/rocketrides/client),
+// the project's one retry loop: every retry of a ride sends the identical
+// request (the same Idempotency-Key, the same parameters, the same
+// raise_error), an answer that may change is retried with capped
+// exponential backoff and full jitter, never sooner than Retry-After, and
+// a final answer is never retried.
 //
-// The failure a ride asked for is the exception. A 500 internal_error in
+// The failure a ride asked for is a final answer. A 500 internal_error in
 // answer to a request that carried raise_error=true is the simulated
 // failure: the ride was created, the charge was not made, and the key was
 // unlocked at its recovery point. Retrying it would only fail again
-// (raise_error is part of the identical request), so the simulator leaves
-// the key alone and the completer finishes the ride, as it does for a
-// client that went away. A ride whose retries run out is left to the
-// completer the same way.
+// (raise_error is part of the identical request), and the API says so
+// (Rocket-Rides-Should-Retry: false), so the simulator leaves the key
+// alone and the completer finishes the ride, as it does for a client that
+// went away. A ride whose retries run out is left to the completer the
+// same way.
 package simulator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,6 +40,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/rocketrides/rocketrides/client"
 	"github.com/rocketrides/rocketrides/internal/platform/loop"
 )
 
@@ -100,6 +102,34 @@ func (c *Config) validate() error {
 	}
 	return nil
 }
+
+// Policy is the simulator's retry policy, which the client package
+// follows: capped exponential backoff with full jitter, never sooner than
+// Retry-After.
+type Policy struct {
+	// MaxAttempts counts the first attempt too; zero means 5.
+	MaxAttempts int
+	// BaseDelay is the backoff ceiling after the first attempt, doubled
+	// after each further one; zero means 500ms.
+	BaseDelay time.Duration
+	// MaxDelay caps the backoff, and is the longest Retry-After the
+	// simulator waits for: a server asking for longer does not park it,
+	// the ride is left to the completer. Zero means 10s.
+	MaxDelay time.Duration
+	// Jitter draws a wait from [0, ceiling]; nil draws uniformly. Tests
+	// fix it to make waits predictable.
+	Jitter func(ceiling time.Duration) time.Duration
+	// Sleep waits d or until ctx ends; nil uses a timer. Tests record the
+	// waits instead of sleeping through them.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// Policy defaults.
+const (
+	DefaultMaxAttempts = 5
+	DefaultBaseDelay   = 500 * time.Millisecond
+	DefaultMaxDelay    = 10 * time.Second
+)
 
 // Simulator sends rides to the API.
 type Simulator struct {
@@ -163,18 +193,17 @@ func (s *Simulator) NewRide() Ride {
 	}
 }
 
-func (r Ride) form() url.Values {
-	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
-	v := url.Values{
-		"origin_lat": {f(r.OriginLat)},
-		"origin_lon": {f(r.OriginLon)},
-		"target_lat": {f(r.TargetLat)},
-		"target_lon": {f(r.TargetLon)},
+// params is r as the client package sends it: raise_error is a field the
+// API accepts only with SIMULATED_ERRORS=true, beyond the contract.
+func (r Ride) params() client.RideParams {
+	p := client.RideParams{
+		OriginLat: r.OriginLat, OriginLon: r.OriginLon, TargetLat: r.TargetLat, TargetLon: r.TargetLon,
+		IdempotencyKey: r.Key,
 	}
 	if r.RaiseError {
-		v.Set(simulateErrorParam, "true")
+		p.Extra = url.Values{simulateErrorParam: {"true"}}
 	}
-	return v
+	return p
 }
 
 // Result is what became of an attempt.
@@ -232,41 +261,6 @@ func (o Outcome) Simulated() bool {
 	return o.RaiseError && o.Status == http.StatusInternalServerError && o.Code == "internal_error"
 }
 
-// retryable reports whether another attempt with the same key may get a
-// different answer.
-func (o Outcome) retryable() bool {
-	switch {
-	case o.Err != nil:
-		// The request may or may not have reached the API; only a retry
-		// with the same key can tell, and it is safe.
-		return true
-	case o.Simulated():
-		return false
-	case o.Replayed:
-		// A stored answer is replayed byte for byte on every retry.
-		return false
-	case o.Status == http.StatusConflict, o.Status == http.StatusTooManyRequests, o.Status == http.StatusRequestTimeout:
-		// 409: the same key is in flight (or was taken over); its
-		// result is there for the asking once it finishes. 429 and 408
-		// (the body stalled on the way) ran nothing.
-		return true
-	case o.Status >= 500:
-		// payment_rejected is a final answer the API stores.
-		return o.Code != "payment_rejected"
-	}
-	return false
-}
-
-func (o Outcome) final() Result {
-	switch {
-	case o.Status >= 200 && o.Status < 300:
-		return Succeeded
-	case o.Simulated():
-		return SimulatedFailure
-	}
-	return Failed
-}
-
 // String is the outcome as one logfmt line.
 func (o Outcome) String() string {
 	var b strings.Builder
@@ -310,10 +304,66 @@ func (s *Simulator) Send(ctx context.Context) Outcome {
 // SendRide sends r, retrying it by the retry policy, and returns the last
 // attempt's outcome. Every attempt is written to Config.Out.
 func (s *Simulator) SendRide(ctx context.Context, r Ride) Outcome {
-	body := r.form().Encode()
-	return retry(ctx, s.cfg.Retry, func(ctx context.Context, _ int) Outcome {
-		return s.post(ctx, r, body)
-	}, s.report)
+	var last Outcome
+	p := s.cfg.Retry
+	c, err := client.New(&client.Config{
+		URL: s.base, Token: s.cfg.Token, HTTPClient: s.cfg.Client, AttemptTimeout: s.cfg.Client.Timeout,
+		MaxAttempts: cmp.Or(p.MaxAttempts, DefaultMaxAttempts),
+		BaseDelay:   cmp.Or(p.BaseDelay, DefaultBaseDelay),
+		MaxDelay:    cmp.Or(p.MaxDelay, DefaultMaxDelay),
+		Jitter:      p.Jitter, Sleep: p.Sleep,
+		UserAgent: "rocketrides-simulator",
+		OnAttempt: func(a client.Attempt) {
+			last = outcome(r, a)
+			s.report(last)
+		},
+	})
+	if err != nil {
+		// New validated the same URL and token already.
+		last = Outcome{Key: r.Key, RaiseError: r.RaiseError, Attempt: 1, Err: err, Result: GaveUp}
+		s.report(last)
+		return last
+	}
+	_, _ = c.CreateRide(ctx, r.params()) // every attempt's outcome is in last
+	if last.Result == Retrying {
+		// Stopping between two attempts: the key is left as it is, for
+		// the completer.
+		last.Result, last.Wait = GaveUp, 0
+	}
+	return last
+}
+
+// outcome is what the simulator makes of one of the client's attempts at
+// ride r.
+func outcome(r Ride, a client.Attempt) Outcome {
+	o := Outcome{
+		Key: r.Key, Attempt: a.N, RaiseError: r.RaiseError, Status: a.Status, Code: a.Code,
+		Replayed: a.Replayed, RetryAfter: a.RetryAfter, Err: a.Err, Latency: a.Latency, Wait: a.Wait,
+	}
+	if a.Err == nil && a.Status < 300 {
+		// A ride; a body that is not one (a proxy's page, say) leaves
+		// the fields empty and the status decides.
+		var ride struct {
+			ID             int64  `json:"id"`
+			StripeChargeID string `json:"stripe_charge_id"`
+		}
+		if json.Unmarshal(a.Body, &ride) == nil {
+			o.RideID, o.ChargeID = ride.ID, ride.StripeChargeID
+		}
+	}
+	switch {
+	case a.Retry:
+		o.Result = Retrying
+	case a.Final && a.Status >= 200 && a.Status < 300:
+		o.Result = Succeeded
+	case a.Final && o.Simulated():
+		o.Result = SimulatedFailure
+	case a.Final:
+		o.Result = Failed
+	default:
+		o.Result = GaveUp
+	}
+	return o
 }
 
 func (s *Simulator) report(o Outcome) {
@@ -322,59 +372,8 @@ func (s *Simulator) report(o Outcome) {
 	_, _ = fmt.Fprintln(s.cfg.Out, o)
 }
 
-// maxBody bounds how much of a response is read: rides and problem
-// documents are a few hundred bytes.
+// maxBody bounds how much of a /healthz answer is read.
 const maxBody = 1 << 20
-
-// post makes one attempt.
-func (s *Simulator) post(ctx context.Context, r Ride, body string) Outcome {
-	o := Outcome{Key: r.Key, RaiseError: r.RaiseError}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/rides", strings.NewReader(body))
-	if err != nil {
-		o.Err = fmt.Errorf("build request: %w", err)
-		return o
-	}
-	req.Header.Set("Authorization", "Bearer "+s.cfg.Token)
-	req.Header.Set("Idempotency-Key", r.Key)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "rocketrides-simulator")
-
-	start := time.Now()
-	resp, err := s.cfg.Client.Do(req)
-	if err != nil {
-		o.Latency = time.Since(start)
-		o.Err = err
-		return o
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	o.Latency = time.Since(start)
-	if err != nil {
-		// The answer was lost on the way; a retry replays it.
-		o.Err = fmt.Errorf("read response (status %d): %w", resp.StatusCode, err)
-		return o
-	}
-	o.Status = resp.StatusCode
-	o.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
-	o.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
-
-	// A ride or a problem document; a body that is neither (a proxy's
-	// error page, say) leaves the fields empty and the status decides.
-	var doc struct {
-		ID             int64  `json:"id"`
-		StripeChargeID string `json:"stripe_charge_id"`
-		Code           string `json:"code"`
-	}
-	if json.Unmarshal(raw, &doc) == nil {
-		if o.Status < 300 {
-			o.RideID, o.ChargeID = doc.ID, doc.StripeChargeID
-		} else {
-			o.Code = doc.Code
-		}
-	}
-	return o
-}
 
 // Tally counts what became of the rides Run sent.
 type Tally struct {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocketrides/rocketrides/client"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
@@ -274,17 +275,33 @@ func TestSendRetries(t *testing.T) {
 	t.Run("GivesUpAfterMaxAttempts", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, Policy{MaxAttempts: 4, BaseDelay: time.Second, MaxDelay: 3 * time.Second},
-			answer(http.StatusBadGateway, `<html>bad gateway</html>`, "Retry-After", "60"))
+			answer(http.StatusBadGateway, `<html>bad gateway</html>`, "Retry-After", "2"))
 
 		ride := defaultRide(apitest.NewKey())
 		o := b.sim.SendRide(context.Background(), ride)
 		require.Equal(t, GaveUp, o.Result, "%s", o)
 		require.Equal(t, 4, o.Attempt)
 		require.Equal(t, http.StatusBadGateway, o.Status)
-		// Retry-After is a floor, MaxDelay the ceiling of every wait.
-		require.Equal(t, []time.Duration{3 * time.Second, 3 * time.Second, 3 * time.Second}, b.waits.all())
+		// Retry-After is a floor, MaxDelay the ceiling of the backoff.
+		require.Equal(t, []time.Duration{2 * time.Second, 2 * time.Second, 3 * time.Second}, b.waits.all())
 		require.Contains(t, o.String(), "result=gave_up next=completer")
 		requireIdenticalRequests(t, b, ride.Key, 4)
+	})
+
+	t.Run("GivesUpRatherThanRetryBeforeRetryAfter", func(t *testing.T) {
+		t.Parallel()
+		// A Retry-After past MaxDelay: the contract forbids an earlier
+		// retry, and the simulator does not wait that long.
+		b := setup(t, Policy{MaxAttempts: 4, BaseDelay: time.Second, MaxDelay: 3 * time.Second},
+			answer(http.StatusBadGateway, `<html>bad gateway</html>`, "Retry-After", "60"))
+
+		ride := defaultRide(apitest.NewKey())
+		o := b.sim.SendRide(context.Background(), ride)
+		require.Equal(t, GaveUp, o.Result, "%s", o)
+		require.Equal(t, 1, o.Attempt)
+		require.Equal(t, http.StatusBadGateway, o.Status)
+		require.Empty(t, b.waits.all())
+		require.Contains(t, o.String(), "result=gave_up next=completer")
 	})
 
 	t.Run("StopsRetryingWhenContextEnds", func(t *testing.T) {
@@ -305,7 +322,8 @@ func TestSendRetries(t *testing.T) {
 		result   Result
 		wantCode string
 	}{
-		{"SimulatedFailure", true, answer(http.StatusInternalServerError, `{"code": "internal_error"}`), SimulatedFailure, "internal_error"},
+		// The API marks the failure a request asked for final.
+		{"SimulatedFailure", true, answer(http.StatusInternalServerError, `{"code": "internal_error"}`, client.ShouldRetryHeader, "false"), SimulatedFailure, "internal_error"},
 		{"CardDeclined", false, answer(http.StatusPaymentRequired, `{"code": "card_declined"}`), Failed, "card_declined"},
 		{"PaymentRejected", false, answer(http.StatusBadGateway, `{"code": "payment_rejected"}`), Failed, "payment_rejected"},
 		{"InvalidParams", false, answer(http.StatusUnprocessableEntity, `{"code": "invalid_params"}`), Failed, "invalid_params"},
@@ -326,49 +344,6 @@ func TestSendRetries(t *testing.T) {
 			require.Empty(t, b.waits.all())
 		})
 	}
-}
-
-func TestPolicyDelay(t *testing.T) {
-	t.Parallel()
-
-	t.Run("DoublesCeilingUpToMaxDelay", func(t *testing.T) {
-		t.Parallel()
-		p := Policy{BaseDelay: time.Second, MaxDelay: 5 * time.Second, Jitter: noJitter}
-		var got []time.Duration
-		for n := 1; n <= 5; n++ {
-			got = append(got, p.Delay(n, 0))
-		}
-		require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}, got)
-		require.Equal(t, 5*time.Second, p.Delay(200, 0), "no overflow")
-	})
-
-	t.Run("FullJitterStaysWithinCeiling", func(t *testing.T) {
-		t.Parallel()
-		p := Policy{BaseDelay: 100 * time.Millisecond}
-		for range 1000 {
-			d := p.Delay(3, 0)
-			require.GreaterOrEqual(t, d, time.Duration(0))
-			require.LessOrEqual(t, d, 400*time.Millisecond)
-		}
-	})
-
-	t.Run("RetryAfterIsFloorMaxDelayCeiling", func(t *testing.T) {
-		t.Parallel()
-		p := Policy{Jitter: func(time.Duration) time.Duration { return 0 }}
-		require.Equal(t, time.Second, p.Delay(1, time.Second))
-		require.Equal(t, DefaultMaxDelay, p.Delay(1, time.Hour))
-	})
-}
-
-func TestParseRetryAfter(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	require.Equal(t, 2*time.Second, parseRetryAfter("2", now))
-	require.Equal(t, 30*time.Second, parseRetryAfter(now.Add(30*time.Second).Format(http.TimeFormat), now))
-	require.Zero(t, parseRetryAfter(now.Add(-time.Minute).Format(http.TimeFormat), now))
-	require.Zero(t, parseRetryAfter("", now))
-	require.Zero(t, parseRetryAfter("soon", now))
-	require.Zero(t, parseRetryAfter("-5", now))
 }
 
 func TestNewRide(t *testing.T) {

@@ -32,6 +32,31 @@ type Problem struct {
 	// the id of a resource the problem is about, set with With. Their
 	// names must not be those of the members above.
 	Extensions map[string]any `json:"-"`
+	// Final marks a problem that no retry with the same key can change
+	// although its status says otherwise (ShouldRetry): its
+	// ShouldRetryHeader says false.
+	Final bool `json:"-"`
+}
+
+// ShouldRetryHeader tells the client, on every error answer, whether a
+// retry with the same Idempotency-Key may get another answer: "true" or
+// "false". It is modelled on Stripe's Stripe-Should-Retry, and clients
+// prefer it to their own rules for the status (the client package does).
+const ShouldRetryHeader = "Rocket-Rides-Should-Retry"
+
+// ShouldRetry is the retry protocol of docs/openapi.yaml for an error
+// answer with status: a 408 (the body stalled; nothing ran), a 409 (the
+// key is in flight), a 429 (a limit; nothing ran), a 500 or a 503 (the
+// request stopped where a retry resumes it) may still change. Every other
+// status is final for its key: a 402 or 502 is stored and replayed, a
+// 410 or another 4xx is about the request itself.
+func ShouldRetry(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooManyRequests,
+		http.StatusInternalServerError, http.StatusServiceUnavailable:
+		return true
+	}
+	return false
 }
 
 // InvalidParam is one rejected request parameter.
@@ -134,6 +159,7 @@ func (p *Problem) Write(w http.ResponseWriter) {
 	if p.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(p.RetryAfter))
 	}
+	w.Header().Set(ShouldRetryHeader, strconv.FormatBool(!p.Final && ShouldRetry(p.Status)))
 	w.Header().Set("Content-Type", ContentType)
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(p.JSON())

@@ -97,3 +97,28 @@ func TestWith(t *testing.T) {
 			string(p.JSON()))
 	})
 }
+
+func TestShouldRetryHeader(t *testing.T) {
+	t.Parallel()
+
+	// The retry protocol of docs/openapi.yaml, status by status.
+	for status, want := range map[int]string{
+		http.StatusBadRequest: "false", http.StatusUnauthorized: "false", http.StatusPaymentRequired: "false",
+		http.StatusNotFound: "false", http.StatusRequestTimeout: "true", http.StatusConflict: "true",
+		http.StatusGone: "false", http.StatusUnprocessableEntity: "false", http.StatusTooManyRequests: "true",
+		http.StatusInternalServerError: "true", http.StatusBadGateway: "false", http.StatusServiceUnavailable: "true",
+	} {
+		rec := httptest.NewRecorder()
+		problem.New(status, "code", "").Write(rec)
+		require.Equal(t, want, rec.Header().Get(problem.ShouldRetryHeader), "status %d", status)
+	}
+
+	t.Run("FinalOverridesTheStatus", func(t *testing.T) {
+		t.Parallel()
+		rec := httptest.NewRecorder()
+		p := problem.New(http.StatusInternalServerError, "internal_error", "")
+		p.Final = true
+		p.Write(rec)
+		require.Equal(t, "false", rec.Header().Get(problem.ShouldRetryHeader))
+	})
+}

@@ -2,25 +2,26 @@ package chaos
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
+	"errors"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/rocketrides/rocketrides/client"
 )
 
-// rideParams is a ride from San Francisco to Oakland, as a form.
-const rideParams = "origin_lat=37.7749&origin_lon=-122.4194&target_lat=37.8044&target_lon=-122.2712"
+// ride is a ride from San Francisco to Oakland.
+var ride = client.RideParams{OriginLat: 37.7749, OriginLon: -122.4194, TargetLat: 37.8044, TargetLon: -122.2712}
 
 // Client retry policy: exponential backoff with full jitter, bounded, as
-// a well-behaved client retries. A key the client gives up on is left to
-// the completers, as a phone that went flat leaves its request.
+// a well-behaved client retries (the client package's). A key the client
+// gives up on is left to the completers, as a phone that went flat
+// leaves its request.
 const (
 	clientTimeout  = 10 * time.Second
 	minBackoff     = 100 * time.Millisecond
@@ -59,18 +60,12 @@ func newTraffic() *traffic {
 	return &traffic{answers: map[string]int{}, final: map[string]int{}, acknowledged: map[string]ack{}}
 }
 
-// acknowledge records a final answer the client received.
-func (tr *traffic) acknowledge(key string, status int, body []byte) {
-	var ride struct {
-		StripeChargeID *string `json:"stripe_charge_id"`
-	}
-	a := ack{status: status}
-	if status == http.StatusCreated && json.Unmarshal(body, &ride) == nil && ride.StripeChargeID != nil {
-		a.chargeID = *ride.StripeChargeID
-	}
+// acknowledge records a final answer the client received, with the
+// charge a 201 named.
+func (tr *traffic) acknowledge(key string, status int, chargeID string) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	tr.acknowledged[key] = a
+	tr.acknowledged[key] = ack{status: status, chargeID: chargeID}
 	if status == http.StatusCreated {
 		tr.created = append(tr.created, time.Now())
 	}
@@ -140,67 +135,68 @@ func (r *rider) run(ctx context.Context, stop <-chan struct{}) {
 }
 
 // ride drives one key to a final answer: 201, or 402 for the declined
-// card. 409 (another attempt holds the key), 5xx and network errors are
-// retried with the same key, against any instance.
+// card, through the client package, which retries 409, 5xx and network
+// errors with the same key. Each try goes to any instance.
 func (r *rider) ride(ctx context.Context, token, key string) {
-	for attempt := 1; ; attempt++ {
-		status, replayed, body, err := r.post(ctx, r.apis[r.rng.IntN(len(r.apis))], token, key)
-		answer := strconv.Itoa(status)
-		if err != nil {
-			answer = networkErrKind
-		}
-		// A replayed answer means another attempt, or a completer,
-		// finished the request this client was waiting for.
-		if replayed {
-			r.traffic.record(answer + " replayed")
-		} else {
-			r.traffic.record(answer)
-		}
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err == nil && (status == http.StatusCreated || status == http.StatusPaymentRequired):
-			r.traffic.acknowledge(key, status, body)
-			r.traffic.finish(answer, false, "")
-			return
-		case err == nil && status != http.StatusConflict && status != http.StatusRequestTimeout && status < 500,
-			// 502 is final too: a stored rejection or a charge set
-			// aside for a human. Neither should happen to these rides.
-			err == nil && status == http.StatusBadGateway:
-			r.traffic.finish(answer, false, "key "+key+" answered "+answer)
-			return
-		case attempt == maxAttempts:
-			r.traffic.finish(answer, true, "")
-			return
-		}
-		backoff := min(maxBackoff, minBackoff<<min(attempt-1, 10))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Duration(r.rng.Int64N(int64(backoff))) + 10*time.Millisecond):
-		}
+	var last string
+	c, err := client.New(&client.Config{
+		URL: r.apis[0], Token: token, AttemptTimeout: clientTimeout,
+		HTTPClient:  &http.Client{Transport: spread{apis: r.apis, rng: r.rng, next: r.http.Transport}},
+		MaxAttempts: maxAttempts, BaseDelay: minBackoff, MaxDelay: maxBackoff,
+		Jitter: func(ceiling time.Duration) time.Duration { return time.Duration(r.rng.Int64N(int64(ceiling) + 1)) },
+		OnAttempt: func(a client.Attempt) {
+			last = strconv.Itoa(a.Status)
+			if a.Err != nil {
+				last = networkErrKind
+			}
+			// A replayed answer means another attempt, or a completer,
+			// finished the request this client was waiting for.
+			if a.Replayed {
+				r.traffic.record(last + " replayed")
+			} else {
+				r.traffic.record(last)
+			}
+		},
+	})
+	if err != nil {
+		panic(err) // the soak's own URLs and tokens
+	}
+	p := ride
+	p.IdempotencyKey = key
+	created, err := c.CreateRide(ctx, p)
+	var prob *client.Error
+	switch {
+	case ctx.Err() != nil:
+	case err == nil:
+		r.traffic.acknowledge(key, http.StatusCreated, created.StripeChargeID)
+		r.traffic.finish(last, false, "")
+	case errors.As(err, &prob) && prob.Final && prob.Status == http.StatusPaymentRequired:
+		r.traffic.acknowledge(key, prob.Status, "")
+		r.traffic.finish(last, false, "")
+	case errors.As(err, &prob) && prob.Final:
+		// A 502 is final too: a stored rejection or a charge set aside
+		// for a human. Neither, nor any other final error, should
+		// happen to these rides.
+		r.traffic.finish(last, false, "key "+key+" answered "+last)
+	default:
+		r.traffic.finish(last, true, "")
 	}
 }
 
-func (r *rider) post(ctx context.Context, baseURL, token, key string) (status int, replayed bool, body []byte, err error) {
-	ctx, cancel := context.WithTimeout(ctx, clientTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/rides", strings.NewReader(rideParams))
+// spread sends each try to one of the api instances, drawn at random, as
+// a load balancer in front of them would.
+type spread struct {
+	apis []string // base URLs
+	rng  *rand.Rand
+	next http.RoundTripper
+}
+
+func (s spread) RoundTrip(req *http.Request) (*http.Response, error) {
+	u, err := url.Parse(s.apis[s.rng.IntN(len(s.apis))])
 	if err != nil {
-		return 0, false, nil, err
+		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := r.http.Do(req)
-	if err != nil {
-		return 0, false, nil, err
-	}
-	defer resp.Body.Close()
-	body, err = io.ReadAll(resp.Body)
-	if err != nil {
-		// The api died mid-answer: as good as no answer.
-		return 0, false, nil, fmt.Errorf("read answer: %w", err)
-	}
-	return resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", body, nil
+	req = req.Clone(req.Context())
+	req.URL.Scheme, req.URL.Host, req.Host = u.Scheme, u.Host, ""
+	return s.next.RoundTrip(req)
 }

@@ -21,8 +21,9 @@ import (
 var processes = []string{"fakestripe", "api", "enqueuer", "worker", "completer", "reaper", "reconciler", "simulator", "console"}
 
 // tools are the commands under cmd/ that are not processes: one-shots run
-// before or beside them, the local database manager and the benchmark.
-var tools = []string{"bench", "chaos", "localpg", "migrate", "seed"}
+// before or beside them, the local database manager, the benchmark and the
+// conformance harness for clients.
+var tools = []string{"bench", "chaos", "clientcheck", "localpg", "migrate", "seed"}
 
 // wiring are the settings whose defaults point at the host's loopback: in
 // compose they must name the service instead, wherever a command reads

@@ -1,14 +1,17 @@
 package e2e_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	rrclient "github.com/rocketrides/rocketrides/client"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet/fleettest"
 	"github.com/rocketrides/rocketrides/internal/testkit/invariant"
@@ -158,11 +162,6 @@ func (r reply) String() string {
 // fresh reports whether r is a 201 that ran the request, not a replay.
 func (r reply) fresh() bool { return r.Err == nil && r.Status == http.StatusCreated && !r.Replayed }
 
-// retryable reports whether a good client retries r with the same key.
-func (r reply) retryable() bool {
-	return r.Err != nil || r.Status == http.StatusConflict || r.Status == http.StatusRequestTimeout || r.Status >= 500
-}
-
 // postRide sends POST /rides with key to the api at baseURL.
 func (c *client) postRide(ctx context.Context, baseURL, key string) reply {
 	start := time.Now()
@@ -189,23 +188,48 @@ func (c *client) postRide(ctx context.Context, baseURL, key string) reply {
 	}
 }
 
-// retryUntilFinal posts key round-robin to urls, as a good client does:
-// the same key again after a 409, a 5xx or a network error, with a short
-// pause, until a final answer or ctx ends. It returns every reply.
+// retryUntilFinal posts key round-robin to urls through the client
+// package, as a good client does: the same key again after a 409, a 5xx
+// or a network error, with backoff and Retry-After, until a final answer
+// or ctx ends. It returns every reply.
 func (c *client) retryUntilFinal(ctx context.Context, urls []string, key string) ([]reply, error) {
 	var replies []reply
-	for i := 0; ; i++ {
-		r := c.postRide(ctx, urls[i%len(urls)], key)
-		replies = append(replies, r)
-		if !r.retryable() {
-			return replies, nil
-		}
-		select {
-		case <-ctx.Done():
-			return replies, fmt.Errorf("key %s not final after %d attempts, last %s: %w", key, len(replies), r, ctx.Err())
-		case <-time.After(time.Duration(50+25*min(i, 6)) * time.Millisecond):
-		}
+	rc, err := rrclient.New(&rrclient.Config{
+		URL: urls[0], Token: c.token, AttemptTimeout: c.http.Timeout,
+		HTTPClient:  &http.Client{Transport: &roundRobin{urls: urls, next: c.http.Transport}},
+		MaxAttempts: rrclient.UntilDeadline, BaseDelay: 50 * time.Millisecond, MaxDelay: 2 * time.Second,
+		OnAttempt: func(a rrclient.Attempt) {
+			replies = append(replies, reply{Status: a.Status, Replayed: a.Replayed, Header: a.Header, Body: a.Body, Err: a.Err, Took: a.Latency})
+		},
+	})
+	if err != nil {
+		return nil, err
 	}
+	_, err = rc.CreateRide(ctx, rrclient.RideParams{
+		OriginLat: 37.7749, OriginLon: -122.4194, TargetLat: 37.8044, TargetLon: -122.2712, IdempotencyKey: key,
+	})
+	var prob *rrclient.Error
+	if err == nil || errors.As(err, &prob) && prob.Final {
+		return replies, nil
+	}
+	return replies, fmt.Errorf("key %s not final after %d attempts, last %s: %w", key, len(replies), replies[len(replies)-1], cmp.Or(ctx.Err(), err))
+}
+
+// roundRobin sends each try to the next of urls.
+type roundRobin struct {
+	urls []string
+	n    atomic.Int64
+	next http.RoundTripper
+}
+
+func (rr *roundRobin) RoundTrip(req *http.Request) (*http.Response, error) {
+	u, err := url.Parse(rr.urls[int(rr.n.Add(1)-1)%len(rr.urls)])
+	if err != nil {
+		return nil, err
+	}
+	req = req.Clone(req.Context())
+	req.URL.Scheme, req.URL.Host, req.Host = u.Scheme, u.Host, ""
+	return rr.next.RoundTrip(req)
 }
 
 // waitFor polls cond until it holds or timeout passes.

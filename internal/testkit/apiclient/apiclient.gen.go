@@ -1492,18 +1492,21 @@ type CheckHealthResponse200Headers struct {
 
 // CheckHealthResponse413Headers the declared response headers of an HTTP 413 response for CheckHealth
 type CheckHealthResponse413Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CheckHealthResponse415Headers the declared response headers of an HTTP 415 response for CheckHealth
 type CheckHealthResponse415Headers struct {
-	AcceptEncoding *string
-	RequestId      string
+	AcceptEncoding         *string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CheckHealthResponse500Headers the declared response headers of an HTTP 500 response for CheckHealth
 type CheckHealthResponse500Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 type CheckHealthResponse struct {
@@ -1576,17 +1579,20 @@ type CheckHealthHeadResponse200Headers struct {
 
 // CheckHealthHeadResponse413Headers the declared response headers of an HTTP 413 response for CheckHealthHead
 type CheckHealthHeadResponse413Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CheckHealthHeadResponse415Headers the declared response headers of an HTTP 415 response for CheckHealthHead
 type CheckHealthHeadResponse415Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CheckHealthHeadResponse500Headers the declared response headers of an HTTP 500 response for CheckHealthHead
 type CheckHealthHeadResponse500Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 type CheckHealthHeadResponse struct {
@@ -1638,18 +1644,21 @@ type GetOpenAPIDocumentResponse200Headers struct {
 
 // GetOpenAPIDocumentResponse413Headers the declared response headers of an HTTP 413 response for GetOpenAPIDocument
 type GetOpenAPIDocumentResponse413Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // GetOpenAPIDocumentResponse415Headers the declared response headers of an HTTP 415 response for GetOpenAPIDocument
 type GetOpenAPIDocumentResponse415Headers struct {
-	AcceptEncoding *string
-	RequestId      string
+	AcceptEncoding         *string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // GetOpenAPIDocumentResponse500Headers the declared response headers of an HTTP 500 response for GetOpenAPIDocument
 type GetOpenAPIDocumentResponse500Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 type GetOpenAPIDocumentResponse struct {
@@ -1741,23 +1750,27 @@ type CheckReadinessResponse200Headers struct {
 
 // CheckReadinessResponse413Headers the declared response headers of an HTTP 413 response for CheckReadiness
 type CheckReadinessResponse413Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CheckReadinessResponse415Headers the declared response headers of an HTTP 415 response for CheckReadiness
 type CheckReadinessResponse415Headers struct {
-	AcceptEncoding *string
-	RequestId      string
+	AcceptEncoding         *string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CheckReadinessResponse500Headers the declared response headers of an HTTP 500 response for CheckReadiness
 type CheckReadinessResponse500Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CheckReadinessResponse503Headers the declared response headers of an HTTP 503 response for CheckReadiness
 type CheckReadinessResponse503Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 type CheckReadinessResponse struct {
@@ -1839,22 +1852,26 @@ type CheckReadinessHeadResponse200Headers struct {
 
 // CheckReadinessHeadResponse413Headers the declared response headers of an HTTP 413 response for CheckReadinessHead
 type CheckReadinessHeadResponse413Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CheckReadinessHeadResponse415Headers the declared response headers of an HTTP 415 response for CheckReadinessHead
 type CheckReadinessHeadResponse415Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CheckReadinessHeadResponse500Headers the declared response headers of an HTTP 500 response for CheckReadinessHead
 type CheckReadinessHeadResponse500Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CheckReadinessHeadResponse503Headers the declared response headers of an HTTP 503 response for CheckReadinessHead
 type CheckReadinessHeadResponse503Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 type CheckReadinessHeadResponse struct {
@@ -1908,43 +1925,50 @@ type ListRidesResponse200Headers struct {
 
 // ListRidesResponse400Headers the declared response headers of an HTTP 400 response for ListRides
 type ListRidesResponse400Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // ListRidesResponse401Headers the declared response headers of an HTTP 401 response for ListRides
 type ListRidesResponse401Headers struct {
-	RequestId       string
-	WWWAuthenticate string
+	RequestId              string
+	RocketRidesShouldRetry bool
+	WWWAuthenticate        string
 }
 
 // ListRidesResponse413Headers the declared response headers of an HTTP 413 response for ListRides
 type ListRidesResponse413Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // ListRidesResponse415Headers the declared response headers of an HTTP 415 response for ListRides
 type ListRidesResponse415Headers struct {
-	AcceptEncoding *string
-	RequestId      string
+	AcceptEncoding         *string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // ListRidesResponse429Headers the declared response headers of an HTTP 429 response for ListRides
 type ListRidesResponse429Headers struct {
-	RateLimit       string
-	RateLimitPolicy string
-	RequestId       string
-	RetryAfter      int
+	RateLimit              string
+	RateLimitPolicy        string
+	RequestId              string
+	RetryAfter             int
+	RocketRidesShouldRetry bool
 }
 
 // ListRidesResponse500Headers the declared response headers of an HTTP 500 response for ListRides
 type ListRidesResponse500Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // ListRidesResponse503Headers the declared response headers of an HTTP 503 response for ListRides
 type ListRidesResponse503Headers struct {
-	RequestId  string
-	RetryAfter int
+	RequestId              string
+	RetryAfter             int
+	RocketRidesShouldRetry bool
 }
 
 type ListRidesResponse struct {
@@ -2060,40 +2084,47 @@ type ListRidesHeadResponse200Headers struct {
 
 // ListRidesHeadResponse400Headers the declared response headers of an HTTP 400 response for ListRidesHead
 type ListRidesHeadResponse400Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // ListRidesHeadResponse401Headers the declared response headers of an HTTP 401 response for ListRidesHead
 type ListRidesHeadResponse401Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // ListRidesHeadResponse413Headers the declared response headers of an HTTP 413 response for ListRidesHead
 type ListRidesHeadResponse413Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // ListRidesHeadResponse415Headers the declared response headers of an HTTP 415 response for ListRidesHead
 type ListRidesHeadResponse415Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // ListRidesHeadResponse429Headers the declared response headers of an HTTP 429 response for ListRidesHead
 type ListRidesHeadResponse429Headers struct {
-	RateLimit       string
-	RateLimitPolicy string
-	RequestId       string
-	RetryAfter      int
+	RateLimit              string
+	RateLimitPolicy        string
+	RequestId              string
+	RetryAfter             int
+	RocketRidesShouldRetry bool
 }
 
 // ListRidesHeadResponse500Headers the declared response headers of an HTTP 500 response for ListRidesHead
 type ListRidesHeadResponse500Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // ListRidesHeadResponse503Headers the declared response headers of an HTTP 503 response for ListRidesHead
 type ListRidesHeadResponse503Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 type ListRidesHeadResponse struct {
@@ -2154,77 +2185,90 @@ type CreateRideResponse201Headers struct {
 
 // CreateRideResponse400Headers the declared response headers of an HTTP 400 response for CreateRide
 type CreateRideResponse400Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CreateRideResponse401Headers the declared response headers of an HTTP 401 response for CreateRide
 type CreateRideResponse401Headers struct {
-	RequestId       string
-	WWWAuthenticate string
+	RequestId              string
+	RocketRidesShouldRetry bool
+	WWWAuthenticate        string
 }
 
 // CreateRideResponse402Headers the declared response headers of an HTTP 402 response for CreateRide
 type CreateRideResponse402Headers struct {
-	IdempotentReplayed *bool
-	RequestId          string
+	IdempotentReplayed     *bool
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CreateRideResponse408Headers the declared response headers of an HTTP 408 response for CreateRide
 type CreateRideResponse408Headers struct {
-	RequestId  string
-	RetryAfter int
+	RequestId              string
+	RetryAfter             int
+	RocketRidesShouldRetry bool
 }
 
 // CreateRideResponse409Headers the declared response headers of an HTTP 409 response for CreateRide
 type CreateRideResponse409Headers struct {
-	RequestId  string
-	RetryAfter int
+	RequestId              string
+	RetryAfter             int
+	RocketRidesShouldRetry bool
 }
 
 // CreateRideResponse410Headers the declared response headers of an HTTP 410 response for CreateRide
 type CreateRideResponse410Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CreateRideResponse413Headers the declared response headers of an HTTP 413 response for CreateRide
 type CreateRideResponse413Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CreateRideResponse415Headers the declared response headers of an HTTP 415 response for CreateRide
 type CreateRideResponse415Headers struct {
-	AcceptEncoding *string
-	RequestId      string
+	AcceptEncoding         *string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CreateRideResponse422Headers the declared response headers of an HTTP 422 response for CreateRide
 type CreateRideResponse422Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CreateRideResponse429Headers the declared response headers of an HTTP 429 response for CreateRide
 type CreateRideResponse429Headers struct {
-	RateLimit       string
-	RateLimitPolicy string
-	RequestId       string
-	RetryAfter      int
+	RateLimit              string
+	RateLimitPolicy        string
+	RequestId              string
+	RetryAfter             int
+	RocketRidesShouldRetry bool
 }
 
 // CreateRideResponse500Headers the declared response headers of an HTTP 500 response for CreateRide
 type CreateRideResponse500Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CreateRideResponse502Headers the declared response headers of an HTTP 502 response for CreateRide
 type CreateRideResponse502Headers struct {
-	IdempotentReplayed *bool
-	RequestId          string
+	IdempotentReplayed     *bool
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // CreateRideResponse503Headers the declared response headers of an HTTP 503 response for CreateRide
 type CreateRideResponse503Headers struct {
-	RequestId  string
-	RetryAfter int
+	RequestId              string
+	RetryAfter             int
+	RocketRidesShouldRetry bool
 }
 
 type CreateRideResponse struct {
@@ -2394,43 +2438,50 @@ type GetRideResponse200Headers struct {
 
 // GetRideResponse401Headers the declared response headers of an HTTP 401 response for GetRide
 type GetRideResponse401Headers struct {
-	RequestId       string
-	WWWAuthenticate string
+	RequestId              string
+	RocketRidesShouldRetry bool
+	WWWAuthenticate        string
 }
 
 // GetRideResponse404Headers the declared response headers of an HTTP 404 response for GetRide
 type GetRideResponse404Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // GetRideResponse413Headers the declared response headers of an HTTP 413 response for GetRide
 type GetRideResponse413Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // GetRideResponse415Headers the declared response headers of an HTTP 415 response for GetRide
 type GetRideResponse415Headers struct {
-	AcceptEncoding *string
-	RequestId      string
+	AcceptEncoding         *string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // GetRideResponse429Headers the declared response headers of an HTTP 429 response for GetRide
 type GetRideResponse429Headers struct {
-	RateLimit       string
-	RateLimitPolicy string
-	RequestId       string
-	RetryAfter      int
+	RateLimit              string
+	RateLimitPolicy        string
+	RequestId              string
+	RetryAfter             int
+	RocketRidesShouldRetry bool
 }
 
 // GetRideResponse500Headers the declared response headers of an HTTP 500 response for GetRide
 type GetRideResponse500Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // GetRideResponse503Headers the declared response headers of an HTTP 503 response for GetRide
 type GetRideResponse503Headers struct {
-	RequestId  string
-	RetryAfter int
+	RequestId              string
+	RetryAfter             int
+	RocketRidesShouldRetry bool
 }
 
 type GetRideResponse struct {
@@ -2546,45 +2597,53 @@ type GetRideHeadResponse200Headers struct {
 
 // GetRideHeadResponse400Headers the declared response headers of an HTTP 400 response for GetRideHead
 type GetRideHeadResponse400Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // GetRideHeadResponse401Headers the declared response headers of an HTTP 401 response for GetRideHead
 type GetRideHeadResponse401Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // GetRideHeadResponse404Headers the declared response headers of an HTTP 404 response for GetRideHead
 type GetRideHeadResponse404Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // GetRideHeadResponse413Headers the declared response headers of an HTTP 413 response for GetRideHead
 type GetRideHeadResponse413Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // GetRideHeadResponse415Headers the declared response headers of an HTTP 415 response for GetRideHead
 type GetRideHeadResponse415Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // GetRideHeadResponse429Headers the declared response headers of an HTTP 429 response for GetRideHead
 type GetRideHeadResponse429Headers struct {
-	RateLimit       string
-	RateLimitPolicy string
-	RequestId       string
-	RetryAfter      int
+	RateLimit              string
+	RateLimitPolicy        string
+	RequestId              string
+	RetryAfter             int
+	RocketRidesShouldRetry bool
 }
 
 // GetRideHeadResponse500Headers the declared response headers of an HTTP 500 response for GetRideHead
 type GetRideHeadResponse500Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 // GetRideHeadResponse503Headers the declared response headers of an HTTP 503 response for GetRideHead
 type GetRideHeadResponse503Headers struct {
-	RequestId string
+	RequestId              string
+	RocketRidesShouldRetry bool
 }
 
 type GetRideHeadResponse struct {
@@ -2893,6 +2952,13 @@ func ParseCheckHealthResponse(rsp *http.Response) (*CheckHealthResponse, error) 
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers CheckHealthResponse415Headers
@@ -2910,6 +2976,13 @@ func ParseCheckHealthResponse(rsp *http.Response) (*CheckHealthResponse, error) 
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers CheckHealthResponse500Headers
@@ -2919,6 +2992,13 @@ func ParseCheckHealthResponse(rsp *http.Response) (*CheckHealthResponse, error) 
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers500 = &headers
 	}
@@ -2959,6 +3039,13 @@ func ParseCheckHealthHeadResponse(rsp *http.Response) (*CheckHealthHeadResponse,
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers CheckHealthHeadResponse415Headers
@@ -2969,6 +3056,13 @@ func ParseCheckHealthHeadResponse(rsp *http.Response) (*CheckHealthHeadResponse,
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers CheckHealthHeadResponse500Headers
@@ -2978,6 +3072,13 @@ func ParseCheckHealthHeadResponse(rsp *http.Response) (*CheckHealthHeadResponse,
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers500 = &headers
 	}
@@ -3055,6 +3156,13 @@ func ParseGetOpenAPIDocumentResponse(rsp *http.Response) (*GetOpenAPIDocumentRes
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers GetOpenAPIDocumentResponse415Headers
@@ -3072,6 +3180,13 @@ func ParseGetOpenAPIDocumentResponse(rsp *http.Response) (*GetOpenAPIDocumentRes
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetOpenAPIDocumentResponse500Headers
@@ -3081,6 +3196,13 @@ func ParseGetOpenAPIDocumentResponse(rsp *http.Response) (*GetOpenAPIDocumentRes
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers500 = &headers
 	}
@@ -3152,6 +3274,13 @@ func ParseCheckReadinessResponse(rsp *http.Response) (*CheckReadinessResponse, e
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers CheckReadinessResponse415Headers
@@ -3169,6 +3298,13 @@ func ParseCheckReadinessResponse(rsp *http.Response) (*CheckReadinessResponse, e
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers CheckReadinessResponse500Headers
@@ -3179,6 +3315,13 @@ func ParseCheckReadinessResponse(rsp *http.Response) (*CheckReadinessResponse, e
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers CheckReadinessResponse503Headers
@@ -3188,6 +3331,13 @@ func ParseCheckReadinessResponse(rsp *http.Response) (*CheckReadinessResponse, e
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers503 = &headers
 	}
@@ -3228,6 +3378,13 @@ func ParseCheckReadinessHeadResponse(rsp *http.Response) (*CheckReadinessHeadRes
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers CheckReadinessHeadResponse415Headers
@@ -3237,6 +3394,13 @@ func ParseCheckReadinessHeadResponse(rsp *http.Response) (*CheckReadinessHeadRes
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
@@ -3248,6 +3412,13 @@ func ParseCheckReadinessHeadResponse(rsp *http.Response) (*CheckReadinessHeadRes
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers CheckReadinessHeadResponse503Headers
@@ -3257,6 +3428,13 @@ func ParseCheckReadinessHeadResponse(rsp *http.Response) (*CheckReadinessHeadRes
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers503 = &headers
 	}
@@ -3356,6 +3534,13 @@ func ParseListRidesResponse(rsp *http.Response) (*ListRidesResponse, error) {
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ListRidesResponse401Headers
@@ -3365,6 +3550,13 @@ func ParseListRidesResponse(rsp *http.Response) (*ListRidesResponse, error) {
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
@@ -3383,6 +3575,13 @@ func ParseListRidesResponse(rsp *http.Response) (*ListRidesResponse, error) {
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers ListRidesResponse415Headers
@@ -3399,6 +3598,13 @@ func ParseListRidesResponse(rsp *http.Response) (*ListRidesResponse, error) {
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 429:
@@ -3431,6 +3637,13 @@ func ParseListRidesResponse(rsp *http.Response) (*ListRidesResponse, error) {
 			}
 			headers.RetryAfter = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListRidesResponse500Headers
@@ -3440,6 +3653,13 @@ func ParseListRidesResponse(rsp *http.Response) (*ListRidesResponse, error) {
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -3457,6 +3677,13 @@ func ParseListRidesResponse(rsp *http.Response) (*ListRidesResponse, error) {
 				return nil, err
 			}
 			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers503 = &headers
 	}
@@ -3497,6 +3724,13 @@ func ParseListRidesHeadResponse(rsp *http.Response) (*ListRidesHeadResponse, err
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ListRidesHeadResponse401Headers
@@ -3506,6 +3740,13 @@ func ParseListRidesHeadResponse(rsp *http.Response) (*ListRidesHeadResponse, err
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 413:
@@ -3517,6 +3758,13 @@ func ParseListRidesHeadResponse(rsp *http.Response) (*ListRidesHeadResponse, err
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers ListRidesHeadResponse415Headers
@@ -3526,6 +3774,13 @@ func ParseListRidesHeadResponse(rsp *http.Response) (*ListRidesHeadResponse, err
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 429:
@@ -3558,6 +3813,13 @@ func ParseListRidesHeadResponse(rsp *http.Response) (*ListRidesHeadResponse, err
 			}
 			headers.RetryAfter = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListRidesHeadResponse500Headers
@@ -3568,6 +3830,13 @@ func ParseListRidesHeadResponse(rsp *http.Response) (*ListRidesHeadResponse, err
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListRidesHeadResponse503Headers
@@ -3577,6 +3846,13 @@ func ParseListRidesHeadResponse(rsp *http.Response) (*ListRidesHeadResponse, err
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers503 = &headers
 	}
@@ -3725,6 +4001,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers CreateRideResponse401Headers
@@ -3734,6 +4017,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
@@ -3759,6 +4049,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers402 = &headers
 	case rsp.StatusCode == 408:
 		var headers CreateRideResponse408Headers
@@ -3775,6 +4072,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 				return nil, err
 			}
 			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
@@ -3793,6 +4097,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 			}
 			headers.RetryAfter = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 410:
 		var headers CreateRideResponse410Headers
@@ -3803,6 +4114,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers410 = &headers
 	case rsp.StatusCode == 413:
 		var headers CreateRideResponse413Headers
@@ -3812,6 +4130,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -3830,6 +4155,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateRideResponse422Headers
@@ -3839,6 +4171,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -3871,6 +4210,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 			}
 			headers.RetryAfter = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateRideResponse500Headers
@@ -3880,6 +4226,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 502:
@@ -3898,6 +4251,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers502 = &headers
 	case rsp.StatusCode == 503:
 		var headers CreateRideResponse503Headers
@@ -3914,6 +4274,13 @@ func ParseCreateRideResponse(rsp *http.Response) (*CreateRideResponse, error) {
 				return nil, err
 			}
 			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers503 = &headers
 	}
@@ -4013,6 +4380,13 @@ func ParseGetRideResponse(rsp *http.Response) (*GetRideResponse, error) {
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -4030,6 +4404,13 @@ func ParseGetRideResponse(rsp *http.Response) (*GetRideResponse, error) {
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 413:
 		var headers GetRideResponse413Headers
@@ -4039,6 +4420,13 @@ func ParseGetRideResponse(rsp *http.Response) (*GetRideResponse, error) {
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -4056,6 +4444,13 @@ func ParseGetRideResponse(rsp *http.Response) (*GetRideResponse, error) {
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 429:
@@ -4088,6 +4483,13 @@ func ParseGetRideResponse(rsp *http.Response) (*GetRideResponse, error) {
 			}
 			headers.RetryAfter = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetRideResponse500Headers
@@ -4097,6 +4499,13 @@ func ParseGetRideResponse(rsp *http.Response) (*GetRideResponse, error) {
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -4114,6 +4523,13 @@ func ParseGetRideResponse(rsp *http.Response) (*GetRideResponse, error) {
 				return nil, err
 			}
 			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers503 = &headers
 	}
@@ -4154,6 +4570,13 @@ func ParseGetRideHeadResponse(rsp *http.Response) (*GetRideHeadResponse, error) 
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetRideHeadResponse401Headers
@@ -4163,6 +4586,13 @@ func ParseGetRideHeadResponse(rsp *http.Response) (*GetRideHeadResponse, error) 
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 404:
@@ -4174,6 +4604,13 @@ func ParseGetRideHeadResponse(rsp *http.Response) (*GetRideHeadResponse, error) 
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 413:
 		var headers GetRideHeadResponse413Headers
@@ -4184,6 +4621,13 @@ func ParseGetRideHeadResponse(rsp *http.Response) (*GetRideHeadResponse, error) 
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers GetRideHeadResponse415Headers
@@ -4193,6 +4637,13 @@ func ParseGetRideHeadResponse(rsp *http.Response) (*GetRideHeadResponse, error) 
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 429:
@@ -4225,6 +4676,13 @@ func ParseGetRideHeadResponse(rsp *http.Response) (*GetRideHeadResponse, error) 
 			}
 			headers.RetryAfter = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetRideHeadResponse500Headers
@@ -4235,6 +4693,13 @@ func ParseGetRideHeadResponse(rsp *http.Response) (*GetRideHeadResponse, error) 
 			}
 			headers.RequestId = value
 		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetRideHeadResponse503Headers
@@ -4244,6 +4709,13 @@ func ParseGetRideHeadResponse(rsp *http.Response) (*GetRideHeadResponse, error) 
 				return nil, err
 			}
 			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
 		}
 		response.Headers503 = &headers
 	}

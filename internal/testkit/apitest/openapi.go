@@ -117,6 +117,8 @@ func checkContract(t testing.TB, req *http.Request, body []byte, resp *Response)
 func requireProblem(t testing.TB, doc *openapi3.T, where string, resp *Response) {
 	t.Helper()
 	require.Equal(t, problem.ContentType, resp.Header.Get("Content-Type"), where)
+	require.Contains(t, []string{"true", "false"}, resp.Header.Get(problem.ShouldRetryHeader),
+		"%s: every error answer says whether to retry it", where)
 	var value any
 	require.NoError(t, json.Unmarshal(resp.Body, &value), "%s: %s", where, resp.Body)
 	schema := doc.Components.Schemas["Problem"]

@@ -1,0 +1,3 @@
+module github.com/rocketrides/rocketrides/client
+
+go 1.22

@@ -1,0 +1,488 @@
+// Package clientcheck is the conformance harness for clients of the API:
+// it serves the contract's hard cases for POST /rides, one base URL per
+// case, and reports, case by case, whether the client that was pointed at
+// it retried as docs/openapi.yaml says. It knows nothing of the client
+// it checks, which may be written in any language: it sees only the
+// tries that reach it, and measures what the client did.
+//
+// Each case is a scripted server at /<case>: POST /<case>/rides answers
+// the case's answers in turn, one per try. GET /report is the report so
+// far, POST /reset forgets every try. A client creates one ride per case,
+// and once it has returned (whatever it returned), the report says
+// whether it kept the key and the body, waited Retry-After, backed off,
+// stopped on a final answer and gave up within its budget.
+//
+// The checks are lower bounds: a loaded machine makes a client slower,
+// never faster, so a client that passes on a quiet one passes there too.
+// docs/clients.md gives the rules and every case's answers.
+package clientcheck
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultBudget is the most tries a client may spend on one request.
+const DefaultBudget = 10
+
+// MinBackoff is the least the waits before three retries that had no
+// Retry-After may add up to. A client drawing full jitter from the
+// contract's ceilings (0.5 s, 1 s, 2 s) waits less with a chance of about
+// 5 in a million; one that does not back off waits about nothing.
+const MinBackoff = 30 * time.Millisecond
+
+// Config configures a Harness.
+type Config struct {
+	// Budget is the most tries a client may spend on one request; zero
+	// means DefaultBudget.
+	Budget int
+}
+
+// Harness serves the cases and records every try. It is an
+// http.Handler.
+type Harness struct {
+	budget int
+	mu     sync.Mutex
+	tries  map[string][]*try // by case name
+}
+
+// New returns a Harness for config (nil: the defaults).
+func New(config *Config) (*Harness, error) {
+	var cfg Config
+	if config != nil {
+		cfg = *config
+	}
+	if cfg.Budget < 0 {
+		return nil, fmt.Errorf("clientcheck: Config.Budget must not be negative, got %d", cfg.Budget)
+	}
+	if cfg.Budget == 0 {
+		cfg.Budget = DefaultBudget
+	}
+	return &Harness{budget: cfg.Budget, tries: map[string][]*try{}}, nil
+}
+
+// try is one request that reached a case, and what it was answered.
+type try struct {
+	key, contentType string
+	body             []byte
+	arrived          time.Time // when its header had arrived
+	answered         time.Time // just before its answer was written
+	answer           answer
+}
+
+// Names lists the cases, in the order the report gives them.
+func Names() []string {
+	names := make([]string, len(cases))
+	for i, c := range cases {
+		names[i] = c.Name
+	}
+	return names
+}
+
+// ServeHTTP serves POST /<case>/rides, GET /report and POST /reset, and
+// at / the list of cases.
+func (h *Harness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path == "/report" && r.Method == http.MethodGet:
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, h.Report().String())
+		return
+	case r.URL.Path == "/reset" && r.Method == http.MethodPost:
+		h.Reset()
+		w.WriteHeader(http.StatusNoContent)
+		return
+	case r.URL.Path == "/" && r.Method == http.MethodGet:
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		for _, c := range cases {
+			fmt.Fprintf(w, "%-18s http://%s/%s  %s\n", c.Name, r.Host, c.Name, c.Title)
+		}
+		return
+	}
+	name, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	c := caseNamed(name)
+	if c == nil || rest != "rides" || r.Method != http.MethodPost {
+		writeProblem(w, answer{status: http.StatusNotFound, code: "not_found"})
+		return
+	}
+	t := &try{key: r.Header.Get("Idempotency-Key"), contentType: r.Header.Get("Content-Type"), arrived: time.Now()}
+	t.body, _ = io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	h.mu.Lock()
+	n := len(h.tries[c.Name])
+	h.tries[c.Name] = append(h.tries[c.Name], t)
+	h.mu.Unlock()
+
+	t.answer = c.answer(n)
+	h.mu.Lock()
+	t.answered = time.Now()
+	h.mu.Unlock()
+	if t.answer.cut {
+		cut(w)
+		return
+	}
+	if t.answer.status == http.StatusCreated {
+		writeRide(w, t.answer)
+		return
+	}
+	writeProblem(w, t.answer)
+}
+
+// Reset forgets every try, for another client.
+func (h *Harness) Reset() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tries = map[string][]*try{}
+}
+
+// cut closes the connection without an answer, as a server that died
+// after it had done the work.
+func cut(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler) // closes the connection too
+	}
+	_ = conn.Close()
+}
+
+// rideID is the ride every case's request creates.
+const rideID = 42
+
+func writeRide(w http.ResponseWriter, a answer) {
+	w.Header().Set("Content-Type", "application/json")
+	if a.replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"id":%d,"created_at":"2024-05-01T12:00:00.123456Z","status":"succeeded",`+
+		`"origin_lat":37.7749,"origin_lon":-122.4194,"target_lat":37.8044,"target_lon":-122.2712,`+
+		`"amount":2000,"currency":"usd","stripe_charge_id":"ch_clientcheck"}`, rideID)
+}
+
+func writeProblem(w http.ResponseWriter, a answer) {
+	h := w.Header()
+	for name, v := range a.header {
+		h[name] = v
+	}
+	if a.retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(int(a.retryAfter/time.Second)))
+	}
+	h.Set("Rocket-Rides-Should-Retry", strconv.FormatBool(!a.final))
+	if a.replayed {
+		h.Set("Idempotent-Replayed", "true")
+	}
+	h.Set("Content-Type", "application/problem+json")
+	w.WriteHeader(a.status)
+	ride := ""
+	if a.rideID {
+		ride = fmt.Sprintf(`,"ride_id":%d`, rideID)
+	}
+	fmt.Fprintf(w, `{"type":"https://docs.rocketrides.local/errors#%s","title":%q,"status":%d,"code":%q%s}`,
+		a.code, http.StatusText(a.status), a.status, a.code, ride)
+}
+
+// Verdict is a check's outcome.
+type Verdict string
+
+// Verdicts.
+const (
+	Pass Verdict = "pass"
+	Fail Verdict = "FAIL"
+	// NA: the case gave the client no occasion to show it.
+	NA Verdict = "n/a"
+)
+
+// Check is one rule, checked on one case.
+type Check struct {
+	Rule    string
+	Verdict Verdict
+	// Why says what the client did, when it failed.
+	Why string
+}
+
+// Result is one case's outcome.
+type Result struct {
+	Case  Case
+	Tries int
+	// Run is false when no try reached the case.
+	Run    bool
+	Checks []Check
+}
+
+// Passed reports whether the case ran and no check failed.
+func (r Result) Passed() bool {
+	if !r.Run {
+		return false
+	}
+	for _, c := range r.Checks {
+		if c.Verdict == Fail {
+			return false
+		}
+	}
+	return true
+}
+
+// Failed lists the rules the case broke.
+func (r Result) Failed() []string {
+	var rules []string
+	for _, c := range r.Checks {
+		if c.Verdict == Fail {
+			rules = append(rules, c.Rule)
+		}
+	}
+	return rules
+}
+
+// Report is every case's outcome.
+type Report struct {
+	Results []Result
+}
+
+// Result is the outcome of the case named name.
+func (r Report) Result(name string) Result {
+	for _, res := range r.Results {
+		if res.Case.Name == name {
+			return res
+		}
+	}
+	return Result{}
+}
+
+// Passed reports whether every case ran and passed.
+func (r Report) Passed() bool {
+	for _, res := range r.Results {
+		if !res.Passed() {
+			return false
+		}
+	}
+	return true
+}
+
+func (r Report) String() string {
+	var b strings.Builder
+	for _, res := range r.Results {
+		verdict := "pass"
+		switch {
+		case !res.Run:
+			verdict = "not run"
+		case !res.Passed():
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(&b, "%-18s %-8s %d tries  %s\n", res.Case.Name, verdict, res.Tries, res.Case.Title)
+		if !res.Run {
+			continue
+		}
+		for _, c := range res.Checks {
+			fmt.Fprintf(&b, "    %-4s %s", c.Verdict, c.Rule)
+			if c.Why != "" {
+				fmt.Fprintf(&b, ": %s", c.Why)
+			}
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// The rules every case is checked against.
+const (
+	RuleSameRequest = "same key and body on every try"
+	RuleRetryAfter  = "waited at least Retry-After"
+	RuleBackoff     = "backed off"
+	RuleStopped     = "stopped on a final answer"
+	RuleRetried     = "retried what may still complete"
+	RuleBudget      = "gave up within its budget"
+)
+
+// Report checks every case on the tries so far. Ask for it once the
+// client has returned: a client that is still waiting to retry has not
+// yet shown what it does.
+func (h *Harness) Report() Report {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var rep Report
+	for _, c := range cases {
+		rep.Results = append(rep.Results, check(c, h.tries[c.Name], h.budget))
+	}
+	return rep
+}
+
+// check judges the tries a case got.
+func check(c Case, tries []*try, budget int) Result {
+	res := Result{Case: c, Tries: len(tries), Run: len(tries) > 0}
+	if !res.Run {
+		return res
+	}
+	add := func(rule string, v Verdict, why string, args ...any) {
+		if why != "" {
+			why = fmt.Sprintf(why, args...)
+		}
+		res.Checks = append(res.Checks, Check{Rule: rule, Verdict: v, Why: why})
+	}
+
+	// The same key and body: the first try's key must be one, and every
+	// try must send it and the first try's bytes again.
+	first := tries[0]
+	switch {
+	case !validKey(first.key):
+		add(RuleSameRequest, Fail, "try 1 sent Idempotency-Key %q, not 20 to 255 printable ASCII characters", clip(first.key))
+	case !validBody(first.contentType, first.body):
+		add(RuleSameRequest, Fail, "try 1 sent no ride's parameters (Content-Type %q, body %q)", clip(first.contentType), clip(string(first.body)))
+	default:
+		why := ""
+		for i, t := range tries[1:] {
+			switch {
+			case t.key != first.key:
+				why = fmt.Sprintf("try %d sent key %q, try 1 %q", i+2, clip(t.key), clip(first.key))
+			case !bytes.Equal(t.body, first.body) || t.contentType != first.contentType:
+				why = fmt.Sprintf("try %d sent body %q (%s), try 1 %q (%s)", i+2, clip(string(t.body)), clip(t.contentType), clip(string(first.body)), clip(first.contentType))
+			}
+			if why != "" {
+				break
+			}
+		}
+		if why != "" {
+			add(RuleSameRequest, Fail, "%s", why)
+		} else {
+			add(RuleSameRequest, Pass, "")
+		}
+	}
+
+	// Retry-After, and the backoff after answers without it.
+	var (
+		raWhy, raSeen string
+		noHint        []time.Duration
+	)
+	for i, t := range tries[:len(tries)-1] {
+		gap := tries[i+1].arrived.Sub(t.answered)
+		if ra := t.answer.retryAfter; ra > 0 {
+			raSeen = "yes"
+			if gap < ra && raWhy == "" {
+				raWhy = fmt.Sprintf("try %d came %s after an answer with Retry-After: %d", i+2, gap.Round(time.Millisecond), int(ra/time.Second))
+			}
+		} else if !t.answer.final {
+			noHint = append(noHint, gap)
+		}
+	}
+	switch {
+	case raWhy != "":
+		add(RuleRetryAfter, Fail, "%s", raWhy)
+	case raSeen == "":
+		add(RuleRetryAfter, NA, "")
+	default:
+		add(RuleRetryAfter, Pass, "")
+	}
+	if len(noHint) >= 3 {
+		var sum time.Duration
+		for _, g := range noHint {
+			sum += g
+		}
+		if sum < MinBackoff {
+			add(RuleBackoff, Fail, "%d retries without Retry-After came %s apart in all; full jitter from 0.5 s waits %s or more but for about 5 in a million", len(noHint), sum.Round(time.Microsecond), MinBackoff)
+		} else {
+			add(RuleBackoff, Pass, "")
+		}
+	} else {
+		add(RuleBackoff, NA, "")
+	}
+
+	// Stopped: no try after a final answer.
+	stopped := true
+	for i, t := range tries[:len(tries)-1] {
+		if t.answer.final {
+			add(RuleStopped, Fail, "try %d followed the final answer to try %d, %s", i+2, i+1, t.answer)
+			stopped = false
+			break
+		}
+	}
+	if stopped {
+		add(RuleStopped, Pass, "")
+	}
+
+	// Retried: a case that ends in a final answer must be driven to it;
+	// one that never does must be retried at least once.
+	last := tries[len(tries)-1].answer
+	switch {
+	case last.final:
+		add(RuleRetried, Pass, "")
+	case len(tries) >= budget:
+		add(RuleRetried, Pass, "")
+	case c.endless && len(tries) >= 2:
+		add(RuleRetried, Pass, "")
+	default:
+		add(RuleRetried, Fail, "the client stopped after try %d, answered %s, which a retry may change", len(tries), last)
+	}
+
+	if len(tries) > budget {
+		add(RuleBudget, Fail, "%d tries, more than the budget of %d", len(tries), budget)
+	} else {
+		add(RuleBudget, Pass, "")
+	}
+	return res
+}
+
+// validKey is the contract's rule for an Idempotency-Key, its unquoted
+// form: 20 to 255 printable ASCII characters.
+func validKey(k string) bool {
+	if len(k) < 20 || len(k) > 255 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// validBody reports whether body names the four parameters of a ride, as
+// a form or as JSON.
+func validBody(contentType string, body []byte) bool {
+	params := []string{"origin_lat", "origin_lon", "target_lat", "target_lon"}
+	mediaType, _, _ := strings.Cut(contentType, ";")
+	switch strings.TrimSpace(strings.ToLower(mediaType)) {
+	case "application/x-www-form-urlencoded":
+		v, err := url.ParseQuery(string(body))
+		if err != nil {
+			return false
+		}
+		for _, p := range params {
+			if _, err := strconv.ParseFloat(v.Get(p), 64); err != nil {
+				return false
+			}
+		}
+		return true
+	case "application/json":
+		for _, p := range params {
+			if !bytes.Contains(body, []byte(`"`+p+`"`)) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
+
+// ErrUnknownCase is returned for a case name the harness does not have.
+var ErrUnknownCase = errors.New("clientcheck: no such case")
+
+// URL is the base URL of the case named name on a harness served at
+// base, such as http://127.0.0.1:8089.
+func URL(base, name string) (string, error) {
+	if caseNamed(name) == nil {
+		return "", fmt.Errorf("%w: %q (the cases are %s)", ErrUnknownCase, name, strings.Join(Names(), ", "))
+	}
+	return strings.TrimSuffix(base, "/") + "/" + name, nil
+}
