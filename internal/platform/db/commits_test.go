@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -73,7 +74,14 @@ func synchronousStandby(t *testing.T) string {
 	dir, err := os.MkdirTemp(filepath.Dir(c.DataDir), "scratch-durability-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
-	opts := localpg.ReplicatedOptions{Dir: dir, Ports: [2]int{freePort(t), freePort(t)}}
+	var ports [2]int
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		require.NoError(t, l.Close())
+	}
+	opts := localpg.ReplicatedOptions{Dir: dir, Ports: ports}
 	t.Cleanup(func() {
 		r, err := localpg.NewReplicated(opts)
 		require.NoError(t, err)
