@@ -223,14 +223,15 @@ func readyz(pool *pgxpool.Pool, logger *slog.Logger, confirmed prometheus.Gauge)
 			confirmed.Set(0)
 		}
 		if prev := last.Swap(&seen{commits, d.StandbyConfirms}); prev == nil || prev.commits != commits {
-			level, msg := slog.LevelInfo, "Commits confirmed by a synchronous standby"
-			if !d.StandbyConfirms {
-				msg = "Commits confirmed by the primary alone"
-				if prev != nil && prev.standby {
-					level = slog.LevelWarn // a standby stopped confirming them
-				}
+			attrs := []any{slog.String("commits", commits), slog.Int("standbys_streaming", d.Streaming)}
+			switch {
+			case d.StandbyConfirms:
+				logger.InfoContext(r.Context(), "Commits confirmed by a synchronous standby", attrs...)
+			case prev != nil && prev.standby: // a standby stopped confirming them
+				logger.WarnContext(r.Context(), "Commits confirmed by the primary alone", attrs...)
+			default:
+				logger.InfoContext(r.Context(), "Commits confirmed by the primary alone", attrs...)
 			}
-			logger.Log(r.Context(), level, msg, slog.String("commits", commits), slog.Int("standbys_streaming", d.Streaming))
 		}
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ready\ncommits: " + commits + "\n"))
