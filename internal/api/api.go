@@ -124,7 +124,7 @@ func New(config *Config) (*Handler, error) {
 			w.Header().Set("Content-Type", "text/plain")
 			_, _ = w.Write([]byte("ok\n"))
 		})
-		r.Get("/readyz", readyz(config.Pool))
+		r.Get("/readyz", readyz(config.Pool, logger, metrics.NewCommitsConfirmed(reg)))
 		r.Get("/openapi.yaml", serveOpenAPI)
 
 		r.Group(func(r chi.Router) {
@@ -184,15 +184,29 @@ func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 // balancer stops sending traffic while it does not. A synchronous primary
 // whose standby is gone answers every read but holds every commit, so a
 // ride would hang until its client gave up: that is not ready either, and
-// a bounded probe commit (db.CheckCommits) says so within a second.
-func readyz(pool *pgxpool.Pool) http.HandlerFunc {
+// a bounded probe commit (db.CheckDurability) says so within a second.
+//
+// Commits confirmed by the primary alone are ready: a single-node
+// cluster's always are, and a replicated one's are while its HA manager
+// has let the primary go on without its lost standby (Patroni's
+// non-strict synchronous mode). Taking every instance out of the load
+// balancer then would turn a loss of redundancy into an outage. The body
+// says who confirms commits, the gauge commits tells it to alerting, and
+// a log line marks each change.
+func readyz(pool *pgxpool.Pool, logger *slog.Logger, confirmed prometheus.Gauge) http.HandlerFunc {
+	type seen struct {
+		commits string
+		standby bool
+	}
+	var last atomic.Pointer[seen]
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		// CheckCommits's first read is the ping: one round trip unless the
-		// primary names synchronous standbys.
+		// CheckDurability's first read is the ping: one round trip unless
+		// the primary names synchronous standbys.
 		var wait *db.CommitsWaitError
-		switch err := db.CheckCommits(ctx, pool, db.CommitProbeTimeout); {
+		d, err := db.CheckDurability(ctx, pool, db.CommitProbeTimeout)
+		switch {
 		case errors.As(err, &wait):
 			problem.New(http.StatusServiceUnavailable, "database_commits_waiting",
 				"The database holds every commit for a synchronous standby that is not confirming them (synchronous_standby_names = "+
@@ -202,8 +216,25 @@ func readyz(pool *pgxpool.Pool) http.HandlerFunc {
 			problem.New(http.StatusServiceUnavailable, "database_unavailable", "The database does not answer.").Write(w)
 			return
 		}
+		commits := d.String()
+		if d.StandbyConfirms {
+			confirmed.Set(1)
+		} else {
+			confirmed.Set(0)
+		}
+		if prev := last.Swap(&seen{commits, d.StandbyConfirms}); prev == nil || prev.commits != commits {
+			attrs := []any{slog.String("commits", commits), slog.Int("standbys_streaming", d.Streaming)}
+			switch {
+			case d.StandbyConfirms:
+				logger.InfoContext(r.Context(), "Commits confirmed by a synchronous standby", attrs...)
+			case prev != nil && prev.standby: // a standby stopped confirming them
+				logger.WarnContext(r.Context(), "Commits confirmed by the primary alone", attrs...)
+			default:
+				logger.InfoContext(r.Context(), "Commits confirmed by the primary alone", attrs...)
+			}
+		}
 		w.Header().Set("Content-Type", "text/plain")
-		_, _ = w.Write([]byte("ready\n"))
+		_, _ = w.Write([]byte("ready\ncommits: " + commits + "\n"))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,7 +43,8 @@ func TestReadyz(t *testing.T) {
 	pool, err := db.Open(ctx, cluster.URL(), 4)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	b := apitest.New(t, apitest.Options{Pool: pool})
+	var logs syncBuffer
+	b := apitest.New(t, apitest.Options{Pool: pool, LogOutput: &logs})
 
 	setStandbys := func(names string) {
 		t.Helper()
@@ -54,6 +56,13 @@ func TestReadyz(t *testing.T) {
 
 	resp := b.Do(t, http.MethodGet, "/readyz", "")
 	require.Equal(t, http.StatusOK, resp.Status)
+	// One node: ready, and its commits are said to be its own alone,
+	// plainly, in the body, the gauge and one log line.
+	require.Equal(t, "ready\ncommits: confirmed by the primary alone (no standby)\n", string(resp.Body))
+	require.Equal(t, 0.0, b.Metrics(t)["rocketrides_db_commits_confirmed_by_standby"])
+	require.Equal(t, http.StatusOK, b.Do(t, http.MethodGet, "/readyz", "").Status)
+	require.Len(t, logs.linesWith(`level=INFO msg="Commits confirmed by the primary alone" commits="confirmed by the primary alone (no standby)"`), 1,
+		"logged once, not per check:\n%s", strings.Join(logs.lines(), "\n"))
 
 	// Reads still answer, commits wait forever: not ready, and said why.
 	// That an answer comes at all shows the probe is bounded.

@@ -54,7 +54,7 @@ func Insert(q Queuer, r Record) error {
 	q.Queue(`
 		INSERT INTO audit_records (action, data, origin_ip, resource_id, resource_type, user_id)
 		VALUES ($1, $2, $3, coalesce($4::bigint, currval($7::text::regclass)), $5, $6)`,
-		r.Action, data, r.OriginIP, resourceID, r.ResourceType, r.UserID, sequence)
+		r.Action, json.RawMessage(data), r.OriginIP, resourceID, r.ResourceType, r.UserID, sequence)
 	return nil
 }
 

@@ -317,9 +317,13 @@ func TestBrowser(t *testing.T) {
 			chromedp.WaitVisible(`.live`), // the event stream is connected
 			chromedp.WaitVisible(`[data-field="rides.succeeded"]`),
 		))
-		var before string
+		var before, commits string
 		require.NoError(t, chromedp.Run(ctx, chromedp.Text(`[data-field="rides.succeeded"]`, &before)))
 		require.Equal(t, "0", before)
+		// Who confirms commits, kept current by the event stream: the
+		// test cluster's primary alone.
+		require.NoError(t, chromedp.Run(ctx, chromedp.Text(`[data-field="commits"]`, &commits)))
+		require.Equal(t, "confirmed by the primary alone (no standby)", commits)
 
 		key := uuid.NewString()
 		require.Equal(t, http.StatusCreated, s.postRide(t, key))

@@ -458,6 +458,8 @@ func TestConsole(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Regexp(t, `data-field="rides.succeeded">1<`, body)
 		require.Regexp(t, `data-field="finished">1<`, body)
+		// The test cluster has no standby, which the overview says plainly.
+		require.Contains(t, body, `data-field="commits">confirmed by the primary alone (no standby)<`)
 		require.Regexp(t, `(?s)data-field="points.started">0<.*data-field="points.ride_created">0<.*data-field="points.charge_created">0<`, body,
 			"every unfinished recovery point, in the order a request passes them")
 		require.Contains(t, resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'")

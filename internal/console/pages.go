@@ -24,6 +24,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/jobs"
 	"github.com/rocketrides/rocketrides/internal/payment"
+	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/reconcile"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/user"
@@ -112,6 +113,9 @@ type Overview struct {
 	Jobs           map[string]int             `json:"jobs"`
 	Reconciled     string                     `json:"reconciled"`
 	Findings       int                        `json:"findings"`
+	// Commits says who confirms a commit before it is acknowledged, as
+	// the api's /readyz does (db.CheckDurability).
+	Commits string `json:"commits"`
 }
 
 // overviewPoints are the recovery points the overview counts unfinished
@@ -180,6 +184,16 @@ func (c *Console) snapshot(ctx context.Context) (*Overview, error) {
 	if run != nil {
 		o.Reconciled = run.RanAt.UTC().Format("2006-01-02 15:04:05Z")
 		o.Findings = len(run.Discrepancies)
+	}
+	d, err := db.CheckDurability(ctx, c.pool, db.CommitProbeTimeout)
+	var wait *db.CommitsWaitError
+	switch {
+	case errors.As(err, &wait):
+		o.Commits = "held: the primary waits for a synchronous standby (" + wait.Standbys + ") that is not confirming them"
+	case err != nil:
+		return nil, err
+	default:
+		o.Commits = d.String()
 	}
 	return o, nil
 }

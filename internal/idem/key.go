@@ -12,6 +12,7 @@
 package idem
 
 import (
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"time"
@@ -86,7 +87,7 @@ type Key struct {
 // Response is a finished key's stored response.
 type Response struct {
 	Code int
-	Body []byte
+	Body json.RawMessage
 }
 
 // Response returns the stored response of a finished key.
@@ -109,6 +110,12 @@ type Request struct {
 	// key order and spacing do not matter but number spelling does (1 is
 	// not 1.0): send each number in one spelling, as Go's encoding/json
 	// writes a float64.
-	Params   []byte
+	//
+	// A json.RawMessage, not a []byte: pgx sends it as JSON text in every
+	// exec mode, where a []byte goes as bytea, which the exec and
+	// simple_protocol modes (a pooler's, docs/scaling.md) write out as
+	// \x... and the jsonb column refuses. The same holds for every JSON
+	// value the project binds.
+	Params   json.RawMessage
 	OriginIP netip.Addr
 }

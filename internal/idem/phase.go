@@ -15,6 +15,7 @@ package idem
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -124,7 +125,7 @@ const advanceSQL = `
 // response.
 func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, out Outcome) *queuedPhase {
 	var code *int
-	var body []byte
+	var body json.RawMessage
 	if out.next == Finished {
 		code, body = &out.response.Code, out.response.Body
 	}

@@ -54,6 +54,6 @@ func Stage(q Queuer, args river.JobArgs) error {
 			INSERT INTO staged_jobs (job_name, job_args) VALUES ($1, $2) RETURNING id
 		)
 		SELECT pg_notify($3, '') FROM staged`,
-		args.Kind(), payload, Channel)
+		args.Kind(), json.RawMessage(payload), Channel)
 	return nil
 }

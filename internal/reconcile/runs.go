@@ -32,7 +32,7 @@ func (r *Reconciler) Record(ctx context.Context, rep *Report) error {
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO reconcile_runs (since, until, charges, rides, pending, discrepancies)
 			VALUES ($1, $2, $3, $4, $5, $6)`,
-			rep.Since, rep.Until, rep.Charges, rep.Rides, rep.Pending, data); err != nil {
+			rep.Since, rep.Until, rep.Charges, rep.Rides, rep.Pending, json.RawMessage(data)); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `

@@ -56,3 +56,18 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(poolEmpty, float64(s.EmptyAcquireCount()))
 	counter(poolCanceled, float64(s.CanceledAcquireCount()))
 }
+
+// NewCommitsConfirmed registers the gauge of who confirms the database's
+// commits, as the api's /readyz last found it (db.Durability): 1 while a
+// synchronous standby confirms each before it is acknowledged, 0 while the
+// primary alone does. A replicated deployment alerts on 0; a single-node
+// one is always 0.
+func NewCommitsConfirmed(reg prometheus.Registerer) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace,
+		Name:      "db_commits_confirmed_by_standby",
+		Help:      "1 while a synchronous standby confirms commits, 0 while the primary alone does (as /readyz last found).",
+	})
+	reg.MustRegister(g)
+	return g
+}

@@ -285,17 +285,7 @@ func TestCompose(t *testing.T) {
 	}
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		dir := root(t)
-		// The loader validates the file against the compose
-		// specification's schema, then checks that what it references
-		// (services, volumes) exists.
-		project, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
-			WorkingDir:  dir,
-			ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(dir, "docker-compose.yml")}},
-			Environment: types.Mapping{},
-		}, func(o *loader.Options) { o.SetProjectName("rocketrides", true) })
-		require.NoError(t, err, "docker-compose.yml")
-		return &testBundle{project: project, procs: readProcfile(t)}
+		return &testBundle{project: loadCompose(t, "docker-compose.yml", "rocketrides"), procs: readProcfile(t)}
 	}
 	service := func(t *testing.T, b *testBundle, name string) types.ServiceConfig {
 		t.Helper()
@@ -474,6 +464,22 @@ func TestCompose(t *testing.T) {
 		require.Contains(t, read(t, filepath.Join(root(t), "Dockerfile")), *dir,
 			"the image creates MAIL_DIR owned by its user, so that a new volume is writable")
 	})
+}
+
+// loadCompose loads the compose file name, at the root, as the project
+// called project: the loader
+// validates it against the compose specification's schema, then checks
+// that what it references (services, volumes, configs) exists.
+func loadCompose(t *testing.T, name, project string) *types.Project {
+	t.Helper()
+	dir := root(t)
+	p, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
+		WorkingDir:  dir,
+		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(dir, name)}},
+		Environment: types.Mapping{},
+	}, func(o *loader.Options) { o.SetProjectName(project, true) })
+	require.NoError(t, err, name)
+	return p
 }
 
 // TestEnvExample checks that every setting a command reads is documented

@@ -578,7 +578,7 @@ type ClientInterface interface {
 
 	// CheckReadiness Readiness
 	//
-	// Answers 200 while the database answers and takes commits; a load balancer stops sending traffic otherwise. A primary that holds its commits for a synchronous standby that is gone answers reads but not commits: a probe commit bounded to one second finds it.
+	// Answers 200 while the database answers and takes commits; a load balancer stops sending traffic otherwise. A primary that holds its commits for a synchronous standby that is gone answers reads but not commits: a probe commit bounded to one second finds it. A primary that goes on without its standby (Patroni's non-strict synchronous mode empties synchronous_standby_names) is ready, and so is a single-node database: the body's second line says who confirms commits, and while the primary alone does, a failover can lose the latest acknowledged ones.
 	//
 	// Corresponds with GET /readyz (the `CheckReadiness` operationId).
 	CheckReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -716,7 +716,7 @@ func (c *Client) GetOpenAPIDocument(ctx context.Context, reqEditors ...RequestEd
 
 // CheckReadiness Readiness
 //
-// Answers 200 while the database answers and takes commits; a load balancer stops sending traffic otherwise. A primary that holds its commits for a synchronous standby that is gone answers reads but not commits: a probe commit bounded to one second finds it.
+// Answers 200 while the database answers and takes commits; a load balancer stops sending traffic otherwise. A primary that holds its commits for a synchronous standby that is gone answers reads but not commits: a probe commit bounded to one second finds it. A primary that goes on without its standby (Patroni's non-strict synchronous mode empties synchronous_standby_names) is ready, and so is a single-node database: the body's second line says who confirms commits, and while the primary alone does, a failover can lose the latest acknowledged ones.
 //
 // Corresponds with GET /readyz (the `CheckReadiness` operationId).
 func (c *Client) CheckReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1386,7 +1386,7 @@ type ClientWithResponsesInterface interface {
 
 	// CheckReadinessWithResponse Readiness
 	//
-	// Answers 200 while the database answers and takes commits; a load balancer stops sending traffic otherwise. A primary that holds its commits for a synchronous standby that is gone answers reads but not commits: a probe commit bounded to one second finds it.
+	// Answers 200 while the database answers and takes commits; a load balancer stops sending traffic otherwise. A primary that holds its commits for a synchronous standby that is gone answers reads but not commits: a probe commit bounded to one second finds it. A primary that goes on without its standby (Patroni's non-strict synchronous mode empties synchronous_standby_names) is ready, and so is a single-node database: the body's second line says who confirms commits, and while the primary alone does, a failover can lose the latest acknowledged ones.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2743,7 +2743,7 @@ func (c *ClientWithResponses) GetOpenAPIDocumentWithResponse(ctx context.Context
 
 // CheckReadinessWithResponse Readiness
 //
-// Answers 200 while the database answers and takes commits; a load balancer stops sending traffic otherwise. A primary that holds its commits for a synchronous standby that is gone answers reads but not commits: a probe commit bounded to one second finds it.
+// Answers 200 while the database answers and takes commits; a load balancer stops sending traffic otherwise. A primary that holds its commits for a synchronous standby that is gone answers reads but not commits: a probe commit bounded to one second finds it. A primary that goes on without its standby (Patroni's non-strict synchronous mode empties synchronous_standby_names) is ready, and so is a single-node database: the body's second line says who confirms commits, and while the primary alone does, a failover can lose the latest acknowledged ones.
 //
 // Returns a wrapper object for the known response body format(s).
 //
