@@ -94,4 +94,3 @@ func TestPooler(t *testing.T) {
 	require.Equal(t, int64(1), queryInt(t, p.DatabaseURL("pooled")+"&default_query_exec_mode=exec", "SELECT 1"))
 	require.NotZero(t, p.pid(), "pgbouncer runs")
 }
-
