@@ -285,11 +285,14 @@ func (m *monkey) rejoin(ctx context.Context, node *localpg.HANode, tr *traffic, 
 	return nil
 }
 
+// firstCreatedWait bounds the wait for the first 201 after a fault.
+const firstCreatedWait = time.Minute
+
 // firstCreated waits for the first 201 after t, and returns how long
 // after from it came; zero when none came within a minute (the clients
 // may be backing off, or every one may be waiting).
 func firstCreated(ctx context.Context, tr *traffic, from, t time.Time) time.Duration {
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(firstCreatedWait)
 	for time.Now().Before(deadline) {
 		if ok := tr.firstCreatedAfter(t); !ok.IsZero() {
 			return ok.Sub(from)

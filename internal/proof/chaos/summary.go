@@ -119,14 +119,18 @@ func (a Acknowledged) OK() bool {
 }
 
 // OK reports whether the soak ran as intended and every promise held.
-// DrillAgent loses acknowledged rides by design (no watchdog): it passes
-// when the reconciler reports every one, and nothing else is wrong.
+// DrillAgent breaks them by design (no watchdog: two primaries): it
+// passes when the reconciler reports every acknowledged ride lost and
+// every charge left without a ride, and nothing else is wrong. Stripe's
+// refusal of a key the two primaries each used for a different ride, and
+// the 502 its client got, are the fork caught, not a loss: they are
+// counted, not failed.
 func (s Summary) OK() bool {
-	ran := s.Judged && len(s.Problems) == 0 && len(s.OddAnswers) == 0 && s.databaseFaulted() && s.Report.Keys > 0
+	ran := s.Judged && len(s.Problems) == 0 && s.databaseFaulted() && s.Report.Keys > 0
 	if s.Drill == DrillAgent {
 		return ran && s.lossesReported()
 	}
-	return ran && s.Report.OK() && s.Acknowledged.OK() && !s.ReconcilerFailed
+	return ran && len(s.OddAnswers) == 0 && s.Report.OK() && s.Acknowledged.OK() && !s.ReconcilerFailed
 }
 
 // lossesReported reports whether every acknowledged ride lost is
@@ -135,7 +139,7 @@ func (s Summary) OK() bool {
 // nothing else wrong.
 func (s Summary) lossesReported() bool {
 	a := s.Acknowledged
-	if a.ChargesSharedByKeys != 0 || a.StripeKeyMismatches != 0 || s.Reconciler == "" {
+	if a.ChargesSharedByKeys != 0 || s.Reconciler == "" {
 		return false
 	}
 	for _, l := range a.Lost {
@@ -252,19 +256,25 @@ func (s Summary) String() string {
 // a synchronous standby.
 func (s Summary) writeRounds(b *strings.Builder, line func(name, format string, args ...any)) {
 	line("drill rounds", "%d (%s)", len(s.Rounds), s.Drill)
+	firstOK := func(d time.Duration) string {
+		if d == 0 {
+			return "none within " + firstCreatedWait.String()
+		}
+		return d.Round(time.Millisecond).String()
+	}
 	for i, r := range s.Rounds {
 		name := fmt.Sprintf("  round %d", i+1)
 		switch s.Drill {
 		case DrillStandby:
 			line(name, "standby %s killed -> first 201 %s; %d rides created without it; a synchronous standby again %s after the kill",
-				r.node, r.firstOK.Round(time.Millisecond), r.created, r.rejoined.Round(time.Millisecond))
+				r.node, firstOK(r.firstOK), r.created, r.rejoined.Round(time.Millisecond))
 		case DrillAgent:
 			line(name, "%s's Patroni killed -> the other node promoted %s, -> first 201 after it %s; %s rewound and synchronous again %s after the kill",
-				r.node, r.promoted.Round(time.Millisecond), r.firstOK.Round(time.Millisecond), r.node, r.rejoined.Round(time.Millisecond))
+				r.node, r.promoted.Round(time.Millisecond), firstOK(r.firstOK), r.node, r.rejoined.Round(time.Millisecond))
 			line("", "    clients were told meanwhile: %s", counts(r.answers))
 		default:
 			line(name, "replication stalled %s; leader %s killed -> promoted %s, -> first 201 %s; rejoined as synchronous standby %s after the kill",
-				r.stalled.Round(time.Millisecond), r.node, r.promoted.Round(time.Millisecond), r.firstOK.Round(time.Millisecond), r.rejoined.Round(time.Millisecond))
+				r.stalled.Round(time.Millisecond), r.node, r.promoted.Round(time.Millisecond), firstOK(r.firstOK), r.rejoined.Round(time.Millisecond))
 		}
 	}
 	var total time.Duration
