@@ -62,10 +62,10 @@ dev: build
 	$$runner
 
 ## stop: stop every project-local server: the cluster (make dev, make test),
-## the replicated pair and the pooler
+## the replicated cluster (etcd and Patroni) and the pooler
 stop: build
 	@$(BIN)/localpg stop
-	@$(BIN)/localpg replica stop
+	@if command -v patroni >/dev/null 2>&1; then $(BIN)/localpg ha stop; fi
 	@if command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; then $(BIN)/localpg pooler stop; fi
 
 ## test: vet, lint, the whole suite against real Postgres, River and the Stripe fake,
@@ -87,8 +87,8 @@ fuzz:
 ## chaos: the soak: api instances, completers, enqueuers and a worker as
 ## real processes under SIGKILLs, Postgres restarts and Stripe faults, then
 ## every invariant (e.g. CHAOS_FLAGS="-duration 5m -clients 32 -seed 1 -keep");
-## -failover -replication sync|async runs the failover drill, -pooler goes
-## through PgBouncer
+## -failover -replication sync|async runs the failover drill on Patroni
+## (-drill leader|standby|agent), -pooler goes through PgBouncer
 CHAOS_FLAGS ?= -duration 60s
 chaos:
 	$(GO) run ./cmd/chaos $(CHAOS_FLAGS)

@@ -6,7 +6,9 @@
 // run.
 //
 //	go run ./cmd/chaos -duration 60s
-//	go run ./cmd/chaos -failover -replication sync   # the failover drill
+//	go run ./cmd/chaos -failover -drill leader       # the failover drill on Patroni
+//	go run ./cmd/chaos -failover -drill standby      # standby loss and return
+//	go run ./cmd/chaos -failover -drill agent        # the leader's Patroni dies, its Postgres lives
 //	go run ./cmd/chaos -pooler                       # through PgBouncer
 package main
 
@@ -30,13 +32,19 @@ func run() int {
 	clients := flag.Int("clients", 16, "clients posting rides at once")
 	seed := flag.Int64("seed", 0, "seed of the random choices (0: random)")
 	keep := flag.Bool("keep", false, "keep the scratch cluster running, and the logs, for inspection")
-	failover := flag.Bool("failover", false, "run against a primary and a standby, and fail over instead of restarting Postgres")
+	failover := flag.Bool("failover", false, "run against a Patroni cluster (etcd and two nodes), and run -drill instead of restarting Postgres")
+	drill := flag.String("drill", "leader", "with -failover: leader (the leader dies), standby (the standby dies and returns) or agent (the leader's Patroni dies, its Postgres lives)")
+	kills := flag.Int("kills", 3, "with -failover: the drill's rounds; the chaos lasts until they are done")
 	replication := flag.String("replication", "sync", "with -failover: the standby's replication, sync or async")
 	pooler := flag.Bool("pooler", false, "put PgBouncer (transaction mode) between Postgres and the api instances and completers")
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if err := checkFlags(set, *duration, *clients, *failover, *pooler, *replication, flag.Args()); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		return 2
+	}
+	if err := checkDrillFlags(set, *failover, *kills); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 2
 	}
@@ -52,6 +60,8 @@ func run() int {
 		Progress: os.Stderr,
 
 		Failover:         *failover,
+		Drill:            drillIf(*failover, *drill),
+		Kills:            killsIf(*failover, *kills),
 		AsyncReplication: *replication == "async",
 		Pooler:           *pooler,
 	})
@@ -88,4 +98,30 @@ func checkFlags(set map[string]bool, duration time.Duration, clients int, failov
 		return errors.New("-pooler and -failover do not go together: the pooler fronts one host, the drill fails over to another")
 	}
 	return nil
+}
+
+// checkDrillFlags refuses -drill and -kills without -failover, and a
+// drill of no rounds. -drill's value is checked by chaos.Run, by name.
+func checkDrillFlags(set map[string]bool, failover bool, kills int) error {
+	switch {
+	case (set["drill"] || set["kills"]) && !failover:
+		return errors.New("-drill and -kills need -failover: only the failover drill runs a Patroni cluster")
+	case kills <= 0:
+		return fmt.Errorf("-kills %d: want at least one round", kills)
+	}
+	return nil
+}
+
+func drillIf(failover bool, drill string) string {
+	if !failover {
+		return ""
+	}
+	return drill
+}
+
+func killsIf(failover bool, kills int) int {
+	if !failover {
+		return 0
+	}
+	return kills
 }

@@ -33,6 +33,13 @@ func TestCheckFlags(t *testing.T) {
 			"-replication sync needs -failover: only the failover drill runs a standby")
 	})
 
+	t.Run("RefusesDrillFlagsWithoutFailover", func(t *testing.T) {
+		t.Parallel()
+		require.NoError(t, checkDrillFlags(set("failover", "drill", "kills"), true, 1))
+		require.EqualError(t, checkDrillFlags(set("drill"), false, 3), "-drill and -kills need -failover: only the failover drill runs a Patroni cluster")
+		require.EqualError(t, checkDrillFlags(set("failover", "kills"), true, 0), "-kills 0: want at least one round")
+	})
+
 	t.Run("RefusesPoolerWithFailover", func(t *testing.T) {
 		t.Parallel()
 		require.ErrorContains(t, checkFlags(set("pooler", "failover"), time.Minute, 16, true, true, "sync", nil), "-pooler and -failover do not go together")

@@ -29,20 +29,23 @@ commands:
   restart        restart the cluster in fast mode, starting it if stopped
   status         print whether the cluster is running; exit status 3 if not
 
-  replica start [-async]   a primary and a streaming standby under
-                           .data/replicated, on LOCALPG_PORT+1 and +2;
-                           synchronous unless created with -async. The pair
-                           keeps that mode: to change it, stop the pair and
-                           remove .data/replicated
-  replica url [dbname]     start the pair if needed, create dbname on the
-                           primary and print a multi-host URL that reaches
-                           whichever node is the primary
-                           (target_session_attrs=read-write)
-  replica promote          promote the standby (crash or stop the primary first)
-  replica crash            SIGKILL the primary and its processes
-  replica rebuild          copy the primary afresh into the other node
-                           (pg_basebackup) and start it as the standby
-  replica stop             stop both nodes
+  ha start [-async]        etcd and two PostgreSQL nodes managed by Patroni
+                           under .data/ha, on LOCALPG_PORT+4 to +9 (etcd's
+                           client and peer ports, then each node's Postgres
+                           and REST API ports); synchronous mode unless
+                           created with -async. Patroni alone decides which
+                           node leads
+  ha url [dbname]          start the cluster if needed, create dbname on the
+                           leader and print a multi-host URL that reaches
+                           whichever node leads (target_session_attrs=read-write)
+  ha status                print each node's role and state as Patroni sees
+                           them; exit status 3 if the cluster is not running
+  ha kill-leader           SIGKILL the leader's Patroni and its Postgres, as
+                           a machine that dies; the other node takes over
+                           once the leader lock expires, and ha start
+                           brings the killed one back: it rewinds and
+                           rejoins as a standby by itself
+  ha stop                  stop both nodes and etcd
 
   pooler start             PgBouncer in transaction mode on LOCALPG_PORT+3 in
                            front of the project's cluster (.data/pgbouncer)
@@ -82,12 +85,11 @@ var commands = []command{
 	{name: "restart", run: withCluster(func(ctx context.Context, c localpg.Cluster) error { return c.Restart(ctx) })},
 	{name: "status", run: withCluster(status)},
 
-	{name: "replica start", flags: []string{"-async"}, run: withPair(replicaStart)},
-	{name: "replica url", names: 1, run: withPair(replicaURL)},
-	{name: "replica promote", run: withPair(func(ctx context.Context, r *localpg.Replicated, _ arguments) error { return r.Promote(ctx) })},
-	{name: "replica crash", run: withPair(func(_ context.Context, r *localpg.Replicated, _ arguments) error { return r.Primary().Crash() })},
-	{name: "replica rebuild", run: withPair(func(ctx context.Context, r *localpg.Replicated, _ arguments) error { return r.Rebuild(ctx) })},
-	{name: "replica stop", run: withPair(func(ctx context.Context, r *localpg.Replicated, _ arguments) error { return r.Stop(ctx) })},
+	{name: "ha start", flags: []string{"-async"}, run: withHA(haStart)},
+	{name: "ha url", names: 1, run: withHA(haURL)},
+	{name: "ha status", run: withHA(haStatus)},
+	{name: "ha kill-leader", run: withHA(haKillLeader)},
+	{name: "ha stop", run: withHA(func(ctx context.Context, h *localpg.HA, _ arguments) error { return h.Stop(ctx) })},
 
 	{name: "pooler start", run: withPooler(poolerStart)},
 	{name: "pooler url", names: 1, run: withPooler(poolerURL)},
@@ -213,34 +215,63 @@ func withCluster(fn func(context.Context, localpg.Cluster) error) func(context.C
 	}
 }
 
-// withPair runs fn on the project's replicated pair, asynchronous with
+// withHA runs fn on the project's replicated cluster, asynchronous with
 // -async.
-func withPair(fn func(context.Context, *localpg.Replicated, arguments) error) func(context.Context, arguments) error {
+func withHA(fn func(context.Context, *localpg.HA, arguments) error) func(context.Context, arguments) error {
 	return func(ctx context.Context, a arguments) error {
-		r, err := localpg.NewReplicated(localpg.ReplicatedOptions{Async: a.flags["-async"]})
+		h, err := localpg.NewHA(localpg.HAOptions{Async: a.flags["-async"]})
 		if err != nil {
 			return err
 		}
-		return fn(ctx, r, a)
+		return fn(ctx, h, a)
 	}
 }
 
-func replicaStart(ctx context.Context, r *localpg.Replicated, _ arguments) error {
-	if err := r.Start(ctx); err != nil {
+func haStart(ctx context.Context, h *localpg.HA, _ arguments) error {
+	if err := h.Start(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "localpg: primary %s, standby %s\n", r.Primary().URL(), r.Standby().URL())
+	leader, err := h.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "localpg: leader %s at %s, standby %s (logs %s, %s)\n",
+		leader.Name, leader.URL(), h.Other(leader).Name, h.Nodes[0].LogFile, h.Nodes[1].LogFile)
 	return nil
 }
 
-func replicaURL(ctx context.Context, r *localpg.Replicated, a arguments) error {
-	if err := r.Start(ctx); err != nil {
+func haURL(ctx context.Context, h *localpg.HA, a arguments) error {
+	if err := h.Start(ctx); err != nil {
 		return err
 	}
-	if err := r.CreateDatabase(ctx, a.dbname); err != nil {
+	if err := h.CreateDatabase(ctx, a.dbname); err != nil {
 		return err
 	}
-	fmt.Println(r.DatabaseURL(a.dbname))
+	fmt.Println(h.DatabaseURL(a.dbname))
+	return nil
+}
+
+func haStatus(ctx context.Context, h *localpg.HA, _ arguments) error {
+	members, err := h.Members(ctx)
+	if err != nil {
+		fmt.Printf("replicated cluster in %s: not running\n", h.Dir)
+		return errNotRunning
+	}
+	for _, m := range members {
+		fmt.Printf("%s: %s, %s\n", m.Name, m.Role, m.State)
+	}
+	return nil
+}
+
+func haKillLeader(ctx context.Context, h *localpg.HA, _ arguments) error {
+	leader, err := h.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	if err := leader.Kill(); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "localpg: killed %s; bring it back with: go run ./cmd/localpg ha start\n", leader.Name)
 	return nil
 }
 

@@ -37,8 +37,9 @@ const goneTimeout = 60 * time.Second
 
 // spawn starts bin as a server of ours: in a session of its own (a Ctrl-C
 // in the terminal that started it is not meant for it), as runAs when
-// that is set, its output appended to logFile.
-func spawn(bin string, args []string, logFile string, runAs *account) (int, *child, error) {
+// that is set, its output appended to logFile, with env as its whole
+// environment when env is not nil (ours otherwise).
+func spawn(bin string, args []string, logFile string, runAs *account, env []string) (int, *child, error) {
 	log, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return 0, nil, fmt.Errorf("open log file: %w", err)
@@ -50,6 +51,7 @@ func spawn(bin string, args []string, logFile string, runAs *account) (int, *chi
 	// (root's home); "/" always can be.
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if runAs != nil {
 		// syscall.Credential rather than runuser or su: no dependency on

@@ -86,9 +86,6 @@ type Cluster struct {
 	lockFile      string
 	runAs         *account // nil unless this process is root
 	sharedBuffers string
-	// extraConf is appended to configFile: the replication settings of a
-	// node of a Replicated pair.
-	extraConf string
 }
 
 // New resolves opts into a Cluster without initialising or starting
@@ -248,7 +245,7 @@ func (c Cluster) start(ctx context.Context) error {
 // pid file says it is ready: "ready" for a primary, "standby" for a hot
 // standby that has reached a consistent state.
 func (c Cluster) launch(ctx context.Context) error {
-	pid, ch, err := spawn(filepath.Join(c.BinDir, "postgres"), []string{"-D", c.DataDir}, c.LogFile, c.runAs)
+	pid, ch, err := spawn(filepath.Join(c.BinDir, "postgres"), []string{"-D", c.DataDir}, c.LogFile, c.runAs, nil)
 	if err != nil {
 		return err
 	}
@@ -335,7 +332,13 @@ func (c Cluster) Restart(ctx context.Context) error {
 // CreateDatabase creates database name unless it exists. Concurrent calls
 // for the same name are safe: the losers see the winner's database.
 func (c Cluster) CreateDatabase(ctx context.Context, name string) error {
-	conn, err := connect(ctx, c.URL())
+	return createDatabase(ctx, c.URL(), name)
+}
+
+// createDatabase creates database name, unless it exists, in the server
+// that connURL reaches.
+func createDatabase(ctx context.Context, connURL, name string) error {
+	conn, err := connect(ctx, connURL)
 	if err != nil {
 		return err
 	}

@@ -130,7 +130,7 @@ func (p *Pooler) Start(ctx context.Context) error {
 	}
 	// A child of ours, not pgbouncer -d, for the reason child.go gives:
 	// pgbouncer refuses to start while its pid file names a zombie.
-	_, ch, err := spawn(p.bin, []string{p.iniFile}, p.logFile, p.runAs)
+	_, ch, err := spawn(p.bin, []string{p.iniFile}, p.logFile, p.runAs, nil)
 	if err != nil {
 		return fmt.Errorf("start pgbouncer: %w", err)
 	}

@@ -231,7 +231,7 @@ fsync = on
 # Every DROP DATABASE (one per test) forces a checkpoint; logging each
 # would bury what the log is read for.
 log_checkpoints = off
-`, c.Port, socketDir, quoteConf(c.sharedBuffers)) + c.extraConf
+`, c.Port, socketDir, quoteConf(c.sharedBuffers))
 	path := filepath.Join(c.DataDir, configFile)
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

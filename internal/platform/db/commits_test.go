@@ -2,7 +2,6 @@ package db_test
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -62,9 +61,10 @@ func TestCheckDurability(t *testing.T) {
 	})
 }
 
-// synchronousStandby starts a primary with one streaming synchronous
-// standby, of the test's own, and returns a URL that reaches the primary.
-// It is the one place these tests depend on how such a cluster is run.
+// synchronousStandby starts a Patroni cluster of the test's own, a leader
+// with a streaming synchronous standby, and returns a URL that reaches the
+// leader. It is the one place these tests depend on how such a cluster is
+// run.
 func synchronousStandby(t *testing.T) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -74,21 +74,16 @@ func synchronousStandby(t *testing.T) string {
 	dir, err := os.MkdirTemp(filepath.Dir(c.DataDir), "scratch-durability-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
-	var ports [2]int
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		require.NoError(t, l.Close())
-	}
-	opts := localpg.ReplicatedOptions{Dir: dir, Ports: ports}
+	port, err := localpg.HAScratchPort(4)
+	require.NoError(t, err)
+	opts := localpg.HAOptions{Dir: dir, Port: port}
 	t.Cleanup(func() {
-		r, err := localpg.NewReplicated(opts)
+		h, err := localpg.NewHA(opts)
 		require.NoError(t, err)
-		require.NoError(t, r.Stop(context.Background()))
+		require.NoError(t, h.Stop(context.Background()))
 		require.NoError(t, os.RemoveAll(dir))
 	})
-	r, err := localpg.EnsureReplicated(ctx, opts)
+	h, err := localpg.EnsureHA(ctx, opts)
 	require.NoError(t, err)
-	return r.DatabaseURL("postgres")
+	return h.DatabaseURL("postgres")
 }

@@ -36,8 +36,13 @@ type PreflightConfig struct {
 //     mode the next query may run on another server connection, where
 //     the statement does not exist. Transaction pooling is recognised by
 //     two of our connections sharing one server backend.
-//   - Unless AllowAsyncReplication, no standby may be asynchronous, and
-//     our commits must wait for the synchronous ones.
+//   - Unless AllowAsyncReplication, a primary with standbys must make our
+//     commits wait for a synchronous one: synchronous_standby_names set,
+//     synchronous_commit on (or remote_write, remote_apply). Standbys
+//     beyond the synchronous ones may be asynchronous, as the third node
+//     of a Patroni cluster is: a failover must promote a synchronous
+//     standby, which Patroni's synchronous mode does and a failover by
+//     hand must too (docs/failures.md).
 //
 // The probes run in the simple protocol on connections of their own, so
 // they work whatever the configuration they check.
@@ -50,9 +55,12 @@ func Preflight(ctx context.Context, pool *pgxpool.Pool, cfg PreflightConfig) err
 		err := preflight(ctx, pool.Config().ConnConfig, cfg)
 		var refusal *refusalError
 		if errors.As(err, &refusal) && refusal.transient {
-			// A standby that has just connected shows as asynchronous
-			// for a moment before it is synchronous: refuse only what
-			// lasts.
+			// A standby that has just connected, or reconnected after
+			// an outage, streams asynchronously until the HA manager
+			// names it in synchronous_standby_names (Patroni on its next
+			// loop, and a synchronous-mode cluster that lost its only
+			// standby emptied the setting meanwhile so that writes go
+			// on): refuse only what lasts.
 			if firstAsync.IsZero() {
 				firstAsync = time.Now()
 			}
@@ -78,9 +86,11 @@ type refusalError struct {
 	transient bool
 }
 
-// asyncSettleTime is how long a standby may show as asynchronous before
-// Preflight believes it.
-const asyncSettleTime = 3 * time.Second
+// asyncSettleTime is how long a primary may stream to standbys with an
+// empty synchronous_standby_names before Preflight believes it is set up
+// asynchronously: longer than Patroni's loop_wait (10 s by default), the
+// longest it takes to name a standby that has come back.
+const asyncSettleTime = 20 * time.Second
 
 func (e *refusalError) Error() string { return e.msg }
 
@@ -176,8 +186,9 @@ func sharesBackends(ctx context.Context, first, second *pgx.Conn) (bool, error) 
 	return false, nil
 }
 
-// checkReplication refuses a primary with an asynchronous standby, and
-// sessions whose commits do not wait for the synchronous ones.
+// checkReplication refuses a primary whose standbys are all
+// asynchronous, and sessions whose commits do not wait for a synchronous
+// one.
 func checkReplication(ctx context.Context, conn *pgx.Conn) error {
 	var (
 		standbys     int
@@ -198,18 +209,21 @@ func checkReplication(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("preflight: read replication state: %w", err)
 	}
 	if standbys == 0 {
-		return nil // one Postgres: nothing to fail over to, nothing to lose
+		// One Postgres, or a synchronous cluster whose standby is away:
+		// nothing to fail over to, so nothing to lose by it. (/readyz
+		// says when commits wait for a standby that is not there.)
+		return nil
 	}
 	const why = "a failover to it loses rides whose 201 the clients already have, and their charges stay at Stripe"
-	if len(async) > 0 {
+	if strings.TrimSpace(standbyNames) == "" {
 		hint := ""
 		if strings.Contains(strings.Join(async, ","), "(unknown)") {
 			hint = " (sync_state unknown: grant the role pg_monitor so that it can read pg_stat_replication)"
 		}
 		return &refusalError{transient: true, msg: fmt.Sprintf("%s: the primary streams to asynchronous standbys %s "+
-			"(synchronous_standby_names = %q); %s. Make them synchronous (synchronous_standby_names), or set %s=true "+
-			"to accept the loss%s", AllowAsyncReplicationSetting, strings.Join(async, ", "), standbyNames, why,
-			AllowAsyncReplicationSetting, hint)}
+			"(synchronous_standby_names = %q); %s. Make them synchronous (synchronous_standby_names, or Patroni's "+
+			"synchronous_mode), or set %s=true to accept the loss%s", AllowAsyncReplicationSetting, strings.Join(async, ", "),
+			standbyNames, why, AllowAsyncReplicationSetting, hint)}
 	}
 	if syncCommit == "off" || syncCommit == "local" {
 		return refuse("%s: synchronous_commit is %s for our sessions, so a commit returns before the standby has it; %s. "+

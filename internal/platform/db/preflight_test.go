@@ -2,10 +2,12 @@ package db_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,30 +90,33 @@ func TestPreflight(t *testing.T) {
 	})
 }
 
-// TestPreflightReplication runs a replicated pair of its own, asynchronous
-// first, then made synchronous.
+// TestPreflightReplication runs a Patroni cluster of its own (localpg
+// ha, on the second block of scratch ports): synchronous first, through
+// the moments of its life, then made asynchronous, then strict.
 func TestPreflightReplication(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("initialises two clusters")
+		t.Skip("runs etcd and two Patroni nodes")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	c, err := localpg.New(localpg.Options{})
 	require.NoError(t, err)
 	dir, err := os.MkdirTemp(filepath.Dir(c.DataDir), "scratch-preflight-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
-	opts := localpg.ReplicatedOptions{Dir: dir, Ports: [2]int{freePort(t), freePort(t)}, Async: true}
+	port, err := localpg.HAScratchPort(1)
+	require.NoError(t, err)
+	opts := localpg.HAOptions{Dir: dir, Port: port}
 	t.Cleanup(func() {
-		r, err := localpg.NewReplicated(opts)
+		h, err := localpg.NewHA(opts)
 		require.NoError(t, err)
-		require.NoError(t, r.Stop(context.Background()))
+		require.NoError(t, h.Stop(context.Background()))
 		require.NoError(t, os.RemoveAll(dir))
 	})
-	r, err := localpg.EnsureReplicated(ctx, opts)
+	h, err := localpg.EnsureHA(ctx, opts)
 	require.NoError(t, err)
-	url := r.DatabaseURL("postgres")
+	url := h.DatabaseURL("postgres")
 	check := func(cfg db.PreflightConfig, params ...string) error {
 		pool, err := db.Open(ctx, url+strings.Join(params, ""), 2)
 		require.NoError(t, err)
@@ -119,39 +124,102 @@ func TestPreflightReplication(t *testing.T) {
 		return db.Preflight(ctx, pool, cfg)
 	}
 
+	// A healthy cluster in synchronous mode is accepted at every moment:
+	// checks start every half second while the standby dies, the leader
+	// writes on alone, the standby comes back behind and catches up
+	// (asynchronous until Patroni names it again), then the leader dies,
+	// the standby is promoted, and the old leader rewinds and rejoins.
+	var (
+		probes  sync.WaitGroup
+		mu      sync.Mutex
+		refused []string
+		checks  int
+	)
+	stopProbing := make(chan struct{})
+	probes.Go(func() {
+		for {
+			select {
+			case <-stopProbing:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			probes.Go(func() {
+				err := check(db.PreflightConfig{})
+				mu.Lock()
+				defer mu.Unlock()
+				checks++
+				if err != nil {
+					refused = append(refused, err.Error())
+				}
+			})
+		}
+	})
+	leader, err := h.Leader(ctx)
+	require.NoError(t, err)
+	standby := h.Other(leader)
+	require.NoError(t, standby.Kill())
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "CREATE TABLE catch_up AS SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 200000) g")
+	require.NoError(t, err, "writes go on without the standby")
+	require.NoError(t, conn.Close(ctx))
+	require.NoError(t, standby.Start(ctx))
+	require.NoError(t, standby.Await(ctx, "/sync"))
+	require.NoError(t, leader.Kill())
+	_, err = h.AwaitLeader(ctx)
+	require.NoError(t, err)
+	require.NoError(t, leader.Start(ctx))
+	require.NoError(t, leader.Await(ctx, "/sync"))
+	close(stopProbing)
+	probes.Wait()
+	require.Empty(t, refused, "of %d checks", checks)
+	require.Greater(t, checks, 20)
+
+	err = check(db.PreflightConfig{}, "&synchronous_commit=local")
+	require.ErrorContains(t, err, "DATABASE_ALLOW_ASYNC_REPLICATION: synchronous_commit is local for our sessions")
+
+	// Asynchronous: the standby streams, synchronous_standby_names stays
+	// empty, and the check believes it once it has lasted.
+	require.NoError(t, h.PatchConfig(ctx, map[string]any{"synchronous_mode": false}))
+	require.Eventually(t, func() bool {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return false
+		}
+		defer conn.Close(ctx)
+		var names string
+		return conn.QueryRow(ctx, "SHOW synchronous_standby_names").Scan(&names) == nil && names == ""
+	}, time.Minute, 100*time.Millisecond, "Patroni empties synchronous_standby_names")
 	err = check(db.PreflightConfig{})
 	require.ErrorContains(t, err, "DATABASE_ALLOW_ASYNC_REPLICATION: the primary streams to asynchronous standbys")
 	require.ErrorContains(t, err, "set DATABASE_ALLOW_ASYNC_REPLICATION=true to accept the loss")
 	require.NoError(t, check(db.PreflightConfig{AllowAsyncReplication: true}))
 
-	conn, err := pgx.Connect(ctx, url)
+	// Strict synchronous mode: without its synchronous standby the
+	// leader answers reads and holds every commit (Patroni names every
+	// standby, '*'): the probe says so within its bound, and the commit
+	// it left waiting does not stop the leader from taking the standby
+	// back.
+	require.NoError(t, h.PatchConfig(ctx, map[string]any{"synchronous_mode": true, "synchronous_mode_strict": true}))
+	leader, err = h.AwaitLeader(ctx)
 	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = '*'")
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "SELECT pg_reload_conf()")
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return check(db.PreflightConfig{}) == nil }, 30*time.Second, 100*time.Millisecond,
-		"a synchronous standby is accepted")
-
-	err = check(db.PreflightConfig{}, "&synchronous_commit=local")
-	require.ErrorContains(t, err, "DATABASE_ALLOW_ASYNC_REPLICATION: synchronous_commit is local for our sessions")
-
-	// Without its synchronous standby the primary answers reads and holds
-	// every commit: the probe says so within its bound, and the commit
-	// it left waiting does not stop the primary from taking the
-	// standby back.
+	standby = h.Other(leader)
+	require.NoError(t, standby.Await(ctx, "/sync"))
 	pool, err := db.Open(ctx, url, 2)
 	require.NoError(t, err)
 	defer pool.Close()
 	require.NoError(t, db.CheckCommits(ctx, pool, 0), "commits return while the standby streams")
-	require.NoError(t, r.Standby().Crash())
+	require.NoError(t, standby.Kill())
 	var wait *db.CommitsWaitError
+	require.Eventually(t, func() bool {
+		return errors.As(db.CheckCommits(ctx, pool, 0), &wait) && wait.Standbys == "*"
+	}, time.Minute, 100*time.Millisecond, "Patroni names every standby once the synchronous one is gone")
 	err = db.CheckCommits(ctx, pool, 0)
 	require.ErrorAs(t, err, &wait)
 	require.Equal(t, "*", wait.Standbys)
 	require.ErrorContains(t, err, `commits wait for a synchronous standby (synchronous_standby_names = "*")`)
-	require.NoError(t, r.Rebuild(ctx))
+	require.NoError(t, standby.Start(ctx))
+	require.NoError(t, standby.Await(ctx, "/sync"))
 	require.NoError(t, db.CheckCommits(ctx, pool, 0), "commits return once a standby streams again")
 }
 

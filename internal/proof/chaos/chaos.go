@@ -14,6 +14,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,11 +57,20 @@ type Config struct {
 	// Progress receives a line per event as the soak runs; nil discards.
 	Progress io.Writer
 
-	// Failover runs the soak against a replicated pair (a primary and a
-	// streaming standby) and, in place of the Postgres restarts, crashes
-	// the primary, promotes the standby and rebuilds a new standby, the
+	// Failover runs the soak against a Patroni cluster (etcd and two
+	// nodes) and, in place of the Postgres restarts, runs Drill: the
 	// failover drill (failover.go).
 	Failover bool
+	// Drill is the failover drill's fault: DrillLeader (the default),
+	// DrillStandby or DrillAgent. Only with Failover.
+	Drill string
+	// Kills is how many rounds of Drill the soak runs; the chaos phase
+	// lasts until they are done, if that is longer than Duration.
+	// Default 3. Only with Failover.
+	Kills int
+	// HAPort is the first of the drill's cluster's six ports. Default:
+	// a block of scratch ports of its own (localpg.HAScratchPort(3)).
+	HAPort int
 	// AsyncReplication makes the pair's standby asynchronous, and lets
 	// the api and the completer start against it
 	// (DATABASE_ALLOW_ASYNC_REPLICATION). Only with Failover.
@@ -105,6 +116,15 @@ func Run(ctx context.Context, cfg Config) (summary Summary, err error) {
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
+	if cfg.Failover {
+		cfg.Drill = cmp.Or(cfg.Drill, DrillLeader)
+		cfg.Kills = cmp.Or(cfg.Kills, 3)
+		if cfg.HAPort == 0 {
+			if cfg.HAPort, err = localpg.HAScratchPort(3); err != nil {
+				return Summary{}, err
+			}
+		}
+	}
 	// A fault the soak cannot recover from (a standby that did not come
 	// back) ends it at once, with the reason, rather than leaving the
 	// clients to wait on a primary that holds every commit.
@@ -112,7 +132,7 @@ func Run(ctx context.Context, cfg Config) (summary Summary, err error) {
 	defer abort(nil)
 	s := &soak{cfg: cfg, start: time.Now(), traffic: newTraffic(), faults: newFaults(), abort: abort}
 	s.summary = Summary{Duration: cfg.Duration, Clients: cfg.Clients, Seed: cfg.Seed,
-		Failover: cfg.Failover, AsyncReplication: cfg.AsyncReplication, Pooler: cfg.Pooler}
+		Failover: cfg.Failover, Drill: cfg.Drill, AsyncReplication: cfg.AsyncReplication, Pooler: cfg.Pooler}
 	defer func() {
 		s.collect()
 		s.teardown()
@@ -142,8 +162,14 @@ func (c *Config) validate() error {
 		return fmt.Errorf("chaos: Clients %d is negative", c.Clients)
 	case c.DrainTimeout < 0:
 		return fmt.Errorf("chaos: DrainTimeout %s is negative", c.DrainTimeout)
+	case c.Kills < 0:
+		return fmt.Errorf("chaos: Kills %d is negative", c.Kills)
 	case c.AsyncReplication && !c.Failover:
 		return errors.New("chaos: asynchronous replication needs the failover drill")
+	case (c.Drill != "" || c.Kills != 0) && !c.Failover:
+		return errors.New("chaos: Drill and Kills need the failover drill")
+	case c.Drill != "" && c.Drill != DrillLeader && c.Drill != DrillStandby && c.Drill != DrillAgent:
+		return fmt.Errorf("chaos: Drill %q: want %s, %s or %s", c.Drill, DrillLeader, DrillStandby, DrillAgent)
 	case c.Pooler && c.Failover:
 		// PgBouncer 1.18 takes one host per database: following a
 		// failover would mean rewriting its configuration.
@@ -164,7 +190,7 @@ type soak struct {
 	root       string
 	dir        string // .data/chaos-<ts>: cluster, logs, mail
 	cluster    *localpg.Cluster
-	pair       *localpg.Replicated // with Config.Failover, in place of cluster
+	ha         *localpg.HA // with Config.Failover, in place of cluster
 	pooler     *localpg.Pooler
 	dbURL      string
 	pooledURL  string // the api's and the completers' DATABASE_URL
@@ -331,9 +357,17 @@ func (s *soak) chaos(ctx context.Context) {
 	if s.cfg.Duration >= 45*time.Second {
 		restarts = append(restarts, s.cfg.Duration*3/4)
 	}
+	drilled := make(chan struct{})
 	if s.cfg.Failover {
-		monkeys.Go(func() { newMonkey(3).failOver(ctx, stopChaos, s.pair, s.traffic, time.Now(), restarts, s.abort) })
+		monkeys.Go(func() {
+			defer close(drilled)
+			m := newMonkey(3)
+			m.async = s.cfg.AsyncReplication
+			m.drill(ctx, s.cfg, s.ha, s.traffic, s.abort)
+		})
+		monkeys.Go(func() { monitorSync(ctx, stopChaos, s.ha, s.faults) })
 	} else {
+		close(drilled)
 		monkeys.Go(func() { newMonkey(3).restartPostgres(ctx, stopChaos, *s.cluster, time.Now(), restarts) })
 	}
 	monkeys.Go(func() {
@@ -341,6 +375,12 @@ func (s *soak) chaos(ctx context.Context) {
 	})
 
 	sleep(ctx, nil, s.cfg.Duration)
+	// The drill's rounds are not cut short: the faults go on until the
+	// last one is done.
+	select {
+	case <-drilled:
+	case <-ctx.Done():
+	}
 	close(stopChaos)
 	monkeys.Wait()
 	if err := setFaults(context.WithoutCancel(ctx), s.stripe.URL, nil); err != nil {
@@ -369,6 +409,14 @@ func (s *soak) judge(ctx context.Context) error {
 		// in flight; 1ms because zero is refused.
 		out, err := s.fleet.Run(ctx, "reconciler", []string{"RECONCILER_GRACE=1ms", "RECONCILER_WINDOW=24h"}, "-once")
 		s.summary.Reconciler = firstLine(out)
+		s.summary.ReconcilerLines = strings.Split(strings.TrimSpace(out), "\n")
+		s.summary.ChargesWithoutRide = map[string]bool{}
+		for _, l := range s.summary.ReconcilerLines {
+			if rest, ok := strings.CutPrefix(l, "charge_without_ride charge="); ok {
+				charge, _, _ := strings.Cut(rest, ":")
+				s.summary.ChargesWithoutRide[strings.TrimSpace(charge)] = true
+			}
+		}
 		if err != nil {
 			s.summary.ReconcilerFailed = true
 			s.summary.Reconciler = fmt.Sprintf("%s (%v)", out, firstLine(err.Error()))
@@ -430,7 +478,8 @@ func (s *soak) collect() {
 	s.summary.APIKills = s.faults.apiKills
 	s.summary.CompleterKills = s.faults.completerKills
 	s.summary.PostgresRestarts = s.faults.pgRestarts
-	s.summary.Failovers = s.faults.failovers
+	s.summary.Rounds = s.faults.rounds
+	s.summary.Degraded = s.faults.degraded
 	s.summary.StripeFaults = s.faults.stripe
 	s.summary.StripeFaultRequests = s.faults.stripeRequests
 	s.summary.Problems = s.faults.problems
@@ -454,8 +503,8 @@ func (s *soak) teardown() {
 	if s.cluster != nil && !s.cfg.Keep {
 		errs = append(errs, s.cluster.Stop(ctx))
 	}
-	if s.pair != nil && !s.cfg.Keep {
-		errs = append(errs, s.pair.Stop(ctx))
+	if s.ha != nil && !s.cfg.Keep {
+		errs = append(errs, s.ha.Stop(ctx))
 	}
 	if s.dir != "" && !s.cfg.Keep {
 		errs = append(errs, os.RemoveAll(s.dir))
@@ -466,8 +515,8 @@ func (s *soak) teardown() {
 	if s.cfg.Keep && s.cluster != nil {
 		s.summary.KeptClusters = []localpg.Cluster{*s.cluster}
 	}
-	if s.cfg.Keep && s.pair != nil {
-		s.summary.KeptClusters = []localpg.Cluster{s.pair.Primary(), s.pair.Standby()}
+	if s.cfg.Keep && s.ha != nil {
+		s.summary.KeptHA = s.ha.Dir
 	}
 }
 

@@ -49,15 +49,17 @@ func TestSoak(t *testing.T) {
 		require.Empty(t, leftovers)
 	})
 
-	// The failover drill, synchronous: the primary is SIGKILLed while
+	// The leader drill on Patroni: the leader dies as a machine does while
 	// replication is held back and charges wait between Stripe and the
-	// database; the standby is promoted and a new one built. Nothing a
-	// client was told may be lost, and no Stripe key may serve two
-	// requests.
+	// database; Patroni promotes the synchronous standby, and the killed
+	// node rejoins as the synchronous standby. Nothing a client was told
+	// may be lost, and no Stripe key may serve two requests.
 	t.Run("FailsOverWithoutLosingAcknowledgedKeys", func(t *testing.T) {
 		t.Parallel()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
+		port, err := localpg.HAScratchPort(2)
+		require.NoError(t, err)
 		summary, err := chaos.Run(ctx, chaos.Config{
 			Duration:     15 * time.Second,
 			Clients:      6,
@@ -65,11 +67,14 @@ func TestSoak(t *testing.T) {
 			DrainTimeout: time.Minute,
 			Progress:     t.Output(),
 			Failover:     true,
+			Kills:        1,
+			HAPort:       port,
 		})
 		require.NoError(t, err)
 		t.Logf("\n%s", summary)
 		require.True(t, summary.OK(), "\n%s", summary)
-		require.NotEmpty(t, summary.Failovers)
+		require.Len(t, summary.Rounds, 1)
+		require.NotEmpty(t, summary.Degraded, "the leader's death leaves no synchronous standby for a while")
 		require.Positive(t, summary.Acknowledged.Keys)
 		require.Zero(t, summary.Acknowledged.Missing)
 		require.Equal(t, summary.Report.KeysCreated, summary.Report.Charges, "one charge per ride")
@@ -111,6 +116,8 @@ func TestRunRefusesConfig(t *testing.T) {
 		require.EqualError(t, err, "chaos: Clients -3 is negative")
 		_, err = chaos.Run(ctx, chaos.Config{DrainTimeout: -time.Minute})
 		require.EqualError(t, err, "chaos: DrainTimeout -1m0s is negative")
+		_, err = chaos.Run(ctx, chaos.Config{Failover: true, Kills: -1})
+		require.EqualError(t, err, "chaos: Kills -1 is negative")
 	})
 
 	t.Run("RefusesContradictions", func(t *testing.T) {
@@ -120,25 +127,29 @@ func TestRunRefusesConfig(t *testing.T) {
 		require.EqualError(t, err, "chaos: asynchronous replication needs the failover drill")
 		_, err = chaos.Run(ctx, chaos.Config{Pooler: true, Failover: true})
 		require.EqualError(t, err, "chaos: the pooler fronts one host; run it without the failover drill")
+		_, err = chaos.Run(ctx, chaos.Config{Drill: chaos.DrillAgent})
+		require.EqualError(t, err, "chaos: Drill and Kills need the failover drill")
+		_, err = chaos.Run(ctx, chaos.Config{Failover: true, Drill: "switchover"})
+		require.EqualError(t, err, `chaos: Drill "switchover": want leader, standby or agent`)
 	})
 }
 
 // TestSummary: a soak kept for inspection says how to stop every cluster
-// it left running, both nodes of the failover drill's pair.
+// it left running: the one cluster, or the failover drill's Patroni
+// cluster.
 func TestSummary(t *testing.T) {
 	t.Parallel()
 
 	t.Run("SaysHowToStopEveryKeptCluster", func(t *testing.T) {
 		t.Parallel()
-		summary := chaos.Summary{Failover: true, Dir: "/soak", LogDir: "/soak/logs", DatabaseURL: "postgres://x/soak",
-			KeptClusters: []localpg.Cluster{
-				{DataDir: "/soak/replicated/node-b", BinDir: "/pg/bin"},
-				{DataDir: "/soak/replicated/node-a", BinDir: "/pg/bin"},
-			}}
+		summary := chaos.Summary{Dir: "/soak", LogDir: "/soak/logs", DatabaseURL: "postgres://x/soak",
+			KeptClusters: []localpg.Cluster{{DataDir: "/soak/postgres", BinDir: "/pg/bin"}}}
 		text := summary.String()
-		require.Contains(t, text, "stop node-b with: ")
-		require.Contains(t, text, "/pg/bin/pg_ctl -D /soak/replicated/node-b stop\n")
-		require.Contains(t, text, "stop node-a with: ")
-		require.Contains(t, text, "/pg/bin/pg_ctl -D /soak/replicated/node-a stop\n")
+		require.Contains(t, text, "stop postgres with: ")
+		require.Contains(t, text, "/pg/bin/pg_ctl -D /soak/postgres stop\n")
+
+		summary = chaos.Summary{Failover: true, Drill: chaos.DrillLeader, Dir: "/soak", LogDir: "/soak/logs",
+			DatabaseURL: "postgres://x/soak", KeptHA: "/soak/ha"}
+		require.Contains(t, summary.String(), "stop the Patroni cluster with: kill $(pgrep -f /soak/ha)\n")
 	})
 }

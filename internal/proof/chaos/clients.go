@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -81,6 +82,37 @@ func (tr *traffic) firstCreatedAfter(t time.Time) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// createdBetween counts the 201s received between from and to.
+func (tr *traffic) createdBetween(from, to time.Time) int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	n := 0
+	for _, c := range tr.created {
+		if c.After(from) && c.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// answerCounts is a copy of the answers so far, by status.
+func (tr *traffic) answerCounts() map[string]int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return maps.Clone(tr.answers)
+}
+
+// diffCounts is after minus before, without the zeros.
+func diffCounts(after, before map[string]int) map[string]int {
+	d := map[string]int{}
+	for k, n := range after {
+		if n-before[k] != 0 {
+			d[k] = n - before[k]
+		}
+	}
+	return d
 }
 
 func (tr *traffic) record(answer string) {

@@ -3,9 +3,11 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,63 +16,75 @@ import (
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
 )
 
-// The failover drill. The soak runs against a primary and a streaming
-// standby (localpg.Replicated) reached through a multi-host URL with
-// target_session_attrs=read-write, and at each of its Postgres moments:
+// The failover drills. The soak runs against a Patroni cluster (etcd and
+// two nodes, localpg.HA) reached through a multi-host URL with
+// target_session_attrs=read-write. Nothing here promotes a node: each
+// drill hurts the cluster as real clusters get hurt, Patroni alone
+// decides what follows, and the drill waits for the cluster to be whole
+// again (the hurt node a synchronous standby, by Patroni's REST /sync)
+// before the next round:
 //
-//  1. stalls the primary's WAL senders (SIGSTOP) for a random short
-//     window, so that replication falls behind: asynchronously the
-//     primary keeps acknowledging commits the standby does not have;
-//     synchronously its commits wait;
-//  2. SIGKILLs the primary and every process it started, while stalled;
-//  3. promotes the standby;
-//  4. rebuilds the dead node as the new standby (pg_basebackup), so that
-//     the drill can fail over again.
+//   - DrillLeader: the leader dies as a machine does (its Patroni, its
+//     postmaster and every Postgres process SIGKILLed together), with
+//     replication held back a moment before (SIGSTOP of the WAL senders)
+//     so that commits are in flight. Patroni promotes the synchronous
+//     standby once the leader lock expires; the killed node is started
+//     again and rewinds and rejoins by itself.
+//   - DrillStandby: the synchronous standby dies the same way and comes
+//     back a few seconds later. Writes must go on meanwhile (synchronous
+//     mode is not strict), on one machine: durability is degraded.
+//   - DrillAgent: only the leader's Patroni dies; its Postgres lives on.
+//     Without a watchdog nothing stops it, the standby is promoted when
+//     the lock expires, and for a while both nodes take writes. Patroni,
+//     started again, demotes and rewinds the old leader, throwing away
+//     what it committed meanwhile; the drill passes when every
+//     acknowledged ride lost that way is reported by the reconciler.
 //
 // One api instance pauses each request between Stripe's answer and the
 // phase that records the charge (the after_charge failpoint), so that the
-// crash finds charges made and not yet recorded. After the drain, beyond
-// the soak's invariants, checkAcknowledged looks for keys whose 2xx a
-// client received and that the database no longer has, and for Stripe
-// idempotency keys used for two different requests.
+// faults find charges made and not yet recorded. A monitor samples the
+// cluster all along and records each window in which no standby was
+// synchronous. After the drain, beyond the soak's invariants,
+// checkAcknowledged looks for keys whose 2xx a client received and that
+// the database no longer has, and for Stripe idempotency keys used for
+// two different requests.
+
+// The drills, Config.Drill.
+const (
+	DrillLeader  = "leader"
+	DrillStandby = "standby"
+	DrillAgent   = "agent"
+)
 
 // afterChargePause is how long one api instance holds each charge in the
 // window between Stripe and the database.
 const afterChargePause = 1500 * time.Millisecond
 
 // startDatabase starts the scratch database the soak runs against: one
-// cluster, or a replicated pair with Config.Failover, and PgBouncer in
+// cluster, or a Patroni cluster with Config.Failover, and PgBouncer in
 // front with Config.Pooler.
 func (s *soak) startDatabase(ctx context.Context, dbName string) error {
 	if s.cfg.Failover {
-		ports := [2]int{}
-		for i := range ports {
-			port, err := fleet.FreePort()
-			if err != nil {
-				return err
-			}
-			ports[i] = port
-		}
-		mode := "synchronous"
+		mode := "synchronous mode"
 		if s.cfg.AsyncReplication {
 			mode = "asynchronous"
 		}
-		s.progress("starting a primary and a standby (%s replication) in %s", mode, s.dir)
-		pair, err := localpg.NewReplicated(localpg.ReplicatedOptions{
-			Dir: filepath.Join(s.dir, "replicated"), Ports: ports, Async: s.cfg.AsyncReplication,
+		s.progress("starting etcd and two Patroni nodes (%s, ttl %s) in %s", mode, localpg.HATTL, s.dir)
+		h, err := localpg.NewHA(localpg.HAOptions{
+			Dir: filepath.Join(s.dir, "ha"), Port: s.cfg.HAPort, Async: s.cfg.AsyncReplication,
 		})
 		if err != nil {
 			return err
 		}
 		// Torn down even when Start fails half way.
-		s.pair = pair
-		if err := pair.Start(ctx); err != nil {
+		s.ha = h
+		if err := h.Start(ctx); err != nil {
 			return err
 		}
-		if err := pair.CreateDatabase(ctx, dbName); err != nil {
+		if err := h.CreateDatabase(ctx, dbName); err != nil {
 			return err
 		}
-		s.dbURL = pair.DatabaseURL(dbName)
+		s.dbURL = h.DatabaseURL(dbName)
 		s.pooledURL = s.dbURL
 		return nil
 	}
@@ -117,64 +131,205 @@ func (s *soak) startDatabase(ctx context.Context, dbName string) error {
 	return nil
 }
 
-// failover is one failover as the drill timed it.
-type failover struct {
-	stalled  time.Duration // how long replication was held back before the crash
-	promoted time.Duration // primary killed to standby promoted
-	firstOK  time.Duration // primary killed to the first 201 after the promotion
-	rebuilt  time.Duration // promotion to a new standby streaming
+// round is one round of a drill as it was timed, each time from the
+// fault.
+type round struct {
+	node    string        // the node hurt
+	stalled time.Duration // how long replication was held back before (DrillLeader)
+	// promoted: the other node took writes (DrillLeader, DrillAgent).
+	promoted time.Duration
+	// firstOK: the first 201 after the promotion, or after the fault
+	// with DrillStandby, where there is none.
+	firstOK time.Duration
+	// rejoined: the hurt node is a synchronous standby again (Patroni's
+	// REST /sync answers 200 on it).
+	rejoined time.Duration
+	// created counts the 201s received between the fault and the rejoin:
+	// with DrillStandby, the writes that went on without a standby.
+	created int
+	// answers counts what the clients were told between the fault and
+	// the rejoin, by status (DrillAgent).
+	answers map[string]int
 }
 
-// failOver runs the drill at each offset from start. A failover the pair
-// does not come back from aborts the soak: a synchronous primary without
-// its standby holds every commit (docs/failures.md), so the clients could
-// only wait.
-func (m *monkey) failOver(ctx context.Context, stop <-chan struct{}, pair *localpg.Replicated, tr *traffic, start time.Time, at []time.Duration,
-	abort context.CancelCauseFunc) {
-	for _, offset := range at {
-		if !sleep(ctx, stop, time.Until(start.Add(offset))) {
+// window is a time during which no standby was synchronous.
+type window struct{ start, end time.Time }
+
+// drill runs Config.Kills rounds of Config.Drill, the first after a few
+// seconds of traffic, each once the cluster is whole again. It does not
+// stop with the chaos phase: the soak waits for its rounds. A round the
+// cluster does not come back from aborts the soak.
+func (m *monkey) drill(ctx context.Context, cfg Config, h *localpg.HA, tr *traffic, abort context.CancelCauseFunc) {
+	for i := range cfg.Kills {
+		if !sleep(ctx, nil, m.between(3*time.Second, 6*time.Second)) {
 			return
 		}
-		primary := pair.Primary()
-		resume, err := primary.StallReplication()
+		var (
+			r   round
+			err error
+		)
+		switch cfg.Drill {
+		case DrillStandby:
+			r, err = m.loseStandby(ctx, h, tr)
+		case DrillAgent:
+			r, err = m.killAgent(ctx, h, tr)
+		default:
+			r, err = m.killLeader(ctx, h, tr)
+		}
 		if err != nil {
-			m.faults.problem("stall replication: %v", err)
-			continue
-		}
-		stall := m.between(200*time.Millisecond, 1500*time.Millisecond)
-		m.progress("replication stalled for %s, then SIGKILL the primary (port %d)", stall.Round(time.Millisecond), primary.Port)
-		time.Sleep(stall)
-		if err := primary.Crash(); err != nil {
-			m.faults.problem("crash primary: %v", err)
-		}
-		killed := time.Now()
-		if err := resume(); err != nil {
-			m.faults.problem("%v", err)
-		}
-		if err := pair.Promote(ctx); err != nil {
-			m.faults.problem("promote: %v", err)
-			abort(fmt.Errorf("failover: the standby was not promoted: %w", err))
+			m.faults.problem("%s drill, round %d: %v", cfg.Drill, i+1, err)
+			abort(fmt.Errorf("%s drill, round %d: the cluster did not come back: %w", cfg.Drill, i+1, err))
 			return
 		}
-		promoted := time.Now()
-		m.progress("standby promoted after %s; rebuilding a standby", promoted.Sub(killed).Round(time.Millisecond))
-		if err := pair.Rebuild(ctx); err != nil {
-			m.faults.problem("rebuild standby: %v", err)
-			abort(fmt.Errorf("failover: the standby did not come back, and the new primary holds every commit for it: %w", err))
-			return
+		m.faults.count(func(fs *faults) { fs.rounds = append(fs.rounds, r) })
+	}
+}
+
+// killLeader is a round of DrillLeader.
+func (m *monkey) killLeader(ctx context.Context, h *localpg.HA, tr *traffic) (round, error) {
+	leader, err := h.Leader(ctx)
+	if err != nil {
+		return round{}, err
+	}
+	r := round{node: leader.Name, stalled: m.between(200*time.Millisecond, 1500*time.Millisecond)}
+	resume, err := leader.Postgres().StallReplication()
+	if err != nil {
+		return round{}, fmt.Errorf("stall replication: %w", err)
+	}
+	m.progress("replication stalled for %s, then the leader %s dies (Patroni and Postgres, SIGKILL)", r.stalled.Round(time.Millisecond), leader.Name)
+	time.Sleep(r.stalled)
+	if err := leader.Kill(); err != nil {
+		return round{}, errors.Join(err, resume())
+	}
+	killed := time.Now()
+	// The senders are dead; resuming them is a formality.
+	_ = resume()
+	promoted, err := h.AwaitLeader(ctx)
+	if err != nil {
+		return round{}, err
+	}
+	r.promoted = time.Since(killed)
+	m.progress("Patroni promoted %s %s after the kill; starting %s again", promoted.Name, r.promoted.Round(time.Millisecond), leader.Name)
+	r.firstOK = firstCreated(ctx, tr, killed, killed.Add(r.promoted))
+	return r, m.rejoin(ctx, leader, tr, killed, &r)
+}
+
+// loseStandby is a round of DrillStandby.
+func (m *monkey) loseStandby(ctx context.Context, h *localpg.HA, tr *traffic) (round, error) {
+	leader, err := h.Leader(ctx)
+	if err != nil {
+		return round{}, err
+	}
+	standby := h.Other(leader)
+	r := round{node: standby.Name}
+	down := m.between(3*time.Second, 6*time.Second)
+	m.progress("the standby %s dies (Patroni and Postgres, SIGKILL); back in %s", standby.Name, down.Round(time.Millisecond))
+	if err := standby.Kill(); err != nil {
+		return round{}, err
+	}
+	killed := time.Now()
+	r.firstOK = firstCreated(ctx, tr, killed, killed)
+	sleep(ctx, nil, time.Until(killed.Add(down)))
+	return r, m.rejoin(ctx, standby, tr, killed, &r)
+}
+
+// killAgent is a round of DrillAgent.
+func (m *monkey) killAgent(ctx context.Context, h *localpg.HA, tr *traffic) (round, error) {
+	leader, err := h.Leader(ctx)
+	if err != nil {
+		return round{}, err
+	}
+	r := round{node: leader.Name}
+	before := tr.answerCounts()
+	m.progress("the leader %s's Patroni dies (SIGKILL); its Postgres lives on", leader.Name)
+	if err := leader.KillAgent(); err != nil {
+		return round{}, err
+	}
+	killed := time.Now()
+	promoted, err := h.AwaitLeader(ctx)
+	if err != nil {
+		return round{}, err
+	}
+	r.promoted = time.Since(killed)
+	// As a supervisor would, a little later: meanwhile both nodes take
+	// writes.
+	both := m.between(time.Second, 4*time.Second)
+	m.progress("Patroni promoted %s %s after the kill; %s still runs as a primary; its Patroni back in %s",
+		promoted.Name, r.promoted.Round(time.Millisecond), leader.Name, both.Round(time.Millisecond))
+	sleep(ctx, nil, both)
+	r.firstOK = firstCreated(ctx, tr, killed, killed.Add(r.promoted))
+	err = m.rejoin(ctx, leader, tr, killed, &r)
+	r.answers = diffCounts(tr.answerCounts(), before)
+	return r, err
+}
+
+// rejoin starts node's Patroni again and waits until it is a synchronous
+// standby (DrillAgent: Patroni adopts the Postgres still running, demotes
+// and rewinds it).
+func (m *monkey) rejoin(ctx context.Context, node *localpg.HANode, tr *traffic, killed time.Time, r *round) error {
+	if err := node.Start(ctx); err != nil {
+		return err
+	}
+	// Asynchronous, a standby is never synchronous: streaming is all.
+	check := "/sync"
+	if m.async {
+		check = "/replica"
+	}
+	if err := node.Await(ctx, check); err != nil {
+		return err
+	}
+	r.rejoined = time.Since(killed)
+	r.created = tr.createdBetween(killed, killed.Add(r.rejoined))
+	m.progress("%s is a synchronous standby again %s after the fault; %d rides created meanwhile",
+		node.Name, r.rejoined.Round(time.Millisecond), r.created)
+	return nil
+}
+
+// firstCreatedWait bounds the wait for the first 201 after a fault.
+const firstCreatedWait = time.Minute
+
+// firstCreated waits for the first 201 after t, and returns how long
+// after from it came; zero when none came within a minute (the clients
+// may be backing off, or every one may be waiting).
+func firstCreated(ctx context.Context, tr *traffic, from, t time.Time) time.Duration {
+	deadline := time.Now().Add(firstCreatedWait)
+	for time.Now().Before(deadline) {
+		if ok := tr.firstCreatedAfter(t); !ok.IsZero() {
+			return ok.Sub(from)
 		}
-		f := failover{stalled: stall, promoted: promoted.Sub(killed), rebuilt: time.Since(promoted)}
-		// The first 201 after the promotion; waited for briefly, as the
-		// clients may still be backing off.
-		for range 200 {
-			if ok := tr.firstCreatedAfter(promoted); !ok.IsZero() {
-				f.firstOK = ok.Sub(killed)
-				break
+		if !sleep(ctx, nil, 50*time.Millisecond) {
+			break
+		}
+	}
+	return 0
+}
+
+// monitorSync samples the cluster until stop is closed and records each
+// window in which no member was a synchronous standby, as Patroni's REST
+// API says (the standby it may promote): the time the leader acknowledged
+// commits that only it had. It is what the api's /readyz is checked
+// against.
+func monitorSync(ctx context.Context, stop <-chan struct{}, h *localpg.HA, f *faults) {
+	var open time.Time
+	for {
+		members, err := h.Members(ctx)
+		synchronous := err == nil && slices.ContainsFunc(members, func(m localpg.Member) bool {
+			return m.Role == "sync_standby" && (m.State == "running" || m.State == "streaming")
+		})
+		now := time.Now()
+		switch {
+		case !synchronous && open.IsZero():
+			open = now
+		case synchronous && !open.IsZero():
+			f.count(func(f *faults) { f.degraded = append(f.degraded, window{open, now}) })
+			open = time.Time{}
+		}
+		if !sleep(ctx, stop, 100*time.Millisecond) {
+			if !open.IsZero() {
+				f.count(func(f *faults) { f.degraded = append(f.degraded, window{open, time.Now()}) })
 			}
-			time.Sleep(50 * time.Millisecond)
+			return
 		}
-		m.progress("new standby streaming after %s; first 201 %s after the kill", f.rebuilt.Round(time.Millisecond), f.firstOK.Round(time.Millisecond))
-		m.faults.count(func(fs *faults) { fs.failovers = append(fs.failovers, f) })
 	}
 }
 
@@ -207,6 +362,9 @@ func (s *soak) checkAcknowledged(ctx context.Context) error {
 		c.Keys++
 		if !inDB[key] {
 			c.Missing++
+			if a.chargeID != "" {
+				c.Lost = append(c.Lost, LostRide{Key: key, ChargeID: a.chargeID, Reported: s.summary.ChargesWithoutRide[a.chargeID]})
+			}
 			if len(c.Examples) < 10 {
 				c.Examples = append(c.Examples, fmt.Sprintf("key %s answered %d is not in the database", key, a.status))
 			}

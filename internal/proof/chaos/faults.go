@@ -31,7 +31,8 @@ type faults struct {
 	apiKills       int
 	completerKills int
 	pgRestarts     int
-	failovers      []failover
+	rounds         []round        // of the failover drill
+	degraded       []window       // no synchronous standby (failover drill)
 	stripe         map[string]int // injections by kind
 	stripeRequests map[string]int // charge requests targeted, by kind
 	problems       []string       // a monkey that failed: the soak is void
@@ -53,6 +54,7 @@ func (f *faults) problem(format string, args ...any) {
 
 // monkey runs one kind of fault until stop is closed.
 type monkey struct {
+	async    bool // the failover drill's cluster is asynchronous
 	rng      *rand.Rand
 	faults   *faults
 	progress func(format string, args ...any)

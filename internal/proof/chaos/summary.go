@@ -18,8 +18,9 @@ type Summary struct {
 	Duration time.Duration
 	Clients  int
 	Seed     int64
-	// Failover, AsyncReplication and Pooler are the Config's.
+	// Failover, Drill, AsyncReplication and Pooler are the Config's.
 	Failover, AsyncReplication, Pooler bool
+	Drill                              string
 
 	// Requests counts every POST /rides sent, retries included; Answers
 	// counts them by status ("201", "201 replayed", "409", "503", ...,
@@ -40,8 +41,12 @@ type Summary struct {
 	APIKills         int
 	CompleterKills   int
 	PostgresRestarts int
-	// Failovers are the drill's failovers, as timed (Config.Failover).
-	Failovers []failover
+	// Rounds are the failover drill's rounds, as timed (Config.Failover).
+	Rounds []round
+	// Degraded are the windows in which no standby was synchronous, as
+	// Patroni's REST API said: the leader acknowledged commits only it
+	// had. The api's /readyz and the console are to say so within each.
+	Degraded []window
 	// Acknowledged is what became of the keys whose clients got their
 	// final answer.
 	Acknowledged Acknowledged
@@ -55,6 +60,11 @@ type Summary struct {
 	// run.
 	Reconciler       string
 	ReconcilerFailed bool
+	// ReconcilerLines are every line the reconciler printed: the summary,
+	// then a discrepancy a line. ChargesWithoutRide are the charges it
+	// reported as charges without a ride.
+	ReconcilerLines    []string
+	ChargesWithoutRide map[string]bool
 
 	// Report is the invariant check after the drain; Judged that the
 	// soak got that far.
@@ -67,9 +77,11 @@ type Summary struct {
 
 	// Dir holds the scratch cluster, the processes' logs and the mail.
 	Dir, LogDir, DatabaseURL string
-	// KeptClusters are the scratch clusters left running by Config.Keep:
-	// the one cluster, or with Config.Failover both nodes of the pair.
+	// KeptClusters are the scratch clusters left running by Config.Keep
+	// (the one cluster); KeptHA is the directory of the Patroni cluster
+	// left running with Config.Failover.
 	KeptClusters []localpg.Cluster
+	KeptHA       string
 }
 
 // Acknowledged compares what the clients were told with what is left.
@@ -87,8 +99,18 @@ type Acknowledged struct {
 	// idempotency key had been used with other parameters: the same
 	// reuse, with a different ride or customer.
 	StripeKeyMismatches int
+	// Lost are the missing keys whose client got a 201, with their
+	// charge, and whether the reconciler reported it as a charge without
+	// a ride. Only DrillAgent may lose any, and only reported.
+	Lost []LostRide
 	// Examples of each, for the summary.
 	Examples []string
+}
+
+// LostRide is an acknowledged ride the database no longer has.
+type LostRide struct {
+	Key, ChargeID string
+	Reported      bool
 }
 
 // OK reports whether every promise held.
@@ -97,16 +119,61 @@ func (a Acknowledged) OK() bool {
 }
 
 // OK reports whether the soak ran as intended and every promise held.
+// DrillAgent breaks them by design (no watchdog: two primaries): it
+// passes when the reconciler reports every acknowledged ride lost and
+// every charge left without a ride, and nothing else is wrong. Stripe's
+// refusal of a key the two primaries each used for a different ride, and
+// the 502 its client got, are the fork caught, not a loss: they are
+// counted, not failed.
 func (s Summary) OK() bool {
-	return s.Judged && s.Report.OK() && s.Acknowledged.OK() && !s.ReconcilerFailed && len(s.Problems) == 0 &&
-		len(s.OddAnswers) == 0 && s.databaseFaulted() && s.Report.Keys > 0
+	ran := s.Judged && len(s.Problems) == 0 && s.databaseFaulted() && s.Report.Keys > 0
+	if s.Drill == DrillAgent {
+		return ran && s.lossesReported()
+	}
+	return ran && len(s.OddAnswers) == 0 && s.Report.OK() && s.Acknowledged.OK() && !s.ReconcilerFailed
+}
+
+// lossesReported reports whether every acknowledged ride lost is
+// reported by the reconciler, and every charge without a ride the
+// invariant check or the reconciler found is one it reported, with
+// nothing else wrong.
+func (s Summary) lossesReported() bool {
+	a := s.Acknowledged
+	if a.ChargesSharedByKeys != 0 || s.Reconciler == "" {
+		return false
+	}
+	for _, l := range a.Lost {
+		if !l.Reported {
+			return false
+		}
+	}
+	for _, v := range s.Report.Violations {
+		if v.Kind != invariant.ChargeWithoutRide || !s.namesReportedCharge(v.Detail) {
+			return false
+		}
+	}
+	for _, line := range s.ReconcilerLines[min(1, len(s.ReconcilerLines)):] {
+		if !strings.HasPrefix(line, "charge_without_ride ") {
+			return false
+		}
+	}
+	return true
+}
+
+func (s Summary) namesReportedCharge(detail string) bool {
+	for charge := range s.ChargesWithoutRide {
+		if strings.Contains(detail, charge+" ") {
+			return true
+		}
+	}
+	return false
 }
 
 // databaseFaulted reports whether the database went away at least once:
 // a restart, or with the drill a failover.
 func (s Summary) databaseFaulted() bool {
 	if s.Failover {
-		return len(s.Failovers) > 0
+		return len(s.Rounds) > 0
 	}
 	return s.PostgresRestarts > 0
 }
@@ -115,9 +182,9 @@ func (s Summary) databaseFaulted() bool {
 func (s Summary) mode() string {
 	switch {
 	case s.Failover && s.AsyncReplication:
-		return ", failover drill, asynchronous replication"
+		return ", " + s.Drill + " drill on Patroni, asynchronous replication"
 	case s.Failover:
-		return ", failover drill, synchronous replication"
+		return ", " + s.Drill + " drill on Patroni, synchronous mode, ttl " + localpg.HATTL.String()
 	case s.Pooler:
 		return ", through PgBouncer (transaction mode)"
 	}
@@ -136,11 +203,7 @@ func (s Summary) String() string {
 	line("api kills (SIGKILL)", "%d", s.APIKills)
 	line("completer kills (SIGKILL)", "%d", s.CompleterKills)
 	if s.Failover {
-		line("failovers", "%d", len(s.Failovers))
-		for i, f := range s.Failovers {
-			line(fmt.Sprintf("  failover %d", i+1), "replication stalled %s; primary killed -> promoted %s, -> first 201 %s; new standby in %s",
-				f.stalled.Round(time.Millisecond), f.promoted.Round(time.Millisecond), f.firstOK.Round(time.Millisecond), f.rebuilt.Round(time.Millisecond))
-		}
+		s.writeRounds(&b, line)
 	} else {
 		line("postgres restarts", "%d", s.PostgresRestarts)
 	}
@@ -167,6 +230,10 @@ func (s Summary) String() string {
 	if s.Judged && !s.databaseFaulted() {
 		b.WriteString("  problem: Postgres was never restarted or failed over\n")
 	}
+	if s.KeptHA != "" {
+		fmt.Fprintf(&b, "  kept: %s (logs in %s)\n  database still running: psql '%s'\n", s.Dir, s.LogDir, s.DatabaseURL)
+		fmt.Fprintf(&b, "  stop the Patroni cluster with: kill $(pgrep -f %s)\n", s.KeptHA)
+	}
 	if len(s.KeptClusters) > 0 {
 		fmt.Fprintf(&b, "  kept: %s (logs in %s)\n  database still running: psql %s\n", s.Dir, s.LogDir, s.DatabaseURL)
 		for _, c := range s.KeptClusters {
@@ -183,6 +250,40 @@ func (s Summary) String() string {
 		b.WriteString("RESULT: FAIL\n")
 	}
 	return b.String()
+}
+
+// writeRounds writes the failover drill's rounds and the windows without
+// a synchronous standby.
+func (s Summary) writeRounds(b *strings.Builder, line func(name, format string, args ...any)) {
+	line("drill rounds", "%d (%s)", len(s.Rounds), s.Drill)
+	firstOK := func(d time.Duration) string {
+		if d == 0 {
+			return "none within " + firstCreatedWait.String()
+		}
+		return d.Round(time.Millisecond).String()
+	}
+	for i, r := range s.Rounds {
+		name := fmt.Sprintf("  round %d", i+1)
+		switch s.Drill {
+		case DrillStandby:
+			line(name, "standby %s killed -> first 201 %s; %d rides created without it; a synchronous standby again %s after the kill",
+				r.node, firstOK(r.firstOK), r.created, r.rejoined.Round(time.Millisecond))
+		case DrillAgent:
+			line(name, "%s's Patroni killed -> the other node promoted %s, -> first 201 after it %s; %s rewound and synchronous again %s after the kill",
+				r.node, r.promoted.Round(time.Millisecond), firstOK(r.firstOK), r.node, r.rejoined.Round(time.Millisecond))
+			line("", "    clients were told meanwhile: %s", counts(r.answers))
+		default:
+			line(name, "replication stalled %s; leader %s killed -> promoted %s, -> first 201 %s; rejoined as synchronous standby %s after the kill",
+				r.stalled.Round(time.Millisecond), r.node, r.promoted.Round(time.Millisecond), firstOK(r.firstOK), r.rejoined.Round(time.Millisecond))
+		}
+	}
+	var total time.Duration
+	var spans []string
+	for _, w := range s.Degraded {
+		total += w.end.Sub(w.start)
+		spans = append(spans, w.end.Sub(w.start).Round(100*time.Millisecond).String())
+	}
+	line("no synchronous standby", "%d windows, %s in all (%s): durability degraded", len(s.Degraded), total.Round(100*time.Millisecond), strings.Join(spans, ", "))
 }
 
 // writeJudgement writes what the drain, the reconciler and the invariant
@@ -208,6 +309,18 @@ func (s Summary) writeJudgement(b *strings.Builder, line func(name, format strin
 	line("acknowledged keys missing", "%d%s", a.Missing, mustBeZero(a.Missing))
 	line("charges named to two keys", "%d%s", a.ChargesSharedByKeys, mustBeZero(a.ChargesSharedByKeys))
 	line("stripe key reused, refused", "%d%s", a.StripeKeyMismatches, mustBeZero(a.StripeKeyMismatches))
+	if len(a.Lost) > 0 {
+		reported := 0
+		for _, l := range a.Lost {
+			if l.Reported {
+				reported++
+			}
+		}
+		line("acknowledged rides lost", "%d, of which the reconciler reported %d as charges without a ride", len(a.Lost), reported)
+		for _, l := range a.Lost {
+			fmt.Fprintf(b, "    - key %s, charge %s, reported: %t\n", l.Key, l.ChargeID, l.Reported)
+		}
+	}
 	for _, e := range a.Examples {
 		fmt.Fprintf(b, "    - %s\n", e)
 	}

@@ -1,0 +1,800 @@
+package localpg
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rocketrides/rocketrides/internal/platform/project"
+)
+
+// The replicated cluster is what users run in production, at the scale of
+// one machine: etcd and two PostgreSQL nodes, each managed by Patroni,
+// which alone decides which node is the leader, promotes a standby when
+// the leader's lock expires, rewinds a former leader and rejoins it, and
+// names the synchronous standby in synchronous_standby_names as standbys
+// come and go. Nothing in this package promotes a node: the failover drill
+// kills one as a machine dies, and Patroni does the rest.
+//
+// Every process runs as a direct child of the process that starts it
+// (child.go), on loopback ports, under one directory of .data/. Patroni
+// detaches the postmasters it starts (their parent is init), so that its
+// own restart does not stop Postgres; Kill therefore kills the postmaster
+// by its pid file, and waits until it has left the process table.
+
+// HATTL is the cluster's leader lock: a leader whose Patroni has not
+// renewed it for that long loses it, and a synchronous standby takes over.
+// A failover takes about that long (docs/failures.md measures it); a
+// shorter one would demote a healthy leader whose loop a loaded machine
+// held up for a few seconds. Patroni needs loop_wait + 2 × retry_timeout
+// <= ttl, which Patroni 3.0 does not check: haLoopWait and haRetryTimeout.
+const (
+	HATTL          = 10 * time.Second
+	haLoopWait     = 1 * time.Second
+	haRetryTimeout = 4 * time.Second
+)
+
+// haTimeout bounds each wait for the cluster: a leader, a synchronous
+// standby, a node's rejoin (crash recovery, pg_rewind, catching up).
+const haTimeout = 3 * time.Minute
+
+// haUser runs etcd and Patroni (and so Postgres) when this process is
+// root: the account Debian's postgresql package creates.
+const haUser = "postgres"
+
+// HAOptions configure a replicated cluster. The zero value is the
+// project's: synchronous, under .data/ha, on the ports from LOCALPG_PORT+4.
+type HAOptions struct {
+	// Dir holds etcd's data, each node's directory (data, Patroni's
+	// configuration) and the logs. Default: .data/ha in the project root.
+	Dir string
+	// Port is the first of the cluster's six ports on 127.0.0.1: etcd's
+	// client and peer ports, then each node's Postgres and REST API
+	// ports. Default: LOCALPG_PORT+4 (DefaultPort+4 without it), so that
+	// the cluster takes +4 to +9.
+	Port int
+	// Async creates the cluster with Patroni's synchronous_mode off: the
+	// leader acknowledges a commit before any standby has it, and a
+	// failover loses the commits still in flight. Default: synchronous
+	// mode, not strict: a commit returns once the synchronous standby has
+	// flushed it, and while no standby is there Patroni empties
+	// synchronous_standby_names so that writes go on. The mode is set
+	// when the cluster is created and kept in etcd; Async on a
+	// synchronous cluster is refused.
+	Async bool
+	// BinDir holds the PostgreSQL server binaries, as in Options.
+	BinDir string
+}
+
+// HA is a Patroni cluster of two nodes on etcd.
+type HA struct {
+	// Dir holds everything of the cluster's.
+	Dir string
+	// Nodes are node-a and node-b.
+	Nodes [2]*HANode
+	// Async is how the cluster was asked for (HAOptions.Async).
+	Async bool
+
+	etcdClientPort, etcdPeerPort int
+	etcdDir, etcdLog             string
+	binDir                       string
+	runAs                        *account
+	lockFile                     string
+}
+
+// HANode is one node: Patroni and the Postgres it manages.
+type HANode struct {
+	// Name is the node's name in Patroni, and its standby's
+	// application_name.
+	Name string
+	// Port is Postgres's, RESTPort Patroni's REST API's, on 127.0.0.1.
+	Port, RESTPort int
+	// DataDir is Postgres's data directory, LogFile where Patroni and
+	// Postgres write.
+	DataDir, LogFile string
+
+	dir, configFile string
+	ha              *HA
+}
+
+// haNodeNames name the nodes in Patroni.
+var haNodeNames = [2]string{"node-a", "node-b"}
+
+// NewHA resolves opts into a cluster without starting anything.
+func NewHA(opts HAOptions) (*HA, error) {
+	dir := opts.Dir
+	if dir == "" {
+		root, err := project.Root()
+		if err != nil {
+			return nil, fmt.Errorf("%w; set HAOptions.Dir", err)
+		}
+		dir = filepath.Join(root, ".data", "ha")
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", dir, err)
+	}
+	port := opts.Port
+	if port == 0 {
+		if port, err = PortAbove(4); err != nil {
+			return nil, err
+		}
+	}
+	if port+5 > 65535 {
+		return nil, fmt.Errorf("HAOptions.Port %d: the cluster takes six ports from it", port)
+	}
+	binDir := opts.BinDir
+	if binDir == "" {
+		if binDir, err = findBinDir(filepath.Join(dir, haNodeNames[0], "data")); err != nil {
+			return nil, err
+		}
+	}
+	h := &HA{
+		Dir: dir, Async: opts.Async,
+		etcdClientPort: port, etcdPeerPort: port + 1,
+		etcdDir: filepath.Join(dir, "etcd"), etcdLog: filepath.Join(dir, "etcd.log"),
+		binDir: binDir, lockFile: filepath.Join(dir, "ha.lock"),
+	}
+	if os.Geteuid() == 0 {
+		if h.runAs, err = lookupAccount(haUser); err != nil {
+			return nil, err
+		}
+	}
+	for i, name := range haNodeNames {
+		nodeDir := filepath.Join(dir, name)
+		h.Nodes[i] = &HANode{
+			Name: name, Port: port + 2 + 2*i, RESTPort: port + 3 + 2*i,
+			DataDir: filepath.Join(nodeDir, "data"), LogFile: nodeDir + ".log",
+			dir: nodeDir, configFile: nodeDir + ".yml", ha: h,
+		}
+	}
+	return h, nil
+}
+
+// EnsureHA starts the cluster described by opts (see Start).
+func EnsureHA(ctx context.Context, opts HAOptions) (*HA, error) {
+	h, err := NewHA(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Start(ctx); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Start starts etcd and each node's Patroni unless they run, then waits
+// for a leader and, in synchronous mode, for a synchronous standby: until
+// one is there, the cluster would acknowledge commits no other node has.
+// The first start creates the cluster: one node initialises it, the other
+// copies it.
+func (h *HA) Start(ctx context.Context) error {
+	unlock, err := h.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := h.startEtcd(ctx); err != nil {
+		return err
+	}
+	for _, n := range h.Nodes {
+		if err := n.start(); err != nil {
+			return err
+		}
+	}
+	leader, err := h.AwaitLeader(ctx)
+	if err != nil {
+		return err
+	}
+	sync, err := leader.synchronousMode(ctx)
+	if err != nil {
+		return err
+	}
+	if h.Async && sync {
+		return fmt.Errorf("the cluster in %s was created in synchronous mode, not asynchronous: to change its mode, stop it and remove %s", h.Dir, h.Dir)
+	}
+	h.Async = !sync
+	if h.Async {
+		return h.awaitStandby(ctx, "/replica", "streaming standby")
+	}
+	return h.awaitStandby(ctx, "/sync", "synchronous standby")
+}
+
+// Stop stops the standbys' Patroni, then the leader's (each stops its
+// Postgres), then etcd. A postmaster whose Patroni was killed is stopped
+// on its own.
+func (h *HA) Stop(ctx context.Context) error {
+	unlock, err := h.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// The leader last: stopped first, it would hand its lock to a standby
+	// that is about to stop too.
+	nodes := slices.Clone(h.Nodes[:])
+	if leader, err := h.Leader(ctx); err == nil {
+		slices.SortStableFunc(nodes, func(a, b *HANode) int {
+			switch {
+			case a == leader:
+				return 1
+			case b == leader:
+				return -1
+			}
+			return 0
+		})
+	}
+	var errs []error
+	for _, n := range nodes {
+		errs = append(errs, n.stop(ctx))
+	}
+	errs = append(errs, stopProcess(ctx, findProcess("--data-dir", h.etcdDir), "etcd"))
+	return errors.Join(errs...)
+}
+
+// DatabaseURL is a multi-host URL of database name listing both nodes
+// with target_session_attrs=read-write: pgx tries each host and keeps the
+// one that takes writes, so a client reaches the leader before and after
+// a failover without being reconfigured.
+func (h *HA) DatabaseURL(name string) string {
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.User(Superuser),
+		Host:     fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d", h.Nodes[0].Port, h.Nodes[1].Port),
+		Path:     "/" + name,
+		RawQuery: "sslmode=disable&target_session_attrs=read-write",
+	}
+	return u.String()
+}
+
+// CreateDatabase creates database name on the leader unless it exists,
+// and waits until each running standby has replayed it. A synchronous
+// commit is flushed on the standby, not yet replayed there, and a
+// multi-host URL that lists the standby first is refused by it ("database
+// does not exist"), which ends pgx's tour of the hosts.
+func (h *HA) CreateDatabase(ctx context.Context, name string) error {
+	if err := createDatabase(ctx, h.DatabaseURL("postgres"), name); err != nil {
+		return err
+	}
+	for _, n := range h.Nodes {
+		deadline := time.Now().Add(haTimeout)
+		for {
+			var exists bool
+			conn, err := connect(ctx, n.URL())
+			if err != nil {
+				break // not running: it copies the database when it starts
+			}
+			err = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists)
+			_ = conn.Close(ctx)
+			if err == nil && exists {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("database %s is not on %s after %s (last error: %v)", name, n.Name, haTimeout, err)
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("wait for database %s on %s: %w", name, n.Name, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// Member is a node as Patroni's REST API describes it (GET /cluster).
+type Member struct {
+	Name string `json:"name"`
+	// Role is leader, sync_standby or replica.
+	Role string `json:"role"`
+	// State is running, streaming, starting, stopped, crashed...
+	State string `json:"state"`
+	// Lag is how far behind the leader a standby is, in bytes, when
+	// Patroni knows.
+	Lag any `json:"lag,omitempty"`
+}
+
+// Members are the nodes as the cluster sees them, from the first node
+// whose Patroni answers.
+func (h *HA) Members(ctx context.Context) ([]Member, error) {
+	var errs []error
+	for _, n := range h.Nodes {
+		var cluster struct {
+			Members []Member `json:"members"`
+		}
+		status, body, err := n.rest(ctx, http.MethodGet, "/cluster", nil)
+		if err == nil && status == http.StatusOK {
+			if err := json.Unmarshal(body, &cluster); err != nil {
+				return nil, fmt.Errorf("decode %s's /cluster: %w", n.Name, err)
+			}
+			return cluster.Members, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: status %d, %w", n.Name, status, err))
+	}
+	return nil, fmt.Errorf("no Patroni answers GET /cluster: %w", errors.Join(errs...))
+}
+
+// Leader is the node that holds the leader lock, by the REST API of the
+// node itself (GET /leader answers 200 only on the leader).
+func (h *HA) Leader(ctx context.Context) (*HANode, error) {
+	for _, n := range h.Nodes {
+		if ok, _ := n.Is(ctx, "/leader"); ok {
+			return n, nil
+		}
+	}
+	return nil, errors.New("no node is the leader")
+}
+
+// Other is the node that is not n.
+func (h *HA) Other(n *HANode) *HANode {
+	if h.Nodes[0] == n {
+		return h.Nodes[1]
+	}
+	return h.Nodes[0]
+}
+
+// PatchConfig changes the cluster's dynamic configuration (PATCH /config
+// on the leader), such as synchronous_mode, as patronictl edit-config
+// would.
+func (h *HA) PatchConfig(ctx context.Context, patch map[string]any) error {
+	leader, err := h.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	status, answer, err := leader.rest(ctx, http.MethodPatch, "/config", body)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("PATCH /config on %s: status %d: %s", leader.Name, status, answer)
+	}
+	return nil
+}
+
+// Is reports whether the node's REST API answers 200 to a health check
+// such as /leader, /sync (a synchronous standby), /replica or /health.
+func (n *HANode) Is(ctx context.Context, check string) (bool, error) {
+	status, _, err := n.rest(ctx, http.MethodGet, check, nil)
+	return err == nil && status == http.StatusOK, err
+}
+
+// Await waits until the node answers 200 to check (see Is), within
+// haTimeout.
+func (n *HANode) Await(ctx context.Context, check string) error {
+	deadline := time.Now().Add(haTimeout)
+	for {
+		ok, err := n.Is(ctx, check)
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s does not answer 200 to %s after %s (last error: %v)%s", n.Name, check, haTimeout, err, tail(n.LogFile))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s to answer 200 to %s: %w", n.Name, check, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Postgres is the node's Postgres as a Cluster, for its processes: Crash,
+// StallReplication, Processes. Start and Stop are Patroni's.
+func (n *HANode) Postgres() Cluster {
+	return Cluster{DataDir: n.DataDir, Port: n.Port, BinDir: n.ha.binDir, LogFile: n.LogFile}
+}
+
+// URL is the address of the node's maintenance database, whatever its
+// role.
+func (n *HANode) URL() string {
+	return n.Postgres().URL()
+}
+
+// Kill kills the node as a machine that loses power would stop: Patroni
+// first, so that it does not react, then the postmaster and every process
+// it started, all with SIGKILL. It returns once they are all gone.
+// Killing a node that does not run is not an error.
+func (n *HANode) Kill() error {
+	if err := n.KillAgent(); err != nil {
+		return err
+	}
+	if err := n.Postgres().Crash(); err != nil {
+		return fmt.Errorf("kill %s's postgres: %w", n.Name, err)
+	}
+	return nil
+}
+
+// KillAgent SIGKILLs the node's Patroni alone and leaves its Postgres
+// running, as a crash of the agent would: with no watchdog to reset the
+// machine, a leader's Postgres goes on taking connections after its lock
+// expires.
+func (n *HANode) KillAgent() error {
+	pid := findProcess(n.configFile)
+	if pid == 0 {
+		return nil
+	}
+	start, _ := startTime(pid)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill %s's patroni %d: %w", n.Name, pid, err)
+	}
+	return awaitGone(context.Background(), pid, start, "patroni")
+}
+
+// Start starts the node's Patroni unless it runs, as a supervisor
+// restarts a crashed agent or a machine that boots again: Patroni starts
+// or adopts Postgres, and a former leader rewinds and rejoins by itself.
+// It does not wait; Await(ctx, "/sync") waits for the node to be a
+// synchronous standby again.
+func (n *HANode) Start(ctx context.Context) error {
+	unlock, err := n.ha.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return n.start()
+}
+
+func (h *HA) lock(ctx context.Context) (func(), error) {
+	c := Cluster{lockFile: h.lockFile}
+	return c.lock(ctx)
+}
+
+// prepare creates dir for the account that runs the cluster.
+func (h *HA) prepare(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	if h.runAs == nil {
+		return nil
+	}
+	if err := (Cluster{DataDir: dir, runAs: h.runAs}).checkTraversable(); err != nil {
+		return err
+	}
+	if err := os.Chown(dir, int(h.runAs.uid), int(h.runAs.gid)); err != nil {
+		return fmt.Errorf("hand %s to %s: %w", dir, h.runAs.name, err)
+	}
+	return nil
+}
+
+// startEtcd starts etcd, one member with the v3 API only, unless it runs,
+// and waits until it answers.
+func (h *HA) startEtcd(ctx context.Context) error {
+	var exited <-chan struct{} // of the etcd this call starts
+	if findProcess("--data-dir", h.etcdDir) == 0 {
+		bin, err := exec.LookPath("etcd")
+		if err != nil {
+			return fmt.Errorf("etcd is not installed (Debian: apt-get install etcd-server etcd-client): %w", err)
+		}
+		if err := h.prepare(h.etcdDir); err != nil {
+			return err
+		}
+		client := fmt.Sprintf("http://127.0.0.1:%d", h.etcdClientPort)
+		peer := fmt.Sprintf("http://127.0.0.1:%d", h.etcdPeerPort)
+		args := []string{
+			"--name", "rocketrides", "--data-dir", h.etcdDir,
+			"--listen-client-urls", client, "--advertise-client-urls", client,
+			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+			"--initial-cluster", "rocketrides=" + peer, "--initial-cluster-token", "rocketrides",
+			"--initial-cluster-state", "new", "--enable-v2=false",
+			"--heartbeat-interval", "100", "--election-timeout", "1000",
+		}
+		_, ch, err := spawn(bin, args, h.etcdLog, h.runAs, []string{"PATH=/usr/bin:/bin"})
+		if err != nil {
+			return err
+		}
+		exited = ch.exited
+	}
+	deadline := time.Now().Add(haTimeout)
+	for {
+		var health struct {
+			Health string `json:"health"`
+		}
+		status, body, err := get(ctx, fmt.Sprintf("http://127.0.0.1:%d/health", h.etcdClientPort))
+		if err == nil && status == http.StatusOK && json.Unmarshal(body, &health) == nil && health.Health == "true" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("etcd is not healthy after %s (last error: %v)%s", haTimeout, err, tail(h.etcdLog))
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("etcd exited while starting%s", tail(h.etcdLog))
+		case <-ctx.Done():
+			return fmt.Errorf("wait for etcd: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// AwaitLeader waits until a node holds the leader lock and its Postgres
+// takes writes: Patroni answers 200 to /leader while the promotion is
+// still under way.
+func (h *HA) AwaitLeader(ctx context.Context) (*HANode, error) {
+	deadline := time.Now().Add(haTimeout)
+	for {
+		if leader, err := h.Leader(ctx); err == nil && leader.writable(ctx) {
+			return leader, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no leader in the cluster in %s after %s%s%s", h.Dir, haTimeout, tail(h.Nodes[0].LogFile), tail(h.Nodes[1].LogFile))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for a leader: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// awaitStandby waits until a node answers 200 to check.
+func (h *HA) awaitStandby(ctx context.Context, check, what string) error {
+	deadline := time.Now().Add(haTimeout)
+	for {
+		for _, n := range h.Nodes {
+			if ok, _ := n.Is(ctx, check); ok {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no %s in the cluster in %s after %s%s%s", what, h.Dir, haTimeout, tail(h.Nodes[0].LogFile), tail(h.Nodes[1].LogFile))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for a %s: %w", what, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// writable reports whether the node's Postgres takes writes.
+func (n *HANode) writable(ctx context.Context) bool {
+	conn, err := connect(ctx, n.URL())
+	if err != nil {
+		return false
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var recovering bool
+	return conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovering) == nil && !recovering
+}
+
+// synchronousMode reads synchronous_mode from the cluster's dynamic
+// configuration.
+func (n *HANode) synchronousMode(ctx context.Context) (bool, error) {
+	status, body, err := n.rest(ctx, http.MethodGet, "/config", nil)
+	if err != nil {
+		return false, err
+	}
+	var cfg struct {
+		SynchronousMode bool `json:"synchronous_mode"`
+	}
+	if status != http.StatusOK || json.Unmarshal(body, &cfg) != nil {
+		return false, fmt.Errorf("GET /config on %s: status %d: %s", n.Name, status, body)
+	}
+	return cfg.SynchronousMode, nil
+}
+
+// start writes the node's configuration and starts its Patroni unless it
+// runs.
+func (n *HANode) start() error {
+	if findProcess(n.configFile) != 0 {
+		return nil
+	}
+	if err := n.ha.prepare(n.dir); err != nil {
+		return err
+	}
+	conf, err := json.MarshalIndent(n.config(), "", "  ")
+	if err != nil {
+		return err
+	}
+	// JSON is YAML: Patroni reads it as it is.
+	if err := os.WriteFile(n.configFile, conf, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", n.configFile, err)
+	}
+	patroni, err := exec.LookPath("patroni")
+	if err != nil {
+		return fmt.Errorf("patroni is not installed (Debian: apt-get install patroni): %w", err)
+	}
+	// Debian's python3, which has psycopg2: a python3 earlier on PATH may
+	// not. A bare environment: Patroni reads PATRONI_* variables.
+	env := []string{"HOME=" + n.dir, "PATH=/usr/bin:/bin", "LANG=C.UTF-8"}
+	if _, _, err := spawn("/usr/bin/python3", []string{patroni, n.configFile}, n.LogFile, n.ha.runAs, env); err != nil {
+		return err
+	}
+	return nil
+}
+
+// config is the node's Patroni configuration.
+func (n *HANode) config() map[string]any {
+	h := n.ha
+	socketDir := n.dir
+	if len(filepath.Join(socketDir, fmt.Sprintf(".s.PGSQL.%d", n.Port))) > maxSocketPath {
+		socketDir = "" // TCP only, as every URL is
+	}
+	local := fmt.Sprintf("127.0.0.1:%d", n.Port)
+	rest := fmt.Sprintf("127.0.0.1:%d", n.RESTPort)
+	user := map[string]any{"username": Superuser}
+	return map[string]any{
+		"scope": "rocketrides",
+		"name":  n.Name,
+		"log":   map[string]any{"level": "INFO"},
+		"restapi": map[string]any{
+			"listen": rest, "connect_address": rest,
+		},
+		"etcd3": map[string]any{"hosts": fmt.Sprintf("127.0.0.1:%d", h.etcdClientPort), "protocol": "http"},
+		"bootstrap": map[string]any{
+			"dcs": map[string]any{
+				"ttl":           int(HATTL.Seconds()),
+				"loop_wait":     int(haLoopWait.Seconds()),
+				"retry_timeout": int(haRetryTimeout.Seconds()),
+				// A commit returns once the synchronous standby has it, and
+				// only that standby may be promoted. Not strict: with the
+				// standby gone, Patroni empties synchronous_standby_names
+				// and writes go on, on one machine, until it is back.
+				"synchronous_mode":        !h.Async,
+				"synchronous_mode_strict": false,
+				"postgresql": map[string]any{
+					"use_pg_rewind": true,
+					"use_slots":     true,
+					// Settings every node must share live here: Patroni
+					// ignores a node's own value of most of them.
+					"parameters": map[string]any{
+						"wal_level":             "replica",
+						"hot_standby":           "on",
+						"wal_log_hints":         "on", // pg_rewind
+						"max_wal_senders":       10,
+						"max_replication_slots": 10,
+						"wal_keep_size":         "256MB",
+						// The default of 5 s slows every start and rejoin.
+						"wal_retrieve_retry_interval": "500ms",
+						"max_connections":             200,
+						"shared_buffers":              "128MB",
+						"fsync":                       "on",
+						"synchronous_commit":          "on",
+						"log_checkpoints":             "off",
+					},
+				},
+			},
+			"initdb": []any{map[string]any{"encoding": "UTF8"}, "no-locale"},
+		},
+		"postgresql": map[string]any{
+			"listen":          local,
+			"connect_address": local,
+			"data_dir":        n.DataDir,
+			"bin_dir":         h.binDir,
+			"pgpass":          filepath.Join(n.dir, "pgpass"),
+			"use_unix_socket": false,
+			"authentication": map[string]any{
+				"superuser": user, "replication": user, "rewind": user,
+			},
+			"parameters": map[string]any{"unix_socket_directories": socketDir},
+			// Loopback only, throwaway data: trust, as the project's
+			// cluster does.
+			"pg_hba": []string{
+				"host replication all 127.0.0.1/32 trust",
+				"host all all 127.0.0.1/32 trust",
+			},
+		},
+		// No watchdog here (no /dev/watchdog, no softdog): a leader whose
+		// Patroni dies keeps its Postgres running. docs/failures.md says
+		// what that costs and why production needs one. Quoted: a bare
+		// off is YAML's false, which Patroni refuses.
+		"watchdog": map[string]any{"mode": "off"},
+	}
+}
+
+// stop stops the node's Patroni (SIGTERM: it stops Postgres and gives up
+// the leader lock), or, when Patroni is not running, a postmaster left
+// behind by a killed Patroni (fast shutdown).
+func (n *HANode) stop(ctx context.Context) error {
+	if pid := findProcess(n.configFile); pid != 0 {
+		if err := stopProcess(ctx, pid, "patroni "+n.Name); err != nil {
+			return err
+		}
+	}
+	pid, err := n.Postgres().postmasterPID()
+	if err != nil || pid == 0 {
+		return err
+	}
+	return stopProcess(ctx, pid, "postgres "+n.Name)
+}
+
+// stopProcess sends pid SIGTERM, or SIGINT if it is a postmaster (fast
+// shutdown), and waits until it has left the process table.
+func stopProcess(ctx context.Context, pid int, what string) error {
+	if pid == 0 {
+		return nil
+	}
+	start, _ := startTime(pid)
+	sig := syscall.SIGTERM
+	if strings.HasPrefix(what, "postgres") {
+		sig = syscall.SIGINT
+	}
+	if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("stop %s %d: %w", what, pid, err)
+	}
+	return awaitGone(ctx, pid, start, what)
+}
+
+// findProcess is the pid of a live process of this machine whose command
+// line holds args in a row (etcd's --data-dir and its directory, the path
+// of a node's Patroni configuration), or 0. The command line says which
+// cluster a process serves, where a pid file could be stale.
+func findProcess(args ...string) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || len(cmdline) == 0 {
+			continue // gone, or a zombie
+		}
+		fields := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		for i := range fields {
+			if i+len(args) <= len(fields) && slices.Equal(fields[i:i+len(args)], args) {
+				if st, ok := statFields(pid); ok && st[0] != "Z" {
+					return pid
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// rest calls the node's Patroni REST API.
+func (n *HANode) rest(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("http://127.0.0.1:%d%s", n.RESTPort, path), bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, answer, err
+}
+
+func get(ctx context.Context, u string) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, body, err
+}
+
+// tail is the end of a log file, formatted to follow an error.
+func tail(logFile string) string {
+	return Cluster{LogFile: logFile}.logTail()
+}
