@@ -366,6 +366,7 @@ func (s *soak) chaos(ctx context.Context) {
 			m.drill(ctx, s.cfg, s.ha, s.traffic, s.abort)
 		})
 		monkeys.Go(func() { monitorSync(ctx, stopChaos, s.ha, s.faults) })
+		monkeys.Go(func() { monitorReadyz(ctx, stopChaos, apis, newMonkey(4).rng, s.faults) })
 	} else {
 		close(drilled)
 		monkeys.Go(func() { newMonkey(3).restartPostgres(ctx, stopChaos, *s.cluster, time.Now(), restarts) })
@@ -480,6 +481,8 @@ func (s *soak) collect() {
 	s.summary.PostgresRestarts = s.faults.pgRestarts
 	s.summary.Rounds = s.faults.rounds
 	s.summary.Degraded = s.faults.degraded
+	s.summary.ReadyzAlone = s.faults.readyzAlone
+	s.summary.ReadyzConfirmed = s.faults.readyzConfirmed
 	s.summary.StripeFaults = s.faults.stripe
 	s.summary.StripeFaultRequests = s.faults.stripeRequests
 	s.summary.Problems = s.faults.problems

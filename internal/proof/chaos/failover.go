@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -329,6 +332,45 @@ func monitorSync(ctx context.Context, stop <-chan struct{}, h *localpg.HA, f *fa
 				f.count(func(f *faults) { f.degraded = append(f.degraded, window{open, time.Now()}) })
 			}
 			return
+		}
+	}
+}
+
+// What /readyz says of who confirms commits (db.Durability): the
+// primary alone while no standby is synchronous, and the primary with a
+// synchronous standby while the cluster is whole.
+const (
+	readyzAlone     = "confirmed by the primary alone"
+	readyzConfirmed = "confirmed by the primary and a synchronous standby"
+)
+
+// readyzSaysAlone is how long a window without a synchronous standby may
+// last before /readyz must have said so within it: Patroni's REST API,
+// which monitorSync reads, and Postgres, which /readyz reads, change
+// state a moment apart, and an api may be down between its kill and its
+// restart.
+const readyzSaysAlone = 5 * time.Second
+
+// monitorReadyz asks a random api's /readyz every quarter second until
+// stop is closed, and records when it said that the primary alone
+// confirms commits, and how often it said that a standby confirms them:
+// the drill holds /readyz to the windows monitorSync records
+// (Summary.ReadyzMissed).
+func monitorReadyz(ctx context.Context, stop <-chan struct{}, apis []string, rng *rand.Rand, f *faults) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	for sleep(ctx, stop, 250*time.Millisecond) {
+		resp, err := client.Get(apis[rng.IntN(len(apis))] + "/readyz")
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		_ = resp.Body.Close()
+		now := time.Now()
+		switch {
+		case strings.Contains(string(body), readyzAlone):
+			f.count(func(f *faults) { f.readyzAlone = append(f.readyzAlone, now) })
+		case strings.Contains(string(body), readyzConfirmed):
+			f.count(func(f *faults) { f.readyzConfirmed++ })
 		}
 	}
 }

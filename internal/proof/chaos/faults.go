@@ -27,15 +27,17 @@ const (
 
 // faults counts what the monkeys did, and what went wrong doing it.
 type faults struct {
-	mu             sync.Mutex
-	apiKills       int
-	completerKills int
-	pgRestarts     int
-	rounds         []round        // of the failover drill
-	degraded       []window       // no synchronous standby (failover drill)
-	stripe         map[string]int // injections by kind
-	stripeRequests map[string]int // charge requests targeted, by kind
-	problems       []string       // a monkey that failed: the soak is void
+	mu              sync.Mutex
+	apiKills        int
+	completerKills  int
+	pgRestarts      int
+	rounds          []round        // of the failover drill
+	degraded        []window       // no synchronous standby (failover drill)
+	readyzAlone     []time.Time    // /readyz said the primary alone confirms commits
+	readyzConfirmed int            // /readyz said a standby confirms them
+	stripe          map[string]int // injections by kind
+	stripeRequests  map[string]int // charge requests targeted, by kind
+	problems        []string       // a monkey that failed: the soak is void
 }
 
 func newFaults() *faults {

@@ -47,6 +47,11 @@ type Summary struct {
 	// Patroni's REST API said: the leader acknowledged commits only it
 	// had. The api's /readyz and the console are to say so within each.
 	Degraded []window
+	// ReadyzAlone are the times the api's /readyz said that the primary
+	// alone confirmed commits, ReadyzConfirmed how many times it said a
+	// synchronous standby did (failover drill).
+	ReadyzAlone     []time.Time
+	ReadyzConfirmed int
 	// Acknowledged is what became of the keys whose clients got their
 	// final answer.
 	Acknowledged Acknowledged
@@ -126,11 +131,37 @@ func (a Acknowledged) OK() bool {
 // the 502 its client got, are the fork caught, not a loss: they are
 // counted, not failed.
 func (s Summary) OK() bool {
-	ran := s.Judged && len(s.Problems) == 0 && s.databaseFaulted() && s.Report.Keys > 0
+	ran := s.Judged && len(s.Problems) == 0 && s.databaseFaulted() && s.Report.Keys > 0 && s.readyzTold()
 	if s.Drill == DrillAgent {
 		return ran && s.lossesReported()
 	}
 	return ran && len(s.OddAnswers) == 0 && s.Report.OK() && s.Acknowledged.OK() && !s.ReconcilerFailed
+}
+
+// readyzTold reports whether, in a failover drill, the api's /readyz
+// said that a standby confirmed commits while the cluster was whole, and
+// that the primary alone did within every window without a synchronous
+// standby long enough to be seen (ReadyzMissed).
+func (s Summary) readyzTold() bool {
+	return !s.Failover || (s.ReadyzConfirmed > 0 && len(s.ReadyzMissed()) == 0)
+}
+
+// ReadyzMissed are the windows without a synchronous standby, of
+// readyzSaysAlone or longer, in which (or within readyzSaysAlone after
+// which) /readyz never said that the primary alone confirmed commits.
+func (s Summary) ReadyzMissed() []window {
+	var missed []window
+	for _, w := range s.Degraded {
+		if w.end.Sub(w.start) < readyzSaysAlone {
+			continue
+		}
+		if !slices.ContainsFunc(s.ReadyzAlone, func(t time.Time) bool {
+			return !t.Before(w.start) && !t.After(w.end.Add(readyzSaysAlone))
+		}) {
+			missed = append(missed, w)
+		}
+	}
+	return missed
 }
 
 // lossesReported reports whether every acknowledged ride lost is
@@ -284,6 +315,15 @@ func (s Summary) writeRounds(b *strings.Builder, line func(name, format string, 
 		spans = append(spans, w.end.Sub(w.start).Round(100*time.Millisecond).String())
 	}
 	line("no synchronous standby", "%d windows, %s in all (%s): durability degraded", len(s.Degraded), total.Round(100*time.Millisecond), strings.Join(spans, ", "))
+	held := 0
+	for _, w := range s.Degraded {
+		if w.end.Sub(w.start) >= readyzSaysAlone {
+			held++
+		}
+	}
+	missed := len(s.ReadyzMissed())
+	line("/readyz said so", "in %d of the %d windows of %s or more%s", held-missed, held, readyzSaysAlone, mustBeZero(missed))
+	line("/readyz answers", "%q %d times, %q %d times%s", readyzAlone, len(s.ReadyzAlone), readyzConfirmed, s.ReadyzConfirmed, mustBePositive(s.ReadyzConfirmed))
 }
 
 // writeJudgement writes what the drain, the reconciler and the invariant
@@ -335,6 +375,13 @@ func mustBeZero(n int) string {
 		return ""
 	}
 	return "  <-- must be 0"
+}
+
+func mustBePositive(n int) string {
+	if n > 0 {
+		return ""
+	}
+	return "  <-- must be more than 0"
 }
 
 func counts(m map[string]int) string {
