@@ -450,11 +450,7 @@ func TestRideScript(t *testing.T) {
 	t.Run("NewRideRoundTrips", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		trips := map[int]bool{}
-		for _, s := range b.capture.ride {
-			trips[s.trip] = true
-		}
-		require.Len(t, trips, 4, "round trips of a new ride, the token's look-up included")
+		require.Equal(t, 4, b.capture.roundTrips(), "round trips of a new ride, the token's look-up included")
 		commits := 0
 		for _, s := range b.capture.ride {
 			if strings.TrimSpace(s.sql) == "COMMIT" {
@@ -489,6 +485,36 @@ func TestRideScript(t *testing.T) {
 		for k := range captured {
 			require.Equal(t, 5*(captured[k]-before[k]), after[k]-before[k], k)
 		}
+	})
+
+	// The minimal design's script, the reference the api's own SQL is
+	// held to, makes whole rides: each key finished, with its ride
+	// charged, its audit record and its staged job.
+	t.Run("MinimalDesignFinishesEachRide", func(t *testing.T) {
+		t.Parallel()
+		url := dbtest.NewURL(t)
+		conn, err := pgx.Connect(ctx, url)
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		_, err = conn.Exec(ctx, "DROP SCHEMA public CASCADE; CREATE SCHEMA public;"+minimalSchema)
+		require.NoError(t, err)
+		var uid int64
+		require.NoError(t, conn.QueryRow(ctx, `SELECT id FROM users`).Scan(&uid))
+		out, err := runPgbench(ctx, cluster, url, filepath.Join(t.TempDir(), "minimal.sql"), minimalScript, nil, uid, nil,
+			"-D", "run=test", "-c", "2", "-t", "5")
+		require.NoError(t, err)
+		res, err := parsePgbench(out)
+		require.NoError(t, err)
+		require.Equal(t, [2]int64{10, 0}, [2]int64{res.Processed, res.Failed})
+		var finished, charged, audits, jobs int64
+		require.NoError(t, conn.QueryRow(ctx, `
+			SELECT (SELECT count(*) FROM idempotency_keys WHERE recovery_point = 'finished' AND response_code = 201 AND locked_at IS NULL),
+			       (SELECT count(*) FROM rides r JOIN idempotency_keys k ON k.id = r.idempotency_key_id WHERE r.stripe_charge_id IS NOT NULL),
+			       (SELECT count(*) FROM audit_records a JOIN rides r ON r.id = a.resource_id),
+			       (SELECT count(*) FROM staged_jobs)`).Scan(&finished, &charged, &audits, &jobs))
+		require.Equal(t, []int64{10, 10, 10, 10}, []int64{finished, charged, audits, jobs})
+		require.Equal(t, 3, strings.Count(minimalScript, "\\startpipeline")+countPlain(minimalScript),
+			"the minimal design's round trips: the key, the ride, the charge and the finish")
 	})
 
 	t.Run("BenchHoldsNoCopyOfTheStatements", func(t *testing.T) {
