@@ -113,7 +113,7 @@ UPDATE idempotency_keys SET locked_at = now(), recovery_point = 'charge_created'
 WHERE id = (SELECT currval('idempotency_keys_id_seq')) AND recovery_point = 'ride_created';
 COMMIT;
 BEGIN;
-INSERT INTO staged_jobs (job_name, job_args) VALUES ('send_ride_receipt', jsonb_build_object('amount', 2000, 'currency', 'usd', 'user_id', :uid::bigint));
+INSERT INTO staged_jobs (job_args, job_name) VALUES (jsonb_build_object('amount', 2000, 'currency', 'usd', 'user_id', :uid::bigint), 'send_ride_receipt');
 UPDATE idempotency_keys SET locked_at = NULL, recovery_point = 'finished', response_code = 201,
        response_body = jsonb_build_object('id', currval('rides_id_seq'), 'amount', 2000, 'currency', 'usd')
 WHERE id = (SELECT currval('idempotency_keys_id_seq')) AND recovery_point = 'charge_created';
@@ -157,6 +157,14 @@ func runPgbench(ctx context.Context, cluster localpg.Cluster, url, path, script 
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(cluster.BinDir, "pgbench"), args...)
 	cmd.Env = append(os.Environ(), env...)
+	// The command beside the script, to take a figure again by hand.
+	line := strings.Join(env, " ")
+	for _, a := range cmd.Args {
+		line += " '" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	if err := os.WriteFile(path+".sh", []byte(strings.TrimSpace(line)+"\n"), 0o644); err != nil {
+		return "", err
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("pgbench %s: %w:\n%s", path, err, out)
