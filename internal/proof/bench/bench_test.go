@@ -21,7 +21,6 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/dev/localpg"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
-	"github.com/rocketrides/rocketrides/internal/user"
 )
 
 func TestPercentile(t *testing.T) {
@@ -444,13 +443,17 @@ func TestRideScript(t *testing.T) {
 		require.Equal(t, pipelines, strings.Count(script, "\\endpipeline"))
 	})
 
-	// What a new ride costs on the wire, as the api sends it: the token's
-	// look-up, the claim, the ride phase, then recording the charge and
-	// finishing, two transactions in one pipeline.
+	// What a new ride costs on the wire, as the api sends it: the claim,
+	// with the check that the token's remembered user still holds it
+	// ahead of it; the ride phase; then recording the charge and
+	// finishing, two transactions in one pipeline. A replay is the claim's
+	// round trip alone.
 	t.Run("NewRideRoundTrips", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		require.Equal(t, 4, b.capture.roundTrips(), "round trips of a new ride, the token's look-up included")
+		require.Equal(t, 3, b.capture.roundTrips(), "round trips of a new ride, the token's check included")
+		require.Equal(t, 1, len(slices.CompactFunc(slices.Clone(b.capture.replay), func(a, b statement) bool { return a.trip == b.trip })),
+			"round trips of a replay")
 		commits := 0
 		for _, s := range b.capture.ride {
 			if strings.TrimSpace(s.sql) == "COMMIT" {
@@ -467,11 +470,11 @@ func TestRideScript(t *testing.T) {
 		conn, err := pgx.Connect(ctx, url)
 		require.NoError(t, err)
 		t.Cleanup(func() { conn.Close(context.Background()) })
-		u, err := user.Upsert(ctx, conn, "pgbench@example.com", "cus_pgbench", captureToken)
+		uid, err := b.capture.addUser(ctx, conn)
 		require.NoError(t, err)
 		before := rowCounts(t, conn)
 
-		out, err := b.capture.pgbench(ctx, cluster, url, filepath.Join(t.TempDir(), "ride.sql"), b.capture.ride, u.ID, nil,
+		out, err := b.capture.pgbench(ctx, cluster, url, filepath.Join(t.TempDir(), "ride.sql"), b.capture.ride, uid, nil,
 			"-D", "run=test", "-c", "2", "-t", "5")
 		require.NoError(t, err)
 		res, err := parsePgbench(out)
