@@ -299,6 +299,20 @@ CREATE TABLE reconcile_runs (
 -- Second reading: beyond the article, the rate limits and the operator's
 -- console.
 
+-- The api remembers which user a token belonged to, and checks it again in
+-- the round trip of the claim it makes for that user: this raises (RR004)
+-- if the user no longer holds the token as remembered, and the claim, sent
+-- behind it, is skipped. Package user says more.
+CREATE FUNCTION api_token_check(holds BOOLEAN) RETURNS VOID
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT holds THEN
+        RAISE EXCEPTION 'the API token no longer belongs to the user it was remembered for'
+            USING ERRCODE = 'RR004';
+    END IF;
+END
+$$;
+
 -- The rate limits' counts, one window per limit and subject; owned by
 -- package ratelimit, which says more. UNLOGGED: no WAL and no flush to
 -- wait for; a crash only starts the windows over.

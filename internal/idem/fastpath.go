@@ -73,12 +73,31 @@ type claimRow struct {
 // finished key to replay (replayed is true); a nil key when neither, for
 // the locking path to decide.
 func (s *Store) claimFast(ctx context.Context, req Request) (key *Key, replayed bool, err error) {
-	rows, err := s.pool.Query(ctx, claimFastSQL,
-		req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, newLockToken(), s.actor)
-	if err != nil {
-		return nil, false, fmt.Errorf("claim idempotency key: %w", err)
+	return s.claimFastGuarded(ctx, req, nil)
+}
+
+// claimFastGuarded is claimFast with guard, when not nil, sent ahead of
+// the claim in the same round trip and the same transaction: a guard that
+// fails leaves the claim unsent, and its error is returned.
+func (s *Store) claimFastGuarded(ctx context.Context, req Request, guard *Guard) (key *Key, replayed bool, err error) {
+	args := []any{req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, newLockToken(), s.actor}
+	var claimed []*claimRow
+	collect := func(rows pgx.Rows) error {
+		claimed, err = pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[claimRow])
+		return err
 	}
-	claimed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[claimRow])
+	if guard == nil {
+		rows, qerr := s.pool.Query(ctx, claimFastSQL, args...)
+		if qerr == nil {
+			qerr = collect(rows)
+		}
+		err = qerr
+	} else {
+		b := &pgx.Batch{}
+		b.Queue(guard.SQL, guard.Args...)
+		b.Queue(claimFastSQL, args...).Query(collect)
+		err = s.pool.SendBatch(ctx, b).Close()
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("claim idempotency key: %w", err)
 	}

@@ -1,7 +1,9 @@
 // Second reading: a guard, a statement an endpoint sends ahead of an
 // atomic phase, in the phase's round trip, that can stop the phase from
-// running: the ride's cap on charges (package ratelimit) is one. And Discard, which
-// deletes a key its request was refused under before it did anything.
+// running: the ride's cap on charges (package ratelimit) is one; or ahead
+// of the claim, as the check of a remembered user is (package user). And
+// Discard, which deletes a key its request was refused under before it did
+// anything.
 
 package idem
 
@@ -45,6 +47,22 @@ func (s *Store) PhaseGuarded(ctx context.Context, key *Key, guard *Guard, fn Pha
 		return err
 	}
 	return s.retryPhase(ctx, key, fn, 2, err)
+}
+
+// ClaimGuarded is Claim with guard sent ahead of the claim's first
+// statement, in its round trip and its transaction: a guard that fails
+// fails the claim with its error, and nothing is claimed. The api checks
+// there that a user it remembered for a token still holds it (package
+// user), which saves the token's look-up a round trip of its own. A nil
+// guard is Claim.
+func (s *Store) ClaimGuarded(ctx context.Context, req Request, guard *Guard) (key *Key, replayed bool, err error) {
+	key, replayed, err = s.claimFastGuarded(ctx, req, guard)
+	if key != nil || err != nil {
+		return key, replayed, err
+	}
+	// The guard has passed: what is left is decided under the key's row
+	// lock, as Claim decides it.
+	return s.claimExisting(ctx, req)
 }
 
 // queueGuard queues guard on tx in a transaction of its own. Its BEGIN

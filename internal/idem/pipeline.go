@@ -37,12 +37,38 @@ var ErrContention = errors.New("database contention")
 type Tx struct {
 	conn  *pgx.Conn
 	batch *pgx.Batch
+	// after is sent behind the last COMMIT (QueueAfterCommit).
+	after []afterCommit
+}
+
+type afterCommit struct {
+	sql  string
+	args []any
 }
 
 // Queue adds a statement to the phase, to be sent with the next Flush or
 // with the COMMIT.
 func (tx *Tx) Queue(sql string, args ...any) *pgx.QueuedQuery {
 	return tx.batch.Queue(sql, args...)
+}
+
+// QueueAfterCommit adds a statement sent behind the phase's COMMIT, in the
+// same round trip, in a transaction of its own: for a signal that should
+// follow the phase's commit rather than share it (jobs.wake says why). It
+// runs only if the phase committed, since a pipeline stops at its first
+// error; and its own failure does not fail the phase, which has committed.
+func (tx *Tx) QueueAfterCommit(sql string, args ...any) {
+	tx.after = append(tx.after, afterCommit{sql, args})
+}
+
+// flushCommitted sends the queued statements, the phase's COMMIT the last
+// of them, and behind it what QueueAfterCommit queued.
+func (tx *Tx) flushCommitted(ctx context.Context) error {
+	for _, a := range tx.after {
+		tx.batch.Queue(a.sql, a.args...)
+	}
+	tx.after = nil
+	return tx.Flush(ctx)
 }
 
 // Flush sends the queued statements in one round trip and hands each
@@ -95,7 +121,9 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, guard *Guard, fn PhaseF
 	if err != nil {
 		return s.fenceError(key, err)
 	}
-	if err := tx.Flush(ctx); err != nil {
+	// Once COMMIT has answered, an error can only be a statement queued
+	// behind it.
+	if err := tx.flushCommitted(ctx); err != nil && !q.committed {
 		return s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err))
 	}
 	q.settle()
@@ -176,7 +204,10 @@ func (s *Store) phasesOnce(ctx context.Context, key *Key, first, second PhaseFun
 	}
 	// A second whose own code failed may have queued part of its
 	// transaction; it goes out without its COMMIT and is rolled back.
-	err = tx.Flush(ctx)
+	err = tx.flushCommitted(ctx)
+	if stopped == nil && cmp.Or(q2, q1).committed {
+		err = nil // the last phase committed: an error was behind it
+	}
 	if !q1.committed {
 		return q1, nil, s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, cmp.Or(err, stopped)))
 	}

@@ -1,7 +1,8 @@
 // First reading: staged jobs, which an atomic phase records (Stage) for
 // the enqueuer (enqueuer.go) to move into River. Left to a second reading:
-// the jobs still waiting (waiting.go), the receipt job (receipt.go) and
-// the River client that works the jobs (client.go).
+// the jobs still waiting (waiting.go), the receipt job (receipt.go), the
+// River client that works the jobs (client.go) and how a staged job wakes
+// the enqueuer (wake.go).
 
 // Package jobs owns the work done after a request, outside it: staged
 // jobs (the staged_jobs table) and the enqueuer that moves them into River
@@ -46,14 +47,7 @@ func Stage(q Queuer, args river.JobArgs) error {
 	if err != nil {
 		return fmt.Errorf("encode %s job args: %w", args.Kind(), err)
 	}
-	// The NOTIFY is delivered only if tx commits, and at most once per
-	// transaction however many jobs it stages. One statement does both, so
-	// staging adds one statement to the phase.
-	q.Queue(`
-		WITH staged AS (
-			INSERT INTO staged_jobs (job_name, job_args) VALUES ($1, $2) RETURNING id
-		)
-		SELECT pg_notify($3, '') FROM staged`,
-		args.Kind(), json.RawMessage(payload), Channel)
+	q.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ($1, $2)`, args.Kind(), json.RawMessage(payload))
+	wake(q) // an idle enqueuer, once the job is committed (wake.go)
 	return nil
 }

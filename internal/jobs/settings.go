@@ -6,7 +6,7 @@ import "github.com/rocketrides/rocketrides/internal/platform/config"
 // receipt jobs (WORKER_*, RECEIPT_FROM).
 var Variables = config.Declare(
 	config.Setting{Name: "ENQUEUER_POLL_INTERVAL", Type: config.TypeDuration,
-		Help: "how often the enqueuer looks for staged jobs without being woken; a NOTIFY from the staging transaction wakes it sooner"},
+		Help: "how often the enqueuer looks for staged jobs without being woken; a NOTIFY sent once the staging phase commits wakes it sooner"},
 	config.Setting{Name: "ENQUEUER_BATCH_SIZE", Type: config.TypeInt, Unit: "jobs",
 		Help: "staged jobs moved into River per transaction"},
 

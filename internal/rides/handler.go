@@ -104,27 +104,39 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 
 	key, prob := idempotencyKey(r.Header.Values("Idempotency-Key"))
 	if prob != nil {
-		prob.Write(w)
+		refuse(ctx, w, prob)
 		return
 	}
 	raw, err := decodeBody(r.Header.Get("Content-Type"), r.Body)
 	if err != nil {
-		bodyProblem(err).Write(w)
+		refuse(ctx, w, bodyProblem(err))
 		return
 	}
 	params, raiseError, err := parseParams(raw, h.simulatedErrors)
 	if err != nil {
-		bodyProblem(err).Write(w)
+		refuse(ctx, w, bodyProblem(err))
 		return
 	}
 
-	res, err := h.svc.Create(ctx, CreateRequest{
+	req := CreateRequest{
 		User:           u,
 		IdempotencyKey: key,
 		Params:         params,
 		OriginIP:       ClientIP(r),
 		RaiseError:     raiseError,
-	})
+		RememberedFor:  user.Remembered(ctx),
+	}
+	res, err := h.svc.Create(ctx, req)
+	if user.IsTokenChanged(err) {
+		// The user remembered for the token no longer holds it as
+		// remembered, and nothing was claimed: authenticate afresh.
+		var ok bool
+		if req.User, ok = user.Reauthenticate(ctx); !ok {
+			return
+		}
+		req.RememberedFor = nil
+		res, err = h.svc.Create(ctx, req)
+	}
 	if err == nil {
 		err = h.fail.At(ctx, FailBeforeResponse)
 	}
@@ -148,6 +160,18 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	writeStored(w, res.Response)
+}
+
+// refuse answers a request refused before its claim with p; a request
+// whose user was remembered, not looked up, is authenticated first, so
+// that a token no longer valid is refused as such (user.Reauthenticate).
+func refuse(ctx context.Context, w http.ResponseWriter, p *problem.Problem) {
+	if user.Remembered(ctx) != nil {
+		if _, ok := user.Reauthenticate(ctx); !ok {
+			return
+		}
+	}
+	p.Write(w)
 }
 
 // get serves GET /rides/{id}: a ride of the caller's. Another user's ride

@@ -186,6 +186,12 @@ type CreateRequest struct {
 	// RaiseError fails the request after the ride is created, before the
 	// charge (only when the API runs with simulated errors).
 	RaiseError bool
+	// RememberedFor, when set, is the hash of the token User was
+	// remembered for instead of looked up (user.NewRememberedContext):
+	// the claim checks that User still holds it, in its round trip, and
+	// Create fails with an error user.IsTokenChanged recognises if not,
+	// having claimed nothing.
+	RememberedFor []byte
 }
 
 // Result is the response to a ride request.
@@ -212,14 +218,19 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Result, error)
 	// request cut short after it releases the key as any failure does.
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
-	key, replayed, err := s.keys.Claim(claimCtx, idem.Request{
+	var guard *idem.Guard
+	if req.RememberedFor != nil {
+		sql, args := user.HoldsToken(req.User, req.RememberedFor)
+		guard = &idem.Guard{SQL: sql, Args: args}
+	}
+	key, replayed, err := s.keys.ClaimGuarded(claimCtx, idem.Request{
 		UserID:   req.User.ID,
 		Key:      req.IdempotencyKey,
 		Method:   http.MethodPost,
 		Path:     Path,
 		Params:   req.Params.Canonical(),
 		OriginIP: req.OriginIP,
-	})
+	}, guard)
 	if err != nil {
 		return Result{}, err
 	}

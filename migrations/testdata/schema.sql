@@ -1,3 +1,14 @@
+CREATE FUNCTION public.api_token_check(holds boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT holds THEN
+        RAISE EXCEPTION 'the API token no longer belongs to the user it was remembered for'
+            USING ERRCODE = 'RR004';
+    END IF;
+END
+$$;
+
 CREATE FUNCTION public.idempotency_key_fence(key_id bigint, token uuid, point text) RETURNS void
     LANGUAGE plpgsql
     AS $$

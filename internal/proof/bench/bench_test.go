@@ -21,7 +21,6 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/dev/localpg"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
-	"github.com/rocketrides/rocketrides/internal/user"
 )
 
 func TestPercentile(t *testing.T) {
@@ -444,17 +443,17 @@ func TestRideScript(t *testing.T) {
 		require.Equal(t, pipelines, strings.Count(script, "\\endpipeline"))
 	})
 
-	// What a new ride costs on the wire, as the api sends it: the token's
-	// look-up, the claim, the ride phase, then recording the charge and
-	// finishing, two transactions in one pipeline.
+	// What a new ride costs on the wire, as the api sends it: the claim,
+	// with the check that the token's remembered user still holds it
+	// ahead of it; the ride phase; then recording the charge and
+	// finishing, two transactions in one pipeline. A replay is the claim's
+	// round trip alone.
 	t.Run("NewRideRoundTrips", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		trips := map[int]bool{}
-		for _, s := range b.capture.ride {
-			trips[s.trip] = true
-		}
-		require.Len(t, trips, 4, "round trips of a new ride, the token's look-up included")
+		require.Equal(t, 3, b.capture.roundTrips(), "round trips of a new ride, the token's check included")
+		require.Equal(t, 1, len(slices.CompactFunc(slices.Clone(b.capture.replay), func(a, b statement) bool { return a.trip == b.trip })),
+			"round trips of a replay")
 		commits := 0
 		for _, s := range b.capture.ride {
 			if strings.TrimSpace(s.sql) == "COMMIT" {
@@ -471,11 +470,11 @@ func TestRideScript(t *testing.T) {
 		conn, err := pgx.Connect(ctx, url)
 		require.NoError(t, err)
 		t.Cleanup(func() { conn.Close(context.Background()) })
-		u, err := user.Upsert(ctx, conn, "pgbench@example.com", "cus_pgbench", captureToken)
+		uid, err := b.capture.addUser(ctx, conn)
 		require.NoError(t, err)
 		before := rowCounts(t, conn)
 
-		out, err := b.capture.pgbench(ctx, cluster, url, filepath.Join(t.TempDir(), "ride.sql"), b.capture.ride, u.ID, nil,
+		out, err := b.capture.pgbench(ctx, cluster, url, filepath.Join(t.TempDir(), "ride.sql"), b.capture.ride, uid, nil,
 			"-D", "run=test", "-c", "2", "-t", "5")
 		require.NoError(t, err)
 		res, err := parsePgbench(out)
@@ -489,6 +488,36 @@ func TestRideScript(t *testing.T) {
 		for k := range captured {
 			require.Equal(t, 5*(captured[k]-before[k]), after[k]-before[k], k)
 		}
+	})
+
+	// The minimal design's script, the reference the api's own SQL is
+	// held to, makes whole rides: each key finished, with its ride
+	// charged, its audit record and its staged job.
+	t.Run("MinimalDesignFinishesEachRide", func(t *testing.T) {
+		t.Parallel()
+		url := dbtest.NewURL(t)
+		conn, err := pgx.Connect(ctx, url)
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		_, err = conn.Exec(ctx, "DROP SCHEMA public CASCADE; CREATE SCHEMA public;"+minimalSchema)
+		require.NoError(t, err)
+		var uid int64
+		require.NoError(t, conn.QueryRow(ctx, `SELECT id FROM users`).Scan(&uid))
+		out, err := runPgbench(ctx, cluster, url, filepath.Join(t.TempDir(), "minimal.sql"), minimalScript, nil, uid, nil,
+			"-D", "run=test", "-c", "2", "-t", "5")
+		require.NoError(t, err)
+		res, err := parsePgbench(out)
+		require.NoError(t, err)
+		require.Equal(t, [2]int64{10, 0}, [2]int64{res.Processed, res.Failed})
+		var finished, charged, audits, jobs int64
+		require.NoError(t, conn.QueryRow(ctx, `
+			SELECT (SELECT count(*) FROM idempotency_keys WHERE recovery_point = 'finished' AND response_code = 201 AND locked_at IS NULL),
+			       (SELECT count(*) FROM rides r JOIN idempotency_keys k ON k.id = r.idempotency_key_id WHERE r.stripe_charge_id IS NOT NULL),
+			       (SELECT count(*) FROM audit_records a JOIN rides r ON r.id = a.resource_id),
+			       (SELECT count(*) FROM staged_jobs)`).Scan(&finished, &charged, &audits, &jobs))
+		require.Equal(t, []int64{10, 10, 10, 10}, []int64{finished, charged, audits, jobs})
+		require.Equal(t, 3, strings.Count(minimalScript, "\\startpipeline")+countPlain(minimalScript),
+			"the minimal design's round trips: the key, the ride, the charge and the finish")
 	})
 
 	t.Run("BenchHoldsNoCopyOfTheStatements", func(t *testing.T) {

@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -90,7 +88,17 @@ func (*tracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) 
 type capture struct {
 	ride, ride2, replay []statement
 	userID              int64
+	user                user.User // the capture's user, as the scripts check it (addUser)
 	dynamic             map[string]string
+}
+
+// addUser gives the database q is on the capture's user, with its token,
+// email and Stripe customer, which the api checks in the claim's round
+// trip (user.HoldsToken), and returns the user's id there: the user a
+// script runs as.
+func (c *capture) addUser(ctx context.Context, q user.Querier) (int64, error) {
+	u, err := user.Upsert(ctx, q, c.user.Email, c.user.StripeCustomerID, captureToken)
+	return u.ID, err
 }
 
 const captureToken = "rr_bench_token_capture_0123456789"
@@ -145,7 +153,19 @@ func captureRides(ctx context.Context, url string) (*capture, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &capture{userID: u.ID}
+	c := &capture{userID: u.ID, user: u}
+	// A request refused before its claim, which leaves no row: the api
+	// looks the token up and remembers its user, as for any client's
+	// first request, so that both rides below are sent as every later
+	// one is (package api, remember.go).
+	warm := httptest.NewRequestWithContext(ctx, http.MethodPost, "/rides", strings.NewReader("{}"))
+	warm.Header = http.Header{"Authorization": {"Bearer " + captureToken}, "Idempotency-Key": {uuid.NewString()},
+		"Content-Type": {"application/json"}}
+	w := httptest.NewRecorder()
+	handler.ServeHTTP(w, warm)
+	if w.Code != http.StatusUnprocessableEntity {
+		return nil, fmt.Errorf("the request before the capture: status %d, want 422: %s", w.Code, w.Body)
+	}
 	keys := []string{uuid.NewString(), uuid.NewString()}
 	for i, out := range []*[]statement{&c.ride, &c.ride2, &c.replay} {
 		rec.stmts = nil
@@ -189,6 +209,19 @@ func describe(ctx context.Context, conn *pgx.Conn, stmts []statement) error {
 		}
 	}
 	return nil
+}
+
+// roundTrips is how many round trips a new ride took, the token's
+// look-up included; 0 before the capture.
+func (c *capture) roundTrips() int {
+	if c == nil {
+		return 0
+	}
+	trips := map[int]bool{}
+	for _, s := range c.ride {
+		trips[s.trip] = true
+	}
+	return len(trips)
 }
 
 // rideExpr is a text that is new for each ride pgbench runs: of the run,
@@ -298,64 +331,86 @@ func parsePgbench(out string) (pgbenchResult, error) {
 }
 
 // pgbench runs stmts as a pgbench script (written to path) with args, as
-// user uid, against url in prepared mode, as pgx sends statements, and
-// returns its output. It runs the cluster's pgbench with env (PGOPTIONS,
-// say) added to this process's.
+// user uid, against url (see runPgbench).
 func (c *capture) pgbench(ctx context.Context, cluster localpg.Cluster, url, path string, stmts []statement, uid int64,
 	env []string, args ...string) (string, error) {
 	script, defs := c.script(stmts)
-	if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
-		return "", fmt.Errorf("write pgbench script: %w", err)
-	}
-	args = append(args, "-n", "-M", "prepared", "-f", path, "-D", fmt.Sprintf("uid=%d", uid), "-D", "n=0", url)
-	for _, d := range defs {
-		args = append(args, "-D", d)
-	}
-	cmd := exec.CommandContext(ctx, filepath.Join(cluster.BinDir, "pgbench"), args...)
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("pgbench %s: %w:\n%s", path, err, out)
-	}
-	return string(out), nil
+	return runPgbench(ctx, cluster, url, path, script, defs, uid, env, args...)
 }
 
 // stepLimit measures the ceiling: pgbench running the captured ride on a
-// freshly migrated database, as a user with the capture's API token.
+// freshly migrated database, as a user with the capture's API token; then
+// the minimal design's (cost.go) at the same client counts, the reference
+// the api's own SQL is held to; then what each costs, statement by
+// statement, and what a replay costs.
 func (r *run) stepLimit(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, r.cluster.DatabaseURL(limitDB))
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	u, err := user.Upsert(ctx, conn, "pgbench@example.com", "cus_pgbench", captureToken)
+	uid, err := r.capture.addUser(ctx, conn)
 	if err != nil {
 		return err
 	}
-	for i, clients := range r.sz.pgbenchClients {
-		d := r.sz.short
-		if clients == 32 {
-			d = r.sz.step
-		}
-		out, err := r.capture.pgbench(ctx, r.cluster, r.cluster.DatabaseURL(limitDB), filepath.Join(r.cfg.DataDir, "ride.sql"),
-			r.capture.ride, u.ID, nil, "-D", fmt.Sprintf("run=%s%d", r.runID, i),
-			"-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)), "-T", strconv.Itoa(int(d.Seconds())))
-		if err != nil {
-			return err
-		}
-		res, err := parsePgbench(out)
-		if err != nil {
-			return err
-		}
-		if r.limit[clients] = res.TPS; res.TPS > r.limit[r.bestAt] {
-			r.bestAt = clients
-		}
-		note := fmt.Sprintf("latency avg %.1f ms", res.LatencyMs)
-		if clients == r.report.Machine.APIPoolSize {
-			note += "; the api's pool size"
-		}
-		r.add(Figure{Step: "1 limit (pgbench)", Name: "one ride's SQL", Clients: clients, Value: res.TPS, Unit: "rides/s",
-			Errors: int(res.Failed), Note: note})
+	minimalUID, err := r.createMinimal(ctx, conn)
+	if err != nil {
+		return err
 	}
+	rideScript, rideDefs := r.capture.script(r.capture.ride)
+	for _, w := range []struct {
+		name, db, file, script string
+		defs                   []string
+		uid                    int64
+		rates                  map[int]float64
+		best                   *int
+	}{
+		{"one ride's SQL", limitDB, "ride.sql", rideScript, rideDefs, uid, r.limit, &r.bestAt},
+		{"minimal design's SQL", minimalDB, "minimal.sql", minimalScript, nil, minimalUID, r.minimal, &r.minimalAt},
+	} {
+		for i, clients := range r.sz.pgbenchClients {
+			d := r.sz.short
+			if clients == 32 {
+				d = r.sz.step
+			}
+			out, err := runPgbench(ctx, r.cluster, r.cluster.DatabaseURL(w.db), filepath.Join(r.cfg.DataDir, w.file),
+				w.script, w.defs, w.uid, nil, "-D", fmt.Sprintf("run=%s%d", r.runID, i),
+				"-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)), "-T", strconv.Itoa(int(d.Seconds())))
+			if err != nil {
+				return err
+			}
+			res, err := parsePgbench(out)
+			if err != nil {
+				return err
+			}
+			if w.rates[clients] = res.TPS; res.TPS > w.rates[*w.best] {
+				*w.best = clients
+			}
+			note := fmt.Sprintf("latency avg %.1f ms", res.LatencyMs)
+			if clients == r.report.Machine.APIPoolSize {
+				note += "; the api's pool size"
+			}
+			r.add(Figure{Step: "1 limit (pgbench)", Name: w.name, Clients: clients, Value: res.TPS, Unit: "rides/s",
+				Errors: int(res.Failed), Note: note})
+		}
+	}
+	// One after the other, so that whatever else the machine runs weighs
+	// on each alike: a new ride, its replay (the same keys, made again by
+	// the same run and clients), the minimal design.
+	replayScript, replayDefs := r.capture.script(r.capture.replay)
+	run := "cost-" + r.runID
+	own, err := r.account(ctx, "new ride", limitDB, filepath.Join(r.cfg.DataDir, "ride.sql"), rideScript, rideDefs, uid, run)
+	if err != nil {
+		return err
+	}
+	if _, err := r.account(ctx, "replay", limitDB, filepath.Join(r.cfg.DataDir, "replay.sql"), replayScript, replayDefs, uid, run); err != nil {
+		return err
+	}
+	minimal, err := r.account(ctx, "minimal design", minimalDB, filepath.Join(r.cfg.DataDir, "minimal.sql"), minimalScript, nil, minimalUID, run)
+	if err != nil {
+		return err
+	}
+	r.add(Figure{Step: "1b cost per ride", Name: "new ride vs minimal design, Postgres CPU", Value: ms(own.cpu) / ms(minimal.cpu), Unit: "x",
+		Note: fmt.Sprintf("WAL %.2f x, statement time %.2f x", own.wal/minimal.wal, ms(own.statements)/ms(minimal.statements))})
 	return nil
 }

@@ -24,6 +24,9 @@ type Report struct {
 	Machine    Machine  `json:"machine"`
 	Figures    []Figure `json:"figures"`
 	Targets    []Target `json:"targets"`
+	// Statements is what each statement of a new ride, a replay and the
+	// minimal design cost Postgres (cost.go).
+	Statements []StatementCost `json:"statements"`
 	// Explain is the plan of each statement of a captured ride and replay
 	// on the table with millions of keys.
 	Explain string `json:"explain"`
@@ -157,6 +160,10 @@ func (r *Report) WriteText(w io.Writer) {
 		r.Machine.Postgres, r.Machine.APIPoolSize, r.RateLimits, r.Machine.LoadAverageStart, r.FiguresTable())
 	fmt.Fprintf(w, "(load: the machine's 1-minute load average when the figure was taken; the bench alone keeps it near 2-3)\n\n%s",
 		r.TargetsTable())
+	if len(r.Statements) > 0 {
+		fmt.Fprintf(w, "\nWhat each statement cost Postgres (pg_stat_statements, %d clients; per call but calls/ride):\n%s",
+			accountClients, r.StatementsTable())
+	}
 	if r.Explain != "" {
 		fmt.Fprintf(w, "\nEXPLAIN ANALYZE of a captured ride and replay on the large table (auto_explain):\n%s\n", strings.TrimSpace(r.Explain))
 	}

@@ -210,8 +210,12 @@ func (r *run) stepScale(ctx context.Context) error {
 	}
 	// The captured ride and replay once more, as pgbench sends them, with
 	// auto_explain sending each statement's plan back to pgbench.
+	uid, err := r.capture.addUser(ctx, r.db)
+	if err != nil {
+		return err
+	}
 	out, err := r.capture.pgbench(ctx, r.cluster, r.cluster.DatabaseURL(apiDB), filepath.Join(r.cfg.DataDir, "explain.sql"),
-		slices.Concat(r.capture.ride, r.capture.replay), r.userID, []string{"PGOPTIONS=-c session_preload_libraries=auto_explain " +
+		slices.Concat(r.capture.ride, r.capture.replay), uid, []string{"PGOPTIONS=-c session_preload_libraries=auto_explain " +
 			"-c auto_explain.log_min_duration=0 -c auto_explain.log_analyze=on -c auto_explain.log_buffers=on -c client_min_messages=log"},
 		"-D", "run=explain-"+r.runID, "-t", "1")
 	r.report.Explain, _, _ = strings.Cut(out[strings.Index(out, "\n")+1:], "transaction type:")
