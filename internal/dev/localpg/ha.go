@@ -55,13 +55,22 @@ const haTimeout = 3 * time.Minute
 // root: the account Debian's postgresql package creates.
 const haUser = "postgres"
 
+// haHost is the loopback address every process of a replicated cluster
+// listens on: 127.0.0.2, not 127.0.0.1. A connection to any loopback
+// address leaves from 127.0.0.1, on an ephemeral port (on Linux an even
+// one, from 32768 to 60999), and a node that restarts after a kill cannot
+// bind 127.0.0.1:P while some long-lived connection elsewhere happens to
+// hold 127.0.0.1:P as its own end. Nothing leaves from 127.0.0.2, so its
+// ports stay free for the node that owns them.
+const haHost = "127.0.0.2"
+
 // HAOptions configure a replicated cluster. The zero value is the
 // project's: synchronous, under .data/ha, on the ports from LOCALPG_PORT+4.
 type HAOptions struct {
 	// Dir holds etcd's data, each node's directory (data, Patroni's
 	// configuration) and the logs. Default: .data/ha in the project root.
 	Dir string
-	// Port is the first of the cluster's six ports on 127.0.0.1: etcd's
+	// Port is the first of the cluster's six ports on 127.0.0.2 (haHost): etcd's
 	// client and peer ports, then each node's Postgres and REST API
 	// ports. Default: LOCALPG_PORT+4 (DefaultPort+4 without it), so that
 	// the cluster takes +4 to +9.
@@ -100,7 +109,7 @@ type HANode struct {
 	// Name is the node's name in Patroni, and its standby's
 	// application_name.
 	Name string
-	// Port is Postgres's, RESTPort Patroni's REST API's, on 127.0.0.1.
+	// Port is Postgres's, RESTPort Patroni's REST API's, on haHost.
 	Port, RESTPort int
 	// DataDir is Postgres's data directory, LogFile where Patroni and
 	// Postgres write.
@@ -252,7 +261,7 @@ func (h *HA) DatabaseURL(name string) string {
 	u := url.URL{
 		Scheme:   "postgres",
 		User:     url.User(Superuser),
-		Host:     fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d", h.Nodes[0].Port, h.Nodes[1].Port),
+		Host:     fmt.Sprintf("%s:%d,%s:%d", haHost, h.Nodes[0].Port, haHost, h.Nodes[1].Port),
 		Path:     "/" + name,
 		RawQuery: "sslmode=disable&target_session_attrs=read-write",
 	}
@@ -397,7 +406,7 @@ func (n *HANode) Await(ctx context.Context, check string) error {
 // Postgres is the node's Postgres as a Cluster, for its processes: Crash,
 // StallReplication, Processes. Start and Stop are Patroni's.
 func (n *HANode) Postgres() Cluster {
-	return Cluster{DataDir: n.DataDir, Port: n.Port, BinDir: n.ha.binDir, LogFile: n.LogFile}
+	return Cluster{DataDir: n.DataDir, Port: n.Port, BinDir: n.ha.binDir, LogFile: n.LogFile, Host: haHost}
 }
 
 // URL is the address of the node's maintenance database, whatever its
@@ -484,8 +493,8 @@ func (h *HA) startEtcd(ctx context.Context) error {
 		if err := h.prepare(h.etcdDir); err != nil {
 			return err
 		}
-		client := fmt.Sprintf("http://127.0.0.1:%d", h.etcdClientPort)
-		peer := fmt.Sprintf("http://127.0.0.1:%d", h.etcdPeerPort)
+		client := fmt.Sprintf("http://%s:%d", haHost, h.etcdClientPort)
+		peer := fmt.Sprintf("http://%s:%d", haHost, h.etcdPeerPort)
 		args := []string{
 			"--name", "rocketrides", "--data-dir", h.etcdDir,
 			"--listen-client-urls", client, "--advertise-client-urls", client,
@@ -505,7 +514,7 @@ func (h *HA) startEtcd(ctx context.Context) error {
 		var health struct {
 			Health string `json:"health"`
 		}
-		status, body, err := get(ctx, fmt.Sprintf("http://127.0.0.1:%d/health", h.etcdClientPort))
+		status, body, err := get(ctx, fmt.Sprintf("http://%s:%d/health", haHost, h.etcdClientPort))
 		if err == nil && status == http.StatusOK && json.Unmarshal(body, &health) == nil && health.Health == "true" {
 			return nil
 		}
@@ -626,8 +635,8 @@ func (n *HANode) config() map[string]any {
 	if len(filepath.Join(socketDir, fmt.Sprintf(".s.PGSQL.%d", n.Port))) > maxSocketPath {
 		socketDir = "" // TCP only, as every URL is
 	}
-	local := fmt.Sprintf("127.0.0.1:%d", n.Port)
-	rest := fmt.Sprintf("127.0.0.1:%d", n.RESTPort)
+	local := fmt.Sprintf("%s:%d", haHost, n.Port)
+	rest := fmt.Sprintf("%s:%d", haHost, n.RESTPort)
 	user := map[string]any{"username": Superuser}
 	return map[string]any{
 		"scope": "rocketrides",
@@ -636,7 +645,7 @@ func (n *HANode) config() map[string]any {
 		"restapi": map[string]any{
 			"listen": rest, "connect_address": rest,
 		},
-		"etcd3": map[string]any{"hosts": fmt.Sprintf("127.0.0.1:%d", h.etcdClientPort), "protocol": "http"},
+		"etcd3": map[string]any{"hosts": fmt.Sprintf("%s:%d", haHost, h.etcdClientPort), "protocol": "http"},
 		"bootstrap": map[string]any{
 			"dcs": map[string]any{
 				"ttl":           int(HATTL.Seconds()),
@@ -686,8 +695,8 @@ func (n *HANode) config() map[string]any {
 			// Loopback only, throwaway data: trust, as the project's
 			// cluster does.
 			"pg_hba": []string{
-				"host replication all 127.0.0.1/32 trust",
-				"host all all 127.0.0.1/32 trust",
+				"host replication all 127.0.0.0/8 trust",
+				"host all all 127.0.0.0/8 trust",
 			},
 		},
 		// No watchdog here (no /dev/watchdog, no softdog): a leader whose
@@ -765,7 +774,7 @@ func findProcess(args ...string) int {
 func (n *HANode) rest(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("http://127.0.0.1:%d%s", n.RESTPort, path), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("http://%s:%d%s", haHost, n.RESTPort, path), bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}

@@ -76,12 +76,15 @@ type Cluster struct {
 	// DataDir is the data directory. The unix socket is created in it too,
 	// so the cluster does not depend on /var/run/postgresql.
 	DataDir string
-	// Port is the TCP port on 127.0.0.1.
+	// Port is the TCP port on 127.0.0.1 (on Host when set).
 	Port int
 	// BinDir holds the server binaries in use.
 	BinDir string
 	// LogFile receives the server's log (<DataDir>.log).
 	LogFile string
+	// Host is the loopback address a node of a replicated cluster listens
+	// on (haHost); empty for 127.0.0.1.
+	Host string
 
 	lockFile      string
 	runAs         *account // nil unless this process is root
@@ -194,7 +197,7 @@ func (c Cluster) DatabaseURL(name string) string {
 	u := url.URL{
 		Scheme:   "postgres",
 		User:     url.User(Superuser),
-		Host:     fmt.Sprintf("127.0.0.1:%d", c.Port),
+		Host:     fmt.Sprintf("%s:%d", cmp.Or(c.Host, "127.0.0.1"), c.Port),
 		Path:     "/" + name,
 		RawQuery: "sslmode=disable",
 	}
