@@ -429,6 +429,11 @@ func (s *soak) judge(ctx context.Context) error {
 		return err
 	}
 	s.summary.Report = report
+	if s.cfg.Drill == DrillAgent {
+		if s.summary.ReceiptsMailed, err = s.receiptsMailed(ctx, report); err != nil {
+			return err
+		}
+	}
 	if err := s.checkAcknowledged(ctx); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,7 +17,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rocketrides/rocketrides/internal/dev/localpg"
+	"github.com/rocketrides/rocketrides/internal/jobs"
+	"github.com/rocketrides/rocketrides/internal/platform/mail"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
+	"github.com/rocketrides/rocketrides/internal/testkit/invariant"
 )
 
 // The failover drills. The soak runs against a Patroni cluster (etcd and
@@ -373,6 +377,34 @@ func monitorReadyz(ctx context.Context, stop <-chan struct{}, apis []string, rng
 			f.count(func(f *faults) { f.readyzConfirmed++ })
 		}
 	}
+}
+
+// receiptsMailed finds, for each ride the invariant check reports as
+// paid without a receipt, whether its receipt was mailed all the same:
+// the soak's mail directory holds the ride's receipt, naming the ride's
+// charge. With two primaries at once (DrillAgent) the worker is split
+// too: its pool reaches both, so it can mail a receipt and record it on
+// the old leader, whose timeline pg_rewind then discards, while River
+// completes the job on the new one. The customer has the receipt; only
+// its record is gone.
+func (s *soak) receiptsMailed(ctx context.Context, report invariant.Report) (map[int64]bool, error) {
+	mailed := map[int64]bool{}
+	for _, v := range report.Violations {
+		var rideID int64
+		if v.Kind != invariant.ReceiptMissing {
+			continue
+		}
+		if _, err := fmt.Sscanf(v.Detail, "paid ride %d", &rideID); err != nil {
+			return nil, fmt.Errorf("read %q: %w", v, err)
+		}
+		var charge string
+		if err := s.pool.QueryRow(ctx, `SELECT stripe_charge_id FROM rides WHERE id = $1`, rideID).Scan(&charge); err != nil {
+			return nil, fmt.Errorf("ride %d's charge: %w", rideID, err)
+		}
+		msg, err := os.ReadFile(filepath.Join(s.dir, "mail", mail.FileName(jobs.ReceiptMessageID(rideID))))
+		mailed[rideID] = err == nil && strings.Contains(string(msg), "Charge:  "+charge+"\n")
+	}
+	return mailed, nil
 }
 
 // checkAcknowledged compares what the clients were told with what the

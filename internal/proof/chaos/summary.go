@@ -70,6 +70,10 @@ type Summary struct {
 	// reported as charges without a ride.
 	ReconcilerLines    []string
 	ChargesWithoutRide map[string]bool
+	// ReceiptsMailed says, in DrillAgent, for each paid ride without a
+	// receipt's record, whether its receipt was mailed all the same
+	// (soak.receiptsMailed).
+	ReceiptsMailed map[int64]bool
 
 	// Report is the invariant check after the drain; Judged that the
 	// soak got that far.
@@ -179,7 +183,10 @@ func (s Summary) lossesReported() bool {
 		}
 	}
 	for _, v := range s.Report.Violations {
-		if v.Kind != invariant.ChargeWithoutRide || !s.namesReportedCharge(v.Detail) {
+		switch {
+		case v.Kind == invariant.ChargeWithoutRide && s.namesReportedCharge(v.Detail):
+		case v.Kind == invariant.ReceiptMissing && s.receiptMailed(v.Detail):
+		default:
 			return false
 		}
 	}
@@ -189,6 +196,14 @@ func (s Summary) lossesReported() bool {
 		}
 	}
 	return true
+}
+
+// receiptMailed reports whether the ride a receipt_missing violation
+// names had its receipt mailed all the same (ReceiptsMailed).
+func (s Summary) receiptMailed(detail string) bool {
+	var rideID int64
+	_, err := fmt.Sscanf(detail, "paid ride %d", &rideID)
+	return err == nil && s.ReceiptsMailed[rideID]
 }
 
 func (s Summary) namesReportedCharge(detail string) bool {
@@ -363,6 +378,15 @@ func (s Summary) writeJudgement(b *strings.Builder, line func(name, format strin
 	}
 	for _, e := range a.Examples {
 		fmt.Fprintf(b, "    - %s\n", e)
+	}
+	if len(s.ReceiptsMailed) > 0 {
+		mailed := 0
+		for _, ok := range s.ReceiptsMailed {
+			if ok {
+				mailed++
+			}
+		}
+		line("receipt records lost", "%d, of which %d receipts were mailed all the same (their record went with the old leader's timeline)", len(s.ReceiptsMailed), mailed)
 	}
 	line("invariant violations", "%d%s", len(r.Violations), mustBeZero(len(r.Violations)))
 	for _, v := range r.Violations[:min(len(r.Violations), 20)] {

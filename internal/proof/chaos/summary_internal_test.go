@@ -1,0 +1,37 @@
+package chaos
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/testkit/invariant"
+)
+
+// TestLossesReported holds the agent drill's pass rule: every loss is
+// one the reconciler reported, or a receipt mailed whose record the old
+// leader's timeline took with it.
+func TestLossesReported(t *testing.T) {
+	t.Parallel()
+	agent := func(violations ...invariant.Violation) Summary {
+		return Summary{
+			Reconciler:         "charges=2 rides=1 charge_without_ride=1",
+			ReconcilerLines:    []string{"charges=2 rides=1 charge_without_ride=1", "charge_without_ride charge=ch_1: metadata ride_id 7 names no ride"},
+			ChargesWithoutRide: map[string]bool{"ch_1": true},
+			ReceiptsMailed:     map[int64]bool{332: true, 378: false},
+			Report:             invariant.Report{Violations: violations},
+		}
+	}
+	reported := invariant.Violation{Kind: invariant.ChargeWithoutRide, Detail: "charge ch_1 (customer cus_1) names no ride"}
+	unreported := invariant.Violation{Kind: invariant.ChargeWithoutRide, Detail: "charge ch_2 (customer cus_1) names no ride"}
+	mailed := invariant.Violation{Kind: invariant.ReceiptMissing, Detail: "paid ride 332 has no receipt although the worker drained its queue"}
+	unmailed := invariant.Violation{Kind: invariant.ReceiptMissing, Detail: "paid ride 378 has no receipt although the worker drained its queue"}
+	double := invariant.Violation{Kind: invariant.DoubleCharge, Detail: "ride 9 charged twice"}
+
+	require.True(t, agent().lossesReported())
+	require.True(t, agent(reported).lossesReported())
+	require.True(t, agent(reported, mailed).lossesReported(), "a receipt mailed whose record was lost")
+	require.False(t, agent(unreported).lossesReported(), "a charge the reconciler did not report")
+	require.False(t, agent(reported, unmailed).lossesReported(), "a receipt never mailed")
+	require.False(t, agent(double).lossesReported())
+}
