@@ -772,9 +772,15 @@ func findProcess(args ...string) int {
 
 // rest calls the node's Patroni REST API.
 func (n *HANode) rest(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	return call(ctx, method, fmt.Sprintf("http://%s:%d%s", haHost, n.RESTPort, path), body)
+}
+
+// call makes one HTTP request of Patroni or etcd, bounded at 3 s, and
+// returns the status and the body.
+func call(ctx context.Context, method, u string, body []byte) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("http://%s:%d%s", haHost, n.RESTPort, path), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -787,20 +793,9 @@ func (n *HANode) rest(ctx context.Context, method, path string, body []byte) (in
 	return resp.StatusCode, answer, err
 }
 
+// get GETs u, as rest calls a node's REST API.
 func get(ctx context.Context, u string) (int, []byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, body, err
+	return call(ctx, http.MethodGet, u, nil)
 }
 
 // tail is the end of a log file, formatted to follow an error.

@@ -3,13 +3,11 @@ package db_test
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rocketrides/rocketrides/internal/dev/localpg"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 )
@@ -63,27 +61,10 @@ func TestCheckDurability(t *testing.T) {
 
 // synchronousStandby starts a Patroni cluster of the test's own, a leader
 // with a streaming synchronous standby, and returns a URL that reaches the
-// leader. It is the one place these tests depend on how such a cluster is
-// run.
+// leader.
 func synchronousStandby(t *testing.T) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := localpg.New(localpg.Options{})
-	require.NoError(t, err)
-	dir, err := os.MkdirTemp(filepath.Dir(c.DataDir), "scratch-durability-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
-	port, err := localpg.HAScratchPort(4)
-	require.NoError(t, err)
-	opts := localpg.HAOptions{Dir: dir, Port: port}
-	t.Cleanup(func() {
-		h, err := localpg.NewHA(opts)
-		require.NoError(t, err)
-		require.NoError(t, h.Stop(context.Background()))
-		require.NoError(t, os.RemoveAll(dir))
-	})
-	h, err := localpg.EnsureHA(ctx, opts)
-	require.NoError(t, err)
-	return h.DatabaseURL("postgres")
+	return scratchHA(ctx, t, "durability", 4).DatabaseURL("postgres")
 }

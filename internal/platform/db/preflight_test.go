@@ -100,22 +100,7 @@ func TestPreflightReplication(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	c, err := localpg.New(localpg.Options{})
-	require.NoError(t, err)
-	dir, err := os.MkdirTemp(filepath.Dir(c.DataDir), "scratch-preflight-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
-	port, err := localpg.HAScratchPort(1)
-	require.NoError(t, err)
-	opts := localpg.HAOptions{Dir: dir, Port: port}
-	t.Cleanup(func() {
-		h, err := localpg.NewHA(opts)
-		require.NoError(t, err)
-		require.NoError(t, h.Stop(context.Background()))
-		require.NoError(t, os.RemoveAll(dir))
-	})
-	h, err := localpg.EnsureHA(ctx, opts)
-	require.NoError(t, err)
+	h := scratchHA(ctx, t, "preflight", 1)
 	url := h.DatabaseURL("postgres")
 	check := func(cfg db.PreflightConfig, params ...string) error {
 		pool, err := db.Open(ctx, url+strings.Join(params, ""), 2)
@@ -229,4 +214,29 @@ func freePort(t *testing.T) int {
 	require.NoError(t, err)
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// scratchHA starts a Patroni cluster of the test's own (etcd and two
+// nodes, synchronous mode) on scratch block n of the ports
+// (localpg.HAScratchPort), under .data/scratch-<name>-*, and stops and
+// deletes it when the test ends.
+func scratchHA(ctx context.Context, t *testing.T, name string, n int) *localpg.HA {
+	t.Helper()
+	c, err := localpg.New(localpg.Options{})
+	require.NoError(t, err)
+	dir, err := os.MkdirTemp(filepath.Dir(c.DataDir), "scratch-"+name+"-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	port, err := localpg.HAScratchPort(n)
+	require.NoError(t, err)
+	opts := localpg.HAOptions{Dir: dir, Port: port}
+	t.Cleanup(func() {
+		h, err := localpg.NewHA(opts)
+		require.NoError(t, err)
+		require.NoError(t, h.Stop(context.Background()))
+		require.NoError(t, os.RemoveAll(dir))
+	})
+	h, err := localpg.EnsureHA(ctx, opts)
+	require.NoError(t, err)
+	return h
 }
