@@ -181,9 +181,11 @@ CREATE INDEX audit_records_resource ON audit_records (resource_type, resource_id
 CREATE TABLE rides (
     id                 BIGSERIAL       PRIMARY KEY,
     created_at         TIMESTAMPTZ     NOT NULL DEFAULT now(),
-    -- How a resumed request finds the ride it already created. The key is
-    -- reaped after a few days; the ride stays and loses the reference.
-    idempotency_key_id BIGINT          REFERENCES idempotency_keys ON DELETE SET NULL,
+    -- How a resumed request finds the ride it already created: one ride
+    -- per request, however often it resumes. The key is reaped after a
+    -- few days; the ride stays and loses the reference. The unique index
+    -- also serves the look-up and the reaper's SET NULL.
+    idempotency_key_id BIGINT          UNIQUE REFERENCES idempotency_keys ON DELETE SET NULL,
     origin_lat         NUMERIC(13, 10) NOT NULL CHECK (origin_lat BETWEEN -90 AND 90),
     origin_lon         NUMERIC(13, 10) NOT NULL CHECK (origin_lon BETWEEN -180 AND 180),
     target_lat         NUMERIC(13, 10) NOT NULL CHECK (target_lat BETWEEN -90 AND 90),
@@ -204,15 +206,11 @@ CREATE TABLE rides (
         CONSTRAINT rides_status_known
         CHECK (status IN ('pending', 'succeeded', 'declined', 'failed', 'needs_review')),
 
-    -- One ride per request, however often it resumes.
-    CONSTRAINT rides_user_id_idempotency_key_id_key UNIQUE (user_id, idempotency_key_id),
     -- Charged exactly when it succeeded.
     CONSTRAINT rides_succeeded_has_charge CHECK ((status = 'succeeded') = (stripe_charge_id IS NOT NULL))
 );
 
--- A phase finds its key's ride, and deleting a key unsets it, without a
--- scan; GET /rides lists a user's rides newest first.
-CREATE INDEX rides_idempotency_key_id ON rides (idempotency_key_id) WHERE idempotency_key_id IS NOT NULL;
+-- GET /rides lists a user's rides newest first.
 CREATE INDEX rides_user_id_id ON rides (user_id, id DESC);
 
 -- Staged jobs: inserted by an atomic phase in its own transaction, so a

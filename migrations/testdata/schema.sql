@@ -353,13 +353,13 @@ ALTER TABLE ONLY public.ride_receipts
     ADD CONSTRAINT ride_receipts_pkey PRIMARY KEY (ride_id);
 
 ALTER TABLE ONLY public.rides
+    ADD CONSTRAINT rides_idempotency_key_id_key UNIQUE (idempotency_key_id);
+
+ALTER TABLE ONLY public.rides
     ADD CONSTRAINT rides_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.rides
     ADD CONSTRAINT rides_stripe_charge_id_key UNIQUE (stripe_charge_id);
-
-ALTER TABLE ONLY public.rides
-    ADD CONSTRAINT rides_user_id_idempotency_key_id_key UNIQUE (user_id, idempotency_key_id);
 
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
@@ -396,8 +396,6 @@ CREATE INDEX operator_sessions_expires_at ON public.operator_sessions USING btre
 CREATE INDEX operator_sessions_operator_id ON public.operator_sessions USING btree (operator_id);
 
 CREATE INDEX reaped_keys_created_at ON public.reaped_keys USING btree (created_at);
-
-CREATE INDEX rides_idempotency_key_id ON public.rides USING btree (idempotency_key_id) WHERE (idempotency_key_id IS NOT NULL);
 
 CREATE INDEX rides_user_id_id ON public.rides USING btree (user_id, id DESC);
 
