@@ -124,31 +124,22 @@ CREATE INDEX idempotency_keys_unfinished_last_run_at
 -- The reaper removes keys by age.
 CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at);
 
--- The fence opens every atomic phase: it locks the key's row if the key
--- still carries the phase's lock token and recovery point, and raises if
--- not (RR001; RR002 for a key claimed as its predecessor was reaped).
+-- The fence opens every atomic phase: a plain SELECT (package idem,
+-- fence.go) locks the key's row if the key still carries the phase's lock
+-- token and recovery point, and calls this function, which raises, if not
+-- (RR001; RR002 for a key claimed as its predecessor was reaped).
 -- Raising, not answering, is what lets a phase send BEGIN to COMMIT in one
--- round trip: nothing after a failed fence commits. Package idem says more.
-CREATE FUNCTION idempotency_key_fence(key_id BIGINT, token UUID, point TEXT) RETURNS VOID
+-- round trip: nothing after a failed fence commits. The function runs only
+-- to refuse, so a phase whose key is still its own calls no plpgsql.
+CREATE FUNCTION idempotency_key_fence_refuse(key_id BIGINT, point TEXT, reaped BOOLEAN) RETURNS VOID
 LANGUAGE plpgsql AS $$
-DECLARE
-    unreaped BOOLEAN;
 BEGIN
-    SELECT NOT EXISTS (
-               SELECT 1 FROM reaped_keys r
-               WHERE point = 'started' AND r.user_id = k.user_id AND r.idempotency_key = k.idempotency_key)
-    INTO unreaped
-    FROM idempotency_keys k
-    WHERE k.id = key_id AND k.lock_token = token AND k.recovery_point = point
-    FOR UPDATE OF k;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'idempotency key % no longer carries this lock at %', key_id, point
-            USING ERRCODE = 'RR001';
-    END IF;
-    IF NOT unreaped THEN
+    IF reaped THEN
         RAISE EXCEPTION 'idempotency key % has a reaped predecessor', key_id
             USING ERRCODE = 'RR002';
     END IF;
+    RAISE EXCEPTION 'idempotency key % no longer carries this lock at %', key_id, point
+        USING ERRCODE = 'RR001';
 END
 $$;
 

@@ -9,27 +9,16 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION public.idempotency_key_fence(key_id bigint, token uuid, point text) RETURNS void
+CREATE FUNCTION public.idempotency_key_fence_refuse(key_id bigint, point text, reaped boolean) RETURNS void
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    unreaped BOOLEAN;
 BEGIN
-    SELECT NOT EXISTS (
-               SELECT 1 FROM reaped_keys r
-               WHERE point = 'started' AND r.user_id = k.user_id AND r.idempotency_key = k.idempotency_key)
-    INTO unreaped
-    FROM idempotency_keys k
-    WHERE k.id = key_id AND k.lock_token = token AND k.recovery_point = point
-    FOR UPDATE OF k;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'idempotency key % no longer carries this lock at %', key_id, point
-            USING ERRCODE = 'RR001';
-    END IF;
-    IF NOT unreaped THEN
+    IF reaped THEN
         RAISE EXCEPTION 'idempotency key % has a reaped predecessor', key_id
             USING ERRCODE = 'RR002';
     END IF;
+    RAISE EXCEPTION 'idempotency key % no longer carries this lock at %', key_id, point
+        USING ERRCODE = 'RR001';
 END
 $$;
 
