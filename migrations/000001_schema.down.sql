@@ -1,7 +1,7 @@
 -- Everything 000001_schema.up.sql created, tables that refer to others first.
 DROP FUNCTION api_token_check(BOOLEAN);
 DROP FUNCTION idempotency_key_phase_check(BOOLEAN, TEXT);
-DROP FUNCTION idempotency_key_fence(BIGINT, UUID, TEXT);
+DROP FUNCTION idempotency_key_fence_refuse(BIGINT, TEXT, BOOLEAN);
 DROP TABLE operator_login_failures;
 DROP TABLE operator_sessions;
 DROP TABLE operators;

@@ -124,31 +124,22 @@ CREATE INDEX idempotency_keys_unfinished_last_run_at
 -- The reaper removes keys by age.
 CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at);
 
--- The fence opens every atomic phase: it locks the key's row if the key
--- still carries the phase's lock token and recovery point, and raises if
--- not (RR001; RR002 for a key claimed as its predecessor was reaped).
+-- The fence opens every atomic phase: a plain SELECT (package idem,
+-- fence.go) locks the key's row if the key still carries the phase's lock
+-- token and recovery point, and calls this function, which raises, if not
+-- (RR001; RR002 for a key claimed as its predecessor was reaped).
 -- Raising, not answering, is what lets a phase send BEGIN to COMMIT in one
--- round trip: nothing after a failed fence commits. Package idem says more.
-CREATE FUNCTION idempotency_key_fence(key_id BIGINT, token UUID, point TEXT) RETURNS VOID
+-- round trip: nothing after a failed fence commits. The function runs only
+-- to refuse, so a phase whose key is still its own calls no plpgsql.
+CREATE FUNCTION idempotency_key_fence_refuse(key_id BIGINT, point TEXT, reaped BOOLEAN) RETURNS VOID
 LANGUAGE plpgsql AS $$
-DECLARE
-    unreaped BOOLEAN;
 BEGIN
-    SELECT NOT EXISTS (
-               SELECT 1 FROM reaped_keys r
-               WHERE point = 'started' AND r.user_id = k.user_id AND r.idempotency_key = k.idempotency_key)
-    INTO unreaped
-    FROM idempotency_keys k
-    WHERE k.id = key_id AND k.lock_token = token AND k.recovery_point = point
-    FOR UPDATE OF k;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'idempotency key % no longer carries this lock at %', key_id, point
-            USING ERRCODE = 'RR001';
-    END IF;
-    IF NOT unreaped THEN
+    IF reaped THEN
         RAISE EXCEPTION 'idempotency key % has a reaped predecessor', key_id
             USING ERRCODE = 'RR002';
     END IF;
+    RAISE EXCEPTION 'idempotency key % no longer carries this lock at %', key_id, point
+        USING ERRCODE = 'RR001';
 END
 $$;
 
@@ -181,9 +172,11 @@ CREATE INDEX audit_records_resource ON audit_records (resource_type, resource_id
 CREATE TABLE rides (
     id                 BIGSERIAL       PRIMARY KEY,
     created_at         TIMESTAMPTZ     NOT NULL DEFAULT now(),
-    -- How a resumed request finds the ride it already created. The key is
-    -- reaped after a few days; the ride stays and loses the reference.
-    idempotency_key_id BIGINT          REFERENCES idempotency_keys ON DELETE SET NULL,
+    -- How a resumed request finds the ride it already created: one ride
+    -- per request, however often it resumes. The key is reaped after a
+    -- few days; the ride stays and loses the reference. The unique index
+    -- also serves the look-up and the reaper's SET NULL.
+    idempotency_key_id BIGINT          UNIQUE REFERENCES idempotency_keys ON DELETE SET NULL,
     origin_lat         NUMERIC(13, 10) NOT NULL CHECK (origin_lat BETWEEN -90 AND 90),
     origin_lon         NUMERIC(13, 10) NOT NULL CHECK (origin_lon BETWEEN -180 AND 180),
     target_lat         NUMERIC(13, 10) NOT NULL CHECK (target_lat BETWEEN -90 AND 90),
@@ -204,15 +197,11 @@ CREATE TABLE rides (
         CONSTRAINT rides_status_known
         CHECK (status IN ('pending', 'succeeded', 'declined', 'failed', 'needs_review')),
 
-    -- One ride per request, however often it resumes.
-    CONSTRAINT rides_user_id_idempotency_key_id_key UNIQUE (user_id, idempotency_key_id),
     -- Charged exactly when it succeeded.
     CONSTRAINT rides_succeeded_has_charge CHECK ((status = 'succeeded') = (stripe_charge_id IS NOT NULL))
 );
 
--- A phase finds its key's ride, and deleting a key unsets it, without a
--- scan; GET /rides lists a user's rides newest first.
-CREATE INDEX rides_idempotency_key_id ON rides (idempotency_key_id) WHERE idempotency_key_id IS NOT NULL;
+-- GET /rides lists a user's rides newest first.
 CREATE INDEX rides_user_id_id ON rides (user_id, id DESC);
 
 -- Staged jobs: inserted by an atomic phase in its own transaction, so a

@@ -24,7 +24,7 @@
 // atomic phase, and unlock). Each of the others is named for the machinery
 // it holds: fastpath.go (the claim in one statement), pipeline.go (a
 // phase in one round trip, two in one pipeline), fence.go (the fence's
-// plpgsql and its errors), tombstone.go (reaped keys and the 410),
+// SQL and its errors), tombstone.go (reaped keys and the 410),
 // attention.go (keys set aside for a person), steps.go (each key's story),
 // abandoned.go (the completer's claim and the reaper's delete), read.go
 // (the console's reads) and store.go (the Store and its Config).

@@ -6,7 +6,7 @@
 //
 // Left to a second reading: how a phase goes to Postgres in one round
 // trip, two phases in one pipeline, and the retries after a serialization
-// failure (pipeline.go); the fence's plpgsql and its errors (fence.go); the
+// failure (pipeline.go); the fence's SQL and its errors (fence.go); the
 // outcomes beyond the article, a key set aside for a person or reopened
 // and the time of the first foreign call (attention.go), and the id of
 // what the request created (tombstone.go); the steps (steps.go).
@@ -74,7 +74,7 @@ func (s *Store) queuePhase(ctx context.Context, tx *Tx, key *Key, from RecoveryP
 	// lock token and recovery point, and otherwise raises, which aborts the
 	// transaction: nothing queued after it can commit, so the phase sends
 	// its writes and COMMIT without waiting for the fence's answer.
-	tx.Queue(`SELECT idempotency_key_fence($1, $2, $3)`, key.ID, key.lockToken(), from)
+	queueFence(tx, key, from)
 	out, err := fn(ctx, tx)
 	if err != nil {
 		return nil, err

@@ -9,27 +9,16 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION public.idempotency_key_fence(key_id bigint, token uuid, point text) RETURNS void
+CREATE FUNCTION public.idempotency_key_fence_refuse(key_id bigint, point text, reaped boolean) RETURNS void
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    unreaped BOOLEAN;
 BEGIN
-    SELECT NOT EXISTS (
-               SELECT 1 FROM reaped_keys r
-               WHERE point = 'started' AND r.user_id = k.user_id AND r.idempotency_key = k.idempotency_key)
-    INTO unreaped
-    FROM idempotency_keys k
-    WHERE k.id = key_id AND k.lock_token = token AND k.recovery_point = point
-    FOR UPDATE OF k;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'idempotency key % no longer carries this lock at %', key_id, point
-            USING ERRCODE = 'RR001';
-    END IF;
-    IF NOT unreaped THEN
+    IF reaped THEN
         RAISE EXCEPTION 'idempotency key % has a reaped predecessor', key_id
             USING ERRCODE = 'RR002';
     END IF;
+    RAISE EXCEPTION 'idempotency key % no longer carries this lock at %', key_id, point
+        USING ERRCODE = 'RR001';
 END
 $$;
 
@@ -353,13 +342,13 @@ ALTER TABLE ONLY public.ride_receipts
     ADD CONSTRAINT ride_receipts_pkey PRIMARY KEY (ride_id);
 
 ALTER TABLE ONLY public.rides
+    ADD CONSTRAINT rides_idempotency_key_id_key UNIQUE (idempotency_key_id);
+
+ALTER TABLE ONLY public.rides
     ADD CONSTRAINT rides_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.rides
     ADD CONSTRAINT rides_stripe_charge_id_key UNIQUE (stripe_charge_id);
-
-ALTER TABLE ONLY public.rides
-    ADD CONSTRAINT rides_user_id_idempotency_key_id_key UNIQUE (user_id, idempotency_key_id);
 
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
@@ -396,8 +385,6 @@ CREATE INDEX operator_sessions_expires_at ON public.operator_sessions USING btre
 CREATE INDEX operator_sessions_operator_id ON public.operator_sessions USING btree (operator_id);
 
 CREATE INDEX reaped_keys_created_at ON public.reaped_keys USING btree (created_at);
-
-CREATE INDEX rides_idempotency_key_id ON public.rides USING btree (idempotency_key_id) WHERE (idempotency_key_id IS NOT NULL);
 
 CREATE INDEX rides_user_id_id ON public.rides USING btree (user_id, id DESC);
 
