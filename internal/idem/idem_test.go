@@ -128,6 +128,44 @@ func TestStore(t *testing.T) {
 		require.NotEqual(t, *first.LockToken, *second.LockToken)
 	})
 
+	// The fence from started: a key claimed in the very instant the reaper
+	// deleted its predecessor (whose record the claim's guard did not see
+	// yet) is refused at its first phase, which writes nothing, and the
+	// key is deleted; a key without such a record passes the same fence.
+	t.Run("FencesOffAKeyWithAReapedPredecessor", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+		other := b.req
+		other.Key = uuid.NewString()
+		passes, _, err := b.store.Claim(ctx, other)
+		require.NoError(t, err)
+		raced, _, err := b.store.Claim(ctx, b.req)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `
+			INSERT INTO reaped_keys (user_id, idempotency_key, idempotency_key_id, request_method, request_path,
+			                         request_params_sha256, created_at)
+			VALUES ($1, $2, $3 + 1000, 'POST', '/rides', sha256('another request'), now() - interval '4 days')`,
+			b.req.UserID, b.req.Key, raced.ID)
+		require.NoError(t, err)
+
+		stage := func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('fenced', '{}')`)
+			return idem.Advance(halfway), nil
+		}
+		require.ErrorIs(t, b.store.Phase(ctx, raced, stage), idem.ErrKeyReused,
+			"refused as the claim refuses another request under a reaped key")
+		var keys, jobs int
+		require.NoError(t, b.pool.QueryRow(ctx, `
+			SELECT (SELECT count(*) FROM idempotency_keys WHERE id = $1), (SELECT count(*) FROM staged_jobs)`,
+			raced.ID).Scan(&keys, &jobs))
+		require.Zero(t, keys, "the key is retired")
+		require.Zero(t, jobs, "the fenced phase wrote nothing")
+
+		require.NoError(t, b.store.Phase(ctx, passes, stage))
+		require.Equal(t, halfway, passes.RecoveryPoint)
+	})
+
 	// Fencing: the request whose lock was taken over can no longer move
 	// the key, even though it still believes it holds it.
 	t.Run("FencesOffRequestWhoseLockWasTakenOver", func(t *testing.T) {
