@@ -3,16 +3,12 @@ package idem_test
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocketrides/rocketrides/internal/idem"
-	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 )
 
 // TestPhaseGuarded pins a guard sent ahead of a phase (the ride's charge
@@ -23,28 +19,9 @@ func TestPhaseGuarded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
-	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	counter := &roundTrips{}
-	cfg.ConnConfig.Tracer = counter
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-
-	var userID int64
-	require.NoError(t, pool.QueryRow(ctx, `
-		INSERT INTO users (email, stripe_customer_id, api_token_hash)
-		VALUES ('guard@example.com', 'cus_guard', sha256('t')) RETURNING id`).Scan(&userID))
-	store, err := idem.New(&idem.Config{Pool: pool, LockTimeout: time.Minute})
-	require.NoError(t, err)
-	claim := func(key string) *idem.Key {
-		t.Helper()
-		k, _, err := store.Claim(ctx, idem.Request{UserID: userID, Key: key, Method: "POST", Path: "/rides",
-			Params: []byte(`{}`), OriginIP: netip.MustParseAddr("192.0.2.1")})
-		require.NoError(t, err)
-		return k
-	}
+	tr := newTraced(t, "guard")
+	pool, store, counter := tr.pool, tr.store, tr.counter
+	claim := func(key string) *idem.Key { return tr.claim(t, key) }
 	jobs := func(name string) (n int) {
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM staged_jobs WHERE job_name = $1`, name).Scan(&n))
 		return n

@@ -35,6 +35,44 @@ func (c *roundTrips) reset() { c.queries.Store(0); c.batches.Store(0) }
 
 func (c *roundTrips) total() int64 { return c.queries.Load() + c.batches.Load() }
 
+// traced is a store on a pool of one connection whose round trips are
+// counted (one connection, so its statement cache is warm after the first
+// use), with a user of its own.
+type traced struct {
+	pool    *pgxpool.Pool
+	store   *idem.Store
+	counter *roundTrips
+	userID  int64
+}
+
+func newTraced(t *testing.T, name string) *traced {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	tr := &traced{counter: &roundTrips{}}
+	cfg.ConnConfig.Tracer = tr.counter
+	tr.pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(tr.pool.Close)
+	require.NoError(t, tr.pool.QueryRow(ctx, `
+		INSERT INTO users (email, stripe_customer_id, api_token_hash)
+		VALUES ($1 || '@example.com', 'cus_' || $1, sha256('t')) RETURNING id`, name).Scan(&tr.userID))
+	tr.store, err = idem.New(&idem.Config{Pool: tr.pool, LockTimeout: time.Minute})
+	require.NoError(t, err)
+	return tr
+}
+
+// claim claims key for a POST /rides of the traced user.
+func (tr *traced) claim(t *testing.T, key string) *idem.Key {
+	t.Helper()
+	k, _, err := tr.store.Claim(context.Background(), idem.Request{UserID: tr.userID, Key: key, Method: "POST", Path: "/rides",
+		Params: []byte(`{}`), OriginIP: netip.MustParseAddr("192.0.2.1")})
+	require.NoError(t, err)
+	return k
+}
+
 // TestPhaseRoundTrips pins what an atomic phase costs on the wire: the
 // fence raises rather than answers, so BEGIN, the fence, the phase's
 // writes, the new recovery point and COMMIT go out together, one round
@@ -43,21 +81,9 @@ func TestPhaseRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
-	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1 // one connection, so its statement cache is warm after the first phase
-	counter := &roundTrips{}
-	cfg.ConnConfig.Tracer = counter
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-
-	var userID int64
-	require.NoError(t, pool.QueryRow(ctx, `
-		INSERT INTO users (email, stripe_customer_id, api_token_hash)
-		VALUES ('trips@example.com', 'cus_trips', sha256('t')) RETURNING id`).Scan(&userID))
-	store, err := idem.New(&idem.Config{Pool: pool, LockTimeout: time.Minute})
-	require.NoError(t, err)
+	tr := newTraced(t, "trips")
+	store, counter := tr.store, tr.counter
+	claim := func(key string) *idem.Key { return tr.claim(t, key) }
 
 	writeOnly := func(next idem.RecoveryPoint) idem.PhaseFunc {
 		return func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
@@ -76,13 +102,6 @@ func TestPhaseRoundTrips(t *testing.T) {
 		return idem.Respond(201, []byte(`{"jobs": 4}`)), nil
 	}
 
-	claim := func(key string) *idem.Key {
-		t.Helper()
-		k, _, err := store.Claim(ctx, idem.Request{UserID: userID, Key: key, Method: "POST", Path: "/rides",
-			Params: []byte(`{}`), OriginIP: netip.MustParseAddr("192.0.2.1")})
-		require.NoError(t, err)
-		return k
-	}
 	run := func(key *idem.Key) {
 		t.Helper()
 		require.NoError(t, store.Phase(ctx, key, writeOnly("halfway")))
@@ -111,26 +130,13 @@ func TestClaimRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
-	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	counter := &roundTrips{}
-	cfg.ConnConfig.Tracer = counter
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-
-	var userID int64
-	require.NoError(t, pool.QueryRow(ctx, `
-		INSERT INTO users (email, stripe_customer_id, api_token_hash)
-		VALUES ('trips@example.com', 'cus_trips', sha256('t')) RETURNING id`).Scan(&userID))
+	tr := newTraced(t, "trips")
+	pool, store, counter, userID := tr.pool, tr.store, tr.counter, tr.userID
 	// Records of reaped keys exist, and one of them is this user's.
-	_, err = pool.Exec(ctx, `
+	_, err := pool.Exec(ctx, `
 		INSERT INTO reaped_keys (user_id, idempotency_key, idempotency_key_id, request_method, request_path,
 		                         request_params_sha256, created_at)
 		VALUES ($1, 'reaped', 1, 'POST', '/rides', sha256(''), now() - interval '4 days')`, userID)
-	require.NoError(t, err)
-	store, err := idem.New(&idem.Config{Pool: pool})
 	require.NoError(t, err)
 	claim := func(key string) error {
 		_, _, err := store.Claim(ctx, idem.Request{UserID: userID, Key: key, Method: "POST", Path: "/rides",
@@ -153,28 +159,9 @@ func TestPhaseThen(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
-	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	counter := &roundTrips{}
-	cfg.ConnConfig.Tracer = counter
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-
-	var userID int64
-	require.NoError(t, pool.QueryRow(ctx, `
-		INSERT INTO users (email, stripe_customer_id, api_token_hash)
-		VALUES ('then@example.com', 'cus_then', sha256('t')) RETURNING id`).Scan(&userID))
-	store, err := idem.New(&idem.Config{Pool: pool, LockTimeout: time.Minute})
-	require.NoError(t, err)
-	claim := func(key string) *idem.Key {
-		t.Helper()
-		k, _, err := store.Claim(ctx, idem.Request{UserID: userID, Key: key, Method: "POST", Path: "/rides",
-			Params: []byte(`{}`), OriginIP: netip.MustParseAddr("192.0.2.1")})
-		require.NoError(t, err)
-		return k
-	}
+	tr := newTraced(t, "then")
+	pool, store, counter := tr.pool, tr.store, tr.counter
+	claim := func(key string) *idem.Key { return tr.claim(t, key) }
 	job := func(next idem.Outcome) idem.PhaseFunc {
 		return func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
 			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('then', '{}')`)
@@ -206,7 +193,7 @@ func TestPhaseThen(t *testing.T) {
 
 	before := jobs()
 	key = claim("second-fails")
-	err = store.PhaseThen(ctx, key, job(idem.Advance("halfway")), func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+	err := store.PhaseThen(ctx, key, job(idem.Advance("halfway")), func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
 		tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('then', '{}')`)
 		tx.Queue(`
 			WITH changed AS (DELETE FROM staged_jobs WHERE job_name = 'none' RETURNING 1)
