@@ -71,6 +71,10 @@ type testBundle struct {
 	store *operator.Store
 	ctx   context.Context
 	count func(sql string, args ...any) int
+	// add adds each account with the test's password; login logs name in
+	// from addr with it and returns the session's token.
+	add   func(names ...string)
+	login func(name string, addr netip.Addr) string
 }
 
 func setup(t *testing.T, config operator.Config) *testBundle {
@@ -85,6 +89,17 @@ func setup(t *testing.T, config operator.Config) *testBundle {
 		var n int
 		require.NoError(t, pool.QueryRow(ctx, sql, args...).Scan(&n))
 		return n
+	}, add: func(names ...string) {
+		t.Helper()
+		for _, name := range names {
+			_, err := store.Add(ctx, name, password)
+			require.NoError(t, err)
+		}
+	}, login: func(name string, addr netip.Addr) string {
+		t.Helper()
+		_, token, err := store.Login(ctx, name, password, addr)
+		require.NoError(t, err)
+		return token
 	}}
 }
 
@@ -96,10 +111,7 @@ func TestAccounts(t *testing.T) {
 	t.Run("KeepsOnlyAnArgon2idHash", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, operator.Config{})
-		_, err := b.store.Add(b.ctx, "ada", password)
-		require.NoError(t, err)
-		_, err = b.store.Add(b.ctx, "grace", password)
-		require.NoError(t, err)
+		b.add("ada", "grace")
 		require.Equal(t, 2, b.count(`SELECT count(*) FROM operators WHERE password_hash LIKE '$argon2id$v=19$m=19456,t=2,p=1$%'`))
 		require.Equal(t, 0, b.count(`SELECT count(*) FROM operators WHERE position($1 IN password_hash) > 0`, password))
 		require.Equal(t, 2, b.count(`SELECT count(DISTINCT password_hash) FROM operators`), "each its own salt")
@@ -116,8 +128,7 @@ func TestAccounts(t *testing.T) {
 		require.ErrorAs(t, err, &badName)
 		require.Equal(t, 0, b.count(`SELECT count(*) FROM operators`), "nothing stored")
 
-		_, err = b.store.Add(b.ctx, "ada", password)
-		require.NoError(t, err)
+		b.add("ada")
 		_, err = b.store.Add(b.ctx, "ada", "another long password")
 		require.ErrorIs(t, err, operator.ErrExists)
 		_, _, err = b.store.Login(b.ctx, "ada", "another long password", home)
@@ -162,15 +173,12 @@ func TestAccounts(t *testing.T) {
 	t.Run("SessionsExpire", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, operator.Config{SessionLifetime: 50 * time.Millisecond})
-		_, err := b.store.Add(b.ctx, "ada", password)
-		require.NoError(t, err)
-		_, token, err := b.store.Login(b.ctx, "ada", password, home)
-		require.NoError(t, err)
+		b.add("ada")
+		token := b.login("ada", home)
 		time.Sleep(100 * time.Millisecond)
-		_, err = b.store.Session(b.ctx, token)
+		_, err := b.store.Session(b.ctx, token)
 		require.ErrorIs(t, err, operator.ErrNoSession)
-		_, _, err = b.store.Login(b.ctx, "ada", password, home)
-		require.NoError(t, err)
+		_ = b.login("ada", home)
 		require.Equal(t, 1, b.count(`SELECT count(*) FROM operator_sessions`), "a login clears the expired ones")
 	})
 
@@ -179,11 +187,8 @@ func TestAccounts(t *testing.T) {
 	t.Run("LoginRefusesAlike", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, operator.Config{})
-		_, err := b.store.Add(b.ctx, "ada", password)
-		require.NoError(t, err)
-		_, err = b.store.Add(b.ctx, "grace", password)
-		require.NoError(t, err)
-		_, err = b.store.Disable(b.ctx, "grace")
+		b.add("ada", "grace")
+		_, err := b.store.Disable(b.ctx, "grace")
 		require.NoError(t, err)
 		for _, tc := range []struct{ name, password, why string }{
 			{"mallory", password, `no account is named "mallory"`},
@@ -203,16 +208,10 @@ func TestAccounts(t *testing.T) {
 	t.Run("DisableEndsItsSessions", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, operator.Config{})
-		_, err := b.store.Add(b.ctx, "ada", password)
-		require.NoError(t, err)
-		_, err = b.store.Add(b.ctx, "grace", password)
-		require.NoError(t, err)
-		_, token1, err := b.store.Login(b.ctx, "ada", password, home)
-		require.NoError(t, err)
-		_, token2, err := b.store.Login(b.ctx, "ada", password, other)
-		require.NoError(t, err)
-		_, graceToken, err := b.store.Login(b.ctx, "grace", password, home)
-		require.NoError(t, err)
+		b.add("ada", "grace")
+		token1 := b.login("ada", home)
+		token2 := b.login("ada", other)
+		graceToken := b.login("grace", home)
 
 		d, err := b.store.Disable(b.ctx, "ada")
 		require.NoError(t, err)
@@ -240,12 +239,10 @@ func TestAccounts(t *testing.T) {
 	t.Run("ASessionNeedsAnEnabledAccount", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, operator.Config{})
-		_, err := b.store.Add(b.ctx, "ada", password)
-		require.NoError(t, err)
-		_, token, err := b.store.Login(b.ctx, "ada", password, home)
-		require.NoError(t, err)
+		b.add("ada")
+		token := b.login("ada", home)
 		require.Equal(t, 1, b.count(`WITH d AS (UPDATE operators SET disabled_at = now() RETURNING 1) SELECT count(*) FROM d`))
-		_, err = b.store.Session(b.ctx, token)
+		_, err := b.store.Session(b.ctx, token)
 		require.ErrorIs(t, err, operator.ErrNoSession)
 	})
 
@@ -254,8 +251,7 @@ func TestAccounts(t *testing.T) {
 		b := setup(t, operator.Config{})
 		_, err := b.store.Reset(b.ctx, "ada", password)
 		require.NoError(t, err, "creates an account that is not there")
-		_, token, err := b.store.Login(b.ctx, "ada", password, home)
-		require.NoError(t, err)
+		token := b.login("ada", home)
 		_, err = b.store.Disable(b.ctx, "ada")
 		require.NoError(t, err)
 
@@ -277,8 +273,7 @@ func TestAccounts(t *testing.T) {
 	t.Run("ThrottlesPerAccount", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, operator.Config{Throttle: operator.Throttle{FreeFailures: 3, FirstWait: time.Minute, MaxWait: 4 * time.Minute}})
-		_, err := b.store.Add(b.ctx, "ada", password)
-		require.NoError(t, err)
+		b.add("ada")
 		// Each attempt from an address of its own: only the account's
 		// count grows.
 		n := 0
@@ -318,7 +313,7 @@ func TestAccounts(t *testing.T) {
 		waits(4*time.Minute, "up to MaxWait")
 
 		elapse()
-		_, _, err = b.store.Login(b.ctx, "ada", password, from())
+		_, _, err := b.store.Login(b.ctx, "ada", password, from())
 		require.NoError(t, err)
 		fail() // free again: the owner's login started the account's count again
 	})
@@ -327,14 +322,13 @@ func TestAccounts(t *testing.T) {
 	t.Run("ThrottlesPerAddress", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, operator.Config{Throttle: operator.Throttle{FreeFailures: 3, FirstWait: time.Minute}})
-		_, err := b.store.Add(b.ctx, "ada", password)
-		require.NoError(t, err)
+		b.add("ada")
 		for _, name := range []string{"root", "admin", "operator"} {
 			_, _, err := b.store.Login(b.ctx, name, "guess", home)
 			require.ErrorIs(t, err, operator.ErrRefused, name)
 		}
 		var throttled *operator.ThrottledError
-		_, _, err = b.store.Login(b.ctx, "ada", password, home)
+		_, _, err := b.store.Login(b.ctx, "ada", password, home)
 		require.ErrorAs(t, err, &throttled)
 		require.Equal(t, "address", throttled.Scope)
 		_, _, err = b.store.Login(b.ctx, "ada", password, other)
@@ -358,15 +352,14 @@ func TestAccounts(t *testing.T) {
 	t.Run("OwnLoginDoesNotClearTheAddress", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, operator.Config{Throttle: operator.Throttle{FreeFailures: 3, FirstWait: time.Minute}})
-		_, err := b.store.Add(b.ctx, "mallory", password)
-		require.NoError(t, err)
+		b.add("mallory")
 		for range 2 {
 			_, _, err := b.store.Login(b.ctx, "ada", "guess", home)
 			require.ErrorIs(t, err, operator.ErrRefused)
 			_, _, err = b.store.Login(b.ctx, "mallory", password, home)
 			require.NoError(t, err)
 		}
-		_, _, err = b.store.Login(b.ctx, "grace", "guess", home)
+		_, _, err := b.store.Login(b.ctx, "grace", "guess", home)
 		require.ErrorIs(t, err, operator.ErrRefused, "the third failure")
 		var throttled *operator.ThrottledError
 		_, _, err = b.store.Login(b.ctx, "mallory", password, home)
@@ -379,8 +372,7 @@ func TestAccounts(t *testing.T) {
 	t.Run("ParallelGuessesGetNoMoreThanTheFreeOnes", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, operator.Config{Throttle: operator.Throttle{FreeFailures: 5, FirstWait: time.Minute}})
-		_, err := b.store.Add(b.ctx, "ada", password)
-		require.NoError(t, err)
+		b.add("ada")
 		var (
 			wg                 sync.WaitGroup
 			mu                 sync.Mutex
