@@ -142,24 +142,7 @@ func TestComposeHA(t *testing.T) {
 		b := setup(t)
 		cfg, ok := b.ha.Configs["patroni"]
 		require.True(t, ok)
-		var c struct {
-			Etcd3 struct {
-				Hosts []string `yaml:"hosts"`
-			} `yaml:"etcd3"`
-			Bootstrap struct {
-				DCS struct {
-					TTL          int  `yaml:"ttl"`
-					LoopWait     int  `yaml:"loop_wait"`
-					RetryTimeout int  `yaml:"retry_timeout"`
-					Sync         bool `yaml:"synchronous_mode"`
-					Postgres     struct {
-						UsePgRewind bool              `yaml:"use_pg_rewind"`
-						Parameters  map[string]string `yaml:"parameters"`
-					} `yaml:"postgresql"`
-				} `yaml:"dcs"`
-				PostInit string `yaml:"post_init"`
-			} `yaml:"bootstrap"`
-		}
+		var c patroniConfig
 		require.NoError(t, yaml.Unmarshal([]byte(cfg.Content), &c))
 		dcs := c.Bootstrap.DCS
 		require.True(t, dcs.Sync, "only a synchronous standby may be promoted")
@@ -206,22 +189,7 @@ func TestComposeHA(t *testing.T) {
 		doc := read(t, filepath.Join(root(t), "docs", "deployment.md"))
 		m := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindStringSubmatch(doc)
 		require.NotNil(t, m, "docs/deployment.md has no yaml block")
-		var c struct {
-			Bootstrap struct {
-				DCS struct {
-					TTL          int  `yaml:"ttl"`
-					LoopWait     int  `yaml:"loop_wait"`
-					RetryTimeout int  `yaml:"retry_timeout"`
-					Sync         bool `yaml:"synchronous_mode"`
-					Postgres     struct {
-						UsePgRewind bool `yaml:"use_pg_rewind"`
-					} `yaml:"postgresql"`
-				} `yaml:"dcs"`
-			} `yaml:"bootstrap"`
-			Watchdog struct {
-				Mode string `yaml:"mode"`
-			} `yaml:"watchdog"`
-		}
+		var c patroniConfig
 		require.NoError(t, yaml.Unmarshal([]byte(m[1]), &c))
 		dcs := c.Bootstrap.DCS
 		require.True(t, dcs.Sync)
@@ -229,4 +197,28 @@ func TestComposeHA(t *testing.T) {
 		require.LessOrEqual(t, dcs.LoopWait+2*dcs.RetryTimeout, dcs.TTL)
 		require.Equal(t, "required", c.Watchdog.Mode, "the old primary is fenced")
 	})
+}
+
+// patroniConfig is what the tests read of a Patroni configuration: the
+// compose file's and docs/deployment.md's.
+type patroniConfig struct {
+	Etcd3 struct {
+		Hosts []string `yaml:"hosts"`
+	} `yaml:"etcd3"`
+	Bootstrap struct {
+		DCS struct {
+			TTL          int  `yaml:"ttl"`
+			LoopWait     int  `yaml:"loop_wait"`
+			RetryTimeout int  `yaml:"retry_timeout"`
+			Sync         bool `yaml:"synchronous_mode"`
+			Postgres     struct {
+				UsePgRewind bool              `yaml:"use_pg_rewind"`
+				Parameters  map[string]string `yaml:"parameters"`
+			} `yaml:"postgresql"`
+		} `yaml:"dcs"`
+		PostInit string `yaml:"post_init"`
+	} `yaml:"bootstrap"`
+	Watchdog struct {
+		Mode string `yaml:"mode"`
+	} `yaml:"watchdog"`
 }
