@@ -269,19 +269,25 @@ func (c *Check) Refusal(authenticated bool) *Exceeded {
 		return nil
 	}
 	l := c.l
-	if c.read {
-		l.addresses.synced(c.address, c.addWindow, c.now)
+	// What Postgres just answered decides; without an answer, the view.
+	var address, token *Exceeded
+	switch {
+	case c.read:
+		address = l.addresses.synced(c.address, c.addWindow, c.now, l.failedAuthOver)
+	case l.failedAuth.On():
+		address = l.addresses.refusal(c.address, c.now, l.failedAuthOver)
 	}
-	if c.sent > 0 {
-		l.tokens.synced(c.tokenSubject, c.tokenWindow, c.now)
+	switch {
+	case c.sent > 0:
+		token = l.tokens.synced(c.tokenSubject, c.tokenWindow, c.now, l.tokenOver)
+	case l.token.On():
+		token = l.tokens.refusal(c.tokenSubject, c.now, l.tokenOver)
 	}
-	if l.failedAuth.On() {
-		if e := l.addresses.refusal(c.address, c.now, l.failedAuthOver); e != nil {
-			return e
-		}
+	if address != nil {
+		return address
 	}
-	if authenticated && l.token.On() {
-		return l.tokens.refusal(c.tokenSubject, c.now, l.tokenOver)
+	if authenticated {
+		return token
 	}
 	return nil
 }
@@ -305,7 +311,7 @@ func (l *Limiter) Failed(ctx context.Context, addr netip.Addr) (*Exceeded, error
 	}
 	now := time.Now()
 	// From the quota on, the view refuses the address's requests.
-	l.addresses.synced(subject, w, now)
+	l.addresses.synced(subject, w, now, l.failedAuthOver)
 	if w.Hits == int64(l.failedAuth.Quota) {
 		// Once a window: the count is exact, and this is the failure that
 		// reached it.

@@ -74,7 +74,15 @@ func (v *view) refusal(subject string, now time.Time, over func(shared int64) bo
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	t, ok := v.subjects[subject]
-	if !ok || t.endsAt.IsZero() || !now.Before(t.endsAt) || !over(t.shared) {
+	if !ok {
+		return nil
+	}
+	return v.refusalOf(t, now, over)
+}
+
+// refusalOf is t's refusal, as refusal; the caller holds v.mu.
+func (v *view) refusalOf(t *tally, now time.Time, over func(shared int64) bool) *Exceeded {
+	if t.endsAt.IsZero() || !now.Before(t.endsAt) || !over(t.shared) {
 		return nil
 	}
 	// Rounded up: the client waits until the window has ended.
@@ -113,8 +121,10 @@ func (v *view) stale(subject string, now time.Time) bool {
 }
 
 // synced records what Postgres answered for subject: hits in a window
-// that ends retryAfter seconds from now, or none running (hits 0).
-func (v *view) synced(subject string, w window, now time.Time) {
+// that ends retryAfter seconds from now, or none running (hits 0). It
+// returns the refusal that answer makes, judged on the answer itself, so
+// that a subject the view is too full to keep is refused all the same.
+func (v *view) synced(subject string, w window, now time.Time, over func(shared int64) bool) *Exceeded {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	t := v.tally(subject, now)
@@ -123,6 +133,7 @@ func (v *view) synced(subject string, w window, now time.Time) {
 	if w.Hits > 0 {
 		t.endsAt = now.Add(time.Duration(w.RetryAfter) * time.Second)
 	}
+	return v.refusalOf(t, now, over)
 }
 
 // unsent gives back n hits that were to be added but were not (the round

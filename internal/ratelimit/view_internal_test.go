@@ -11,6 +11,7 @@ func TestView(t *testing.T) {
 	t.Parallel()
 	p := Policy{Name: "token", Quota: 10, Window: time.Minute}
 	now := time.Now()
+	over := func(hits int64) bool { return hits > 10 }
 
 	// From half the quota on, every hit goes to Postgres, where the
 	// refusal is decided on the count every instance adds to.
@@ -18,10 +19,10 @@ func TestView(t *testing.T) {
 		t.Parallel()
 		v := newView(p, 10)
 		require.Equal(t, int64(1), v.hit("s", now), "a subject never synced")
-		v.synced("s", window{Hits: 3, RetryAfter: 60}, now)
+		v.synced("s", window{Hits: 3, RetryAfter: 60}, now, over)
 		require.Zero(t, v.hit("s", now), "3 + 1, below half")
 		require.Equal(t, int64(2), v.hit("s", now), "3 + 2 is half: both go")
-		v.synced("s", window{Hits: 9, RetryAfter: 60}, now)
+		v.synced("s", window{Hits: 9, RetryAfter: 60}, now, over)
 		require.Equal(t, int64(1), v.hit("s", now))
 		require.Equal(t, int64(1), v.hit("s", now.Add(time.Millisecond)))
 	})
@@ -30,8 +31,7 @@ func TestView(t *testing.T) {
 		t.Parallel()
 		v := newView(p, 10)
 		v.hit("s", now)
-		v.synced("s", window{Hits: 11, RetryAfter: 2}, now)
-		over := func(hits int64) bool { return hits > 10 }
+		v.synced("s", window{Hits: 11, RetryAfter: 2}, now, over)
 		refused := v.refusal("s", now.Add(500*time.Millisecond), over)
 		require.NotNil(t, refused)
 		require.Equal(t, 2, refused.RetryAfter, "rounded up")
@@ -44,16 +44,18 @@ func TestView(t *testing.T) {
 	t.Run("IsBounded", func(t *testing.T) {
 		t.Parallel()
 		v := newView(p, 2)
-		v.synced("a", window{Hits: 1, RetryAfter: 1}, now)
-		v.synced("b", window{Hits: 1, RetryAfter: 60}, now)
-		v.synced("c", window{Hits: 1, RetryAfter: 60}, now)
+		v.synced("a", window{Hits: 1, RetryAfter: 1}, now, over)
+		v.synced("b", window{Hits: 1, RetryAfter: 60}, now, over)
+		v.synced("c", window{Hits: 1, RetryAfter: 60}, now, over)
 		require.Len(t, v.subjects, 2)
 		require.NotContains(t, v.subjects, "c", "full: not kept")
 		later := now.Add(2 * time.Second)
-		v.synced("c", window{Hits: 1, RetryAfter: 60}, later)
+		v.synced("c", window{Hits: 1, RetryAfter: 60}, later, over)
 		require.Contains(t, v.subjects, "c", "an ended window made room")
 		require.NotContains(t, v.subjects, "a")
 		require.Equal(t, int64(1), v.hit("d", later), "a subject not kept is synced every time")
 		require.Equal(t, int64(1), v.hit("d", later))
+		require.NotNil(t, v.synced("d", window{Hits: 11, RetryAfter: 60}, later, over),
+			"a subject not kept is refused on Postgres's answer")
 	})
 }
