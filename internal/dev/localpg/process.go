@@ -66,16 +66,57 @@ func (c Cluster) Crash() error {
 			return fmt.Errorf("kill postgres process %d: %w", p, err)
 		}
 	}
-	// Every child dead (a zombie has let go of the shared memory), and the
-	// postmaster gone from the process table: dead is not enough there,
-	// because postgres takes the lock files a zombie left behind for a
-	// live server's and refuses to start on its port (child.go).
-	for i, p := range procs[:len(procs)-1] {
+	// Every process dead (a zombie has let go of the shared memory).
+	for i, p := range procs {
 		if err := awaitDead(context.Background(), p, starts[i]); err != nil {
 			return fmt.Errorf("crash postgres in %s: %w", c.DataDir, err)
 		}
 	}
-	if err := awaitGone(context.Background(), pid, start, "postgres"); err != nil {
+	// Dead is not enough for the postmaster: postgres takes the lock
+	// files a zombie left behind for a live server's and refuses to start
+	// on its port (child.go). A postmaster of ours is reaped at once.
+	if _, ours := ownChild(pid); ours {
+		if err := awaitGone(context.Background(), pid, start, "postgres"); err != nil {
+			return fmt.Errorf("crash postgres in %s: %w", c.DataDir, err)
+		}
+		return nil
+	}
+	// Another's (Patroni's, whose parent is init) stays a zombie until
+	// init reaps it, which some inits do late: its lock files go instead,
+	// as postgres itself would drop them once the pid were gone.
+	return c.removeLocksOf(pid)
+}
+
+// removeLocksOf removes the lock files of the dead postmaster pid, every
+// process of which is dead: postmaster.pid and its socket's lock file,
+// each only while it still names pid.
+func (c Cluster) removeLocksOf(pid int) error {
+	pidFile := filepath.Join(c.DataDir, "postmaster.pid")
+	b, err := os.ReadFile(pidFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("crash postgres in %s: %w", c.DataDir, err)
+	}
+	// postmaster.pid: the pid, the data directory, the start time, the
+	// port, the first socket directory, ...
+	lines := strings.Split(string(b), "\n")
+	if strings.TrimSpace(lines[0]) != strconv.Itoa(pid) {
+		return nil // a new server's already
+	}
+	if len(lines) > 4 && strings.TrimSpace(lines[4]) != "" {
+		socket := filepath.Join(strings.TrimSpace(lines[4]), ".s.PGSQL."+strings.TrimSpace(lines[3]))
+		if lock, err := os.ReadFile(socket + ".lock"); err == nil {
+			if first, _, _ := strings.Cut(string(lock), "\n"); strings.TrimSpace(first) == strconv.Itoa(pid) {
+				_ = os.Remove(socket)
+				if err := os.Remove(socket + ".lock"); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("crash postgres in %s: %w", c.DataDir, err)
+				}
+			}
+		}
+	}
+	if err := os.Remove(pidFile); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("crash postgres in %s: %w", c.DataDir, err)
 	}
 	return nil
