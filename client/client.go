@@ -253,11 +253,30 @@ func (c *Client) CreateRide(ctx context.Context, p RideParams) (*Ride, error) {
 		method: http.MethodPost, path: "/rides", key: key,
 		body: []byte(p.form()), contentType: "application/x-www-form-urlencoded",
 	})
+	var prob *Error
+	if err != nil && !errors.As(err, &prob) {
+		return nil, &NoAnswerError{IdempotencyKey: key, Err: err}
+	}
 	if err != nil {
 		return nil, err
 	}
 	return decodeRide(ans)
 }
+
+// NoAnswerError is CreateRide's error when no try was answered: the
+// request may have run or not. IdempotencyKey is the key every try sent,
+// the one a later retry of the same ride must send again (the client
+// made it when the caller gave none). Err is the last try's error.
+type NoAnswerError struct {
+	IdempotencyKey string
+	Err            error
+}
+
+func (e *NoAnswerError) Error() string {
+	return fmt.Sprintf("client: POST /rides with key %s: no answer: %v", e.IdempotencyKey, e.Err)
+}
+
+func (e *NoAnswerError) Unwrap() error { return e.Err }
 
 // GetRide returns one of the caller's rides. A GET changes nothing, so
 // it is retried like a ride request, without a key.

@@ -183,6 +183,27 @@ func TestCreateRide(t *testing.T) {
 		}
 	})
 
+	// Without an answer the request may have run: the error carries the
+	// key the client made, for a later retry of the same ride.
+	t.Run("GivesUpWithoutAnAnswerAndKeepsTheKey", func(t *testing.T) {
+		t.Parallel()
+		cut := func(w http.ResponseWriter) {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+		}
+		s := &script{answers: []func(http.ResponseWriter){cut}}
+		srv := httptest.NewServer(s)
+		defer srv.Close()
+		c, _, _ := testClient(t, srv, Config{MaxAttempts: 2})
+		_, err := c.CreateRide(context.Background(), params)
+		var e *NoAnswerError
+		if !errors.As(err, &e) || len(s.tries) != 2 || e.IdempotencyKey == "" || e.IdempotencyKey != s.tries[0].key || e.IdempotencyKey != s.tries[1].key {
+			t.Fatalf("%d tries %v, error %#v", len(s.tries), s.tries, err)
+		}
+	})
+
 	t.Run("GivesUpRatherThanRetryEarly", func(t *testing.T) {
 		t.Parallel()
 		s := &script{answers: []func(http.ResponseWriter){problemAnswer(429, "rate_limited", "Retry-After", "3600")}}
