@@ -107,6 +107,9 @@ type Console struct {
 	labRunning   atomic.Bool
 	labClient    *http.Client
 	river        *riverui.Handler
+	// commits is who confirms commits, checked at most once per
+	// eventInterval however many pages ask (pages.go).
+	commits commitsCheck
 }
 
 // New returns the console for config.

@@ -386,7 +386,7 @@ func TestConsole(t *testing.T) {
 			require.Empty(t, resp.Cookies(), "name %q", name)
 			body, err := io.ReadAll(resp.Body)
 			require.NoError(t, err)
-			require.Contains(t, string(body), "Your name (operator) is refused", "name %q", name)
+			require.Contains(t, string(body), "Account name refused", "name %q", name)
 			require.NotContains(t, string(body), `id="operator"`, "name %q", name)
 		}
 		longest := strings.Repeat("é", rides.MaxOperatorLength)

@@ -165,7 +165,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	if errors.As(rides.ValidOperator(name), &refused) {
 		c.logger.WarnContext(ctx, "Console login refused", slog.String("operator", name),
 			slog.String("address", from.String()), slog.String("reason", refused.Reason))
-		refuse(http.StatusBadRequest, fmt.Sprintf("Your name (operator) is refused: %s. It goes on the audit record of what you do.", refused.Reason))
+		refuse(http.StatusBadRequest, fmt.Sprintf("Account name refused: %s. No account can have it: it would go on the audit record of what you do.", refused.Reason))
 		return
 	}
 	s, token, err := c.operators.Login(ctx, name, password, from)

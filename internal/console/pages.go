@@ -13,9 +13,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
@@ -185,17 +187,40 @@ func (c *Console) snapshot(ctx context.Context) (*Overview, error) {
 		o.Reconciled = run.RanAt.UTC().Format("2006-01-02 15:04:05Z")
 		o.Findings = len(run.Discrepancies)
 	}
-	d, err := db.CheckDurability(ctx, c.pool, db.CommitProbeTimeout)
+	if o.Commits, err = c.commits.line(ctx, c.pool); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// commitsCheck is the overview's line on who confirms commits. The check
+// writes a probe commit, and may wait up to db.CommitProbeTimeout for a
+// missing standby: every open page shares one check per eventInterval
+// instead of making its own each second.
+type commitsCheck struct {
+	mu   sync.Mutex
+	at   time.Time
+	said string
+}
+
+func (cc *commitsCheck) line(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if !cc.at.IsZero() && time.Since(cc.at) < eventInterval {
+		return cc.said, nil
+	}
+	d, err := db.CheckDurability(ctx, pool, db.CommitProbeTimeout)
 	var wait *db.CommitsWaitError
 	switch {
 	case errors.As(err, &wait):
-		o.Commits = "held: the primary waits for a synchronous standby (" + wait.Standbys + ") that is not confirming them"
+		cc.said = "held: the primary waits for a synchronous standby (" + wait.Standbys + ") that is not confirming them"
 	case err != nil:
-		return nil, err
+		return "", err
 	default:
-		o.Commits = d.String()
+		cc.said = d.String()
 	}
-	return o, nil
+	cc.at = time.Now()
+	return cc.said, nil
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
