@@ -71,7 +71,7 @@ type Config struct {
 	// HAPort is the first of the drill's cluster's six ports. Default:
 	// a block of scratch ports of its own (localpg.HAScratchPort(3)).
 	HAPort int
-	// AsyncReplication makes the pair's standby asynchronous, and lets
+	// AsyncReplication creates the Patroni cluster asynchronous (synchronous_mode off), and lets
 	// the api and the completer start against it
 	// (DATABASE_ALLOW_ASYNC_REPLICATION). Only with Failover.
 	AsyncReplication bool
@@ -487,7 +487,8 @@ func (s *soak) collect() {
 	s.summary.Rounds = s.faults.rounds
 	s.summary.Degraded = s.faults.degraded
 	s.summary.ReadyzAlone = s.faults.readyzAlone
-	s.summary.ReadyzConfirmed = s.faults.readyzConfirmed
+	s.summary.ReadyzConfirmed = len(s.faults.readyzConfirmed)
+	s.summary.readyzConfirmedAt = s.faults.readyzConfirmed
 	s.summary.StripeFaults = s.faults.stripe
 	s.summary.StripeFaultRequests = s.faults.stripeRequests
 	s.summary.Problems = s.faults.problems

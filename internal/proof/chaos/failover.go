@@ -204,7 +204,7 @@ func (m *monkey) killLeader(ctx context.Context, h *localpg.HA, tr *traffic) (ro
 		return round{}, fmt.Errorf("stall replication: %w", err)
 	}
 	m.progress("replication stalled for %s, then the leader %s dies (Patroni and Postgres, SIGKILL)", r.stalled.Round(time.Millisecond), leader.Name)
-	time.Sleep(r.stalled)
+	sleep(ctx, nil, r.stalled)
 	if err := leader.Kill(); err != nil {
 		return round{}, errors.Join(err, resume())
 	}
@@ -374,7 +374,7 @@ func monitorReadyz(ctx context.Context, stop <-chan struct{}, apis []string, rng
 		case strings.Contains(string(body), readyzAlone):
 			f.count(func(f *faults) { f.readyzAlone = append(f.readyzAlone, now) })
 		case strings.Contains(string(body), readyzConfirmed):
-			f.count(func(f *faults) { f.readyzConfirmed++ })
+			f.count(func(f *faults) { f.readyzConfirmed = append(f.readyzConfirmed, now) })
 		}
 	}
 }

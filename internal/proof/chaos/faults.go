@@ -34,7 +34,7 @@ type faults struct {
 	rounds          []round        // of the failover drill
 	degraded        []window       // no synchronous standby (failover drill)
 	readyzAlone     []time.Time    // /readyz said the primary alone confirms commits
-	readyzConfirmed int            // /readyz said a standby confirms them
+	readyzConfirmed []time.Time    // /readyz said a standby confirms them
 	stripe          map[string]int // injections by kind
 	stripeRequests  map[string]int // charge requests targeted, by kind
 	problems        []string       // a monkey that failed: the soak is void

@@ -52,6 +52,8 @@ type Summary struct {
 	// synchronous standby did (failover drill).
 	ReadyzAlone     []time.Time
 	ReadyzConfirmed int
+
+	readyzConfirmedAt []time.Time
 	// Acknowledged is what became of the keys whose clients got their
 	// final answer.
 	Acknowledged Acknowledged
@@ -151,17 +153,21 @@ func (s Summary) readyzTold() bool {
 }
 
 // ReadyzMissed are the windows without a synchronous standby, of
-// readyzSaysAlone or longer, in which (or within readyzSaysAlone after
-// which) /readyz never said that the primary alone confirmed commits.
+// readyzSaysAlone or longer, in which /readyz answered but never said that
+// the primary alone confirmed commits (within readyzSaysAlone after the
+// window too). A window /readyz never answered in, its apis killed or the
+// machine too busy, is not judged: what is held is what it said, not how
+// soon.
 func (s Summary) ReadyzMissed() []window {
 	var missed []window
+	in := func(w window) func(time.Time) bool {
+		return func(t time.Time) bool { return !t.Before(w.start) && !t.After(w.end.Add(readyzSaysAlone)) }
+	}
 	for _, w := range s.Degraded {
-		if w.end.Sub(w.start) < readyzSaysAlone {
+		if w.end.Sub(w.start) < readyzSaysAlone || slices.ContainsFunc(s.ReadyzAlone, in(w)) {
 			continue
 		}
-		if !slices.ContainsFunc(s.ReadyzAlone, func(t time.Time) bool {
-			return !t.Before(w.start) && !t.After(w.end.Add(readyzSaysAlone))
-		}) {
+		if slices.ContainsFunc(s.readyzConfirmedAt, in(w)) {
 			missed = append(missed, w)
 		}
 	}

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -34,4 +35,27 @@ func TestLossesReported(t *testing.T) {
 	require.False(t, agent(unreported).lossesReported(), "a charge the reconciler did not report")
 	require.False(t, agent(reported, unmailed).lossesReported(), "a receipt never mailed")
 	require.False(t, agent(double).lossesReported())
+}
+
+// TestReadyzMissed holds /readyz to what it said in each window without a
+// synchronous standby, not to how soon it answered.
+func TestReadyzMissed(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	w := window{start, start.Add(10 * time.Second)}
+	inside := start.Add(3 * time.Second)
+	short := window{start.Add(time.Minute), start.Add(time.Minute + time.Second)}
+	for _, tc := range []struct {
+		name             string
+		alone, confirmed []time.Time
+		missed           int
+	}{
+		{"SaidAlone", []time.Time{inside}, []time.Time{inside}, 0},
+		{"SaidOnlyConfirmed", nil, []time.Time{inside}, 1},
+		{"NeverAnswered", nil, nil, 0},
+		{"SaidAloneJustAfter", []time.Time{w.end.Add(time.Second)}, []time.Time{inside}, 0},
+	} {
+		s := Summary{Failover: true, Degraded: []window{w, short}, ReadyzAlone: tc.alone, readyzConfirmedAt: tc.confirmed}
+		require.Len(t, s.ReadyzMissed(), tc.missed, tc.name)
+	}
 }
