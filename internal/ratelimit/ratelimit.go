@@ -311,7 +311,7 @@ func (l *Limiter) Failed(ctx context.Context, addr netip.Addr) (*Exceeded, error
 	}
 	now := time.Now()
 	// From the quota on, the view refuses the address's requests.
-	l.addresses.synced(subject, w, now, l.failedAuthOver)
+	_ = l.addresses.synced(subject, w, now, l.failedAuthOver) // the refusal is decided below
 	if w.Hits == int64(l.failedAuth.Quota) {
 		// Once a window: the count is exact, and this is the failure that
 		// reached it.
