@@ -32,26 +32,54 @@ CREATE TABLE users (
 -- starting over; and the response, so that a retry of a finished request
 -- replays it.
 CREATE TABLE idempotency_keys (
+    -- Columns that never change after the claim come first, and those the
+    -- phases change last, the step log at the very end. An update that
+    -- stays on its page writes to the WAL only the bytes between the first
+    -- and the last that changed, so this order keeps a phase's record to
+    -- its moving parts (docs/scaling.md, "Postgres's cost per ride").
     id              BIGSERIAL   PRIMARY KEY,
     created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+    user_id         BIGINT      NOT NULL REFERENCES users ON DELETE RESTRICT,
     -- The client's Idempotency-Key header, scoped per user (index below).
     idempotency_key TEXT        NOT NULL CHECK (char_length(idempotency_key) BETWEEN 1 AND 255),
+
+    -- The request as received, and where from (for the completer's audit).
+    request_method  TEXT        NOT NULL CHECK (char_length(request_method) <= 10),
+    request_path    TEXT        NOT NULL CHECK (char_length(request_path) <= 100),
+    origin_ip       INET        NOT NULL,
+    request_params  JSONB       NOT NULL,
+
+    -- A random identity, which the Stripe idempotency key carries
+    -- (rocket-rides-<id>-<identity>): a failover that loses the last commits
+    -- can hand out an id twice, never a UUID. A key without one (made before
+    -- identities existed) keeps the Stripe key of its id alone.
+    identity        UUID        NULL DEFAULT gen_random_uuid(),
+
     -- When anyone last worked the key: a client's retry or the completer.
     last_run_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
+    -- How often the key was claimed; each step names its attempt.
+    claims          INT         NOT NULL DEFAULT 1
+        CONSTRAINT idempotency_keys_claims_positive CHECK (claims >= 1),
+
+    -- The foreign state mutation's history, beyond the article. Stripe
+    -- forgets an idempotency key after 24 hours, so past that a retry looks
+    -- the charge up before charging again; and an outcome that stays
+    -- unknown (Stripe replaying a stored 500) is retried a bounded number
+    -- of times, then the key is set aside for a person with the reason, and
+    -- the completer leaves it alone.
+    unknown_outcomes         INT         NOT NULL DEFAULT 0 CHECK (unknown_outcomes >= 0),
+    attention_reason         TEXT        NULL CHECK (char_length(attention_reason) <= 500),
+    first_foreign_attempt_at TIMESTAMPTZ NULL,
 
     -- The lock: set while a request works the key. A lock older than the
     -- lock timeout was abandoned and may be taken over. Every claim takes a
     -- new token and every phase commits only if the key still carries it
     -- (the fence, below), so a request whose lock was taken over can no
-    -- longer move the key.
-    locked_at       TIMESTAMPTZ DEFAULT now(),
+    -- longer move the key. locked_at, refreshed by every phase, is below.
     lock_token      UUID,
 
-    -- The request as received, and where from (for the completer's audit).
-    request_method  TEXT        NOT NULL CHECK (char_length(request_method) <= 10),
-    request_params  JSONB       NOT NULL,
-    request_path    TEXT        NOT NULL CHECK (char_length(request_path) <= 100),
-    origin_ip       INET        NOT NULL,
+    -- What the request created (the ride's id), for reaped_keys to name.
+    resource_id     BIGINT      NULL,
 
     -- The stored response, written together with recovery point 'finished'.
     response_code   INT         NULL,
@@ -62,30 +90,7 @@ CREATE TABLE idempotency_keys (
     -- them the endpoint's own (package rides: ride_created, charge_created).
     -- Only a name's shape is checked, so a new endpoint needs no change here.
     recovery_point  TEXT        NOT NULL CHECK (recovery_point ~ '^[a-z][a-z0-9_]{0,49}$'),
-    user_id         BIGINT      NOT NULL REFERENCES users ON DELETE RESTRICT,
-
-    -- The foreign state mutation's history, beyond the article. Stripe
-    -- forgets an idempotency key after 24 hours, so past that a retry looks
-    -- the charge up before charging again; and an outcome that stays
-    -- unknown (Stripe replaying a stored 500) is retried a bounded number
-    -- of times, then the key is set aside for a person with the reason, and
-    -- the completer leaves it alone.
-    unknown_outcomes         INT         NOT NULL DEFAULT 0 CHECK (unknown_outcomes >= 0),
-    first_foreign_attempt_at TIMESTAMPTZ NULL,
-    attention_reason         TEXT        NULL CHECK (char_length(attention_reason) <= 500),
-
-    -- What the request created (the ride's id), for reaped_keys to name.
-    resource_id     BIGINT      NULL,
-
-    -- How often the key was claimed; each step names its attempt.
-    claims          INT         NOT NULL DEFAULT 1
-        CONSTRAINT idempotency_keys_claims_positive CHECK (claims >= 1),
-
-    -- A random identity, which the Stripe idempotency key carries
-    -- (rocket-rides-<id>-<identity>): a failover that loses the last commits
-    -- can hand out an id twice, never a UUID. A key without one (made before
-    -- identities existed) keeps the Stripe key of its id alone.
-    identity        UUID        NULL DEFAULT gen_random_uuid(),
+    locked_at       TIMESTAMPTZ DEFAULT now(),
 
     -- The key's story for the console, oldest first: objects {at, event,
     -- recovery_point, actor, attempt, detail}, appended by the statement
