@@ -172,6 +172,34 @@ func TestChargeIsSentWithItsLength(t *testing.T) {
 	require.Equal(t, int64(got.body), got.contentLength)
 }
 
+// Charge reads only the id of what Stripe created: it must be the id of
+// the one charge made, as it is for a repeat under the same key.
+func TestChargeReturnsTheChargesID(t *testing.T) {
+	t.Parallel()
+	fake, err := fakestripe.New(nil)
+	require.NoError(t, err)
+	stripe := httptest.NewServer(fake)
+	t.Cleanup(stripe.Close)
+	config := &payment.Config{APIKey: "sk_test_id", BaseURL: stripe.URL}
+	api, err := payment.NewStripeClient(config)
+	require.NoError(t, err)
+	customer, err := api.Customers.New(&stripego.CustomerParams{Source: stripego.String("tok_visa")})
+	require.NoError(t, err)
+	g, err := payment.New(config)
+	require.NoError(t, err)
+	req := payment.ChargeRequest{Customer: customer.ID, Amount: 2000, Currency: "usd", IdempotencyKey: "rocket-rides-id"}
+
+	first, err := g.Charge(t.Context(), req)
+	require.NoError(t, err)
+	again, err := g.Charge(t.Context(), req)
+	require.NoError(t, err)
+
+	charges := fake.Charges()
+	require.Len(t, charges, 1)
+	require.Equal(t, charges[0].ID, first)
+	require.Equal(t, first, again)
+}
+
 // Only a loopback host is known not to be Stripe, or a route to it.
 func TestStandIn(t *testing.T) {
 	t.Parallel()
