@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -165,20 +166,25 @@ func (r *run) underProfile(ctx context.Context, d time.Duration, measure func() 
 }
 
 // cpuFigures adds the CPU the api and Postgres spent per ride between
-// before and after: the whole load, warm-up included, over every ride it
-// made.
+// before and after (the whole load, warm-up included, over every ride it
+// made), and what the instruments on the same cores spent: on a machine
+// this small they share the CPU the api and Postgres would have.
 func (r *run) cpuFigures(before, after cpuUse) error {
-	user, system, postgres, rides := before.perRide(after)
-	if rides == 0 {
+	per := before.perRide(after)
+	if per.rides == 0 {
 		return fmt.Errorf("no rides made between two CPU samples")
 	}
-	r.apiCPU = user + system
+	r.apiCPU = per.apiUser + per.apiSystem
 	r.add(Figure{Step: "2 new rides", Name: "api CPU per new ride", Clients: 32, Value: ms(r.apiCPU), Unit: "ms",
-		Note: fmt.Sprintf("user %.3f + system %.3f ms, over %d rides", user.Seconds()*1e3, system.Seconds()*1e3, rides)})
-	if postgres > 0 {
-		r.add(Figure{Step: "2 new rides", Name: "Postgres CPU per new ride", Clients: 32, Value: ms(postgres), Unit: "ms",
+		Note: fmt.Sprintf("user %.3f + system %.3f ms, over %d rides", ms(per.apiUser), ms(per.apiSystem), per.rides)})
+	if per.postgres > 0 {
+		r.add(Figure{Step: "2 new rides", Name: "Postgres CPU per new ride", Clients: 32, Value: ms(per.postgres), Unit: "ms",
 			Note: "the postmaster and its children: backends, WAL writer, checkpointer"})
 	}
+	total := r.apiCPU + per.postgres + per.fake + per.load
+	r.add(Figure{Step: "2 new rides", Name: "every process's CPU per new ride", Clients: 32, Value: ms(total), Unit: "ms",
+		Note: fmt.Sprintf("api %.3f + Postgres %.3f + the Stripe fake %.3f + the load's clients (this process) %.3f ms; %d CPUs give %.0f ms a second",
+			ms(r.apiCPU), ms(per.postgres), ms(per.fake), ms(per.load), runtime.NumCPU(), float64(runtime.NumCPU())*1000)})
 	return nil
 }
 

@@ -21,7 +21,10 @@ import (
 type cpuUse struct {
 	apiUser, apiSystem time.Duration
 	postgres           time.Duration // the postmaster and its children: backends, WAL writer, checkpointer, ...
-	rides              int64
+	// The instruments on the same cores: the Stripe fake, and this
+	// process, which is the load's clients.
+	fake, load time.Duration
+	rides      int64
 }
 
 // cpuUse samples r's api and cluster now.
@@ -31,6 +34,12 @@ func (r *run) cpuUse(ctx context.Context) (cpuUse, error) { return r.cpuUseOf(ct
 func (r *run) cpuUseOf(ctx context.Context, pid int) (cpuUse, error) {
 	var u cpuUse
 	u.apiUser, u.apiSystem, _ = procCPU(pid)
+	if r.fake != nil {
+		user, system, _ := procCPU(r.fake.Pid())
+		u.fake = user + system
+	}
+	user, system, _ := procCPU(os.Getpid())
+	u.load = user + system
 	procs, err := r.cluster.Processes()
 	if err != nil {
 		return u, err
@@ -52,14 +61,17 @@ func (r *run) cpuUseOf(ctx context.Context, pid int) (cpuUse, error) {
 	return u, nil
 }
 
-// perRide is the CPU each side spent per ride made between u and later.
-func (u cpuUse) perRide(later cpuUse) (apiUser, apiSystem, postgres time.Duration, rides int64) {
-	rides = later.rides - u.rides
-	if rides <= 0 {
-		return 0, 0, 0, 0
+// perRide is the CPU each process spent per ride made between u and
+// later, and how many rides that was.
+func (u cpuUse) perRide(later cpuUse) (per cpuUse) {
+	per.rides = later.rides - u.rides
+	if per.rides <= 0 {
+		return cpuUse{}
 	}
-	per := func(d time.Duration) time.Duration { return d / time.Duration(rides) }
-	return per(later.apiUser - u.apiUser), per(later.apiSystem - u.apiSystem), per(later.postgres - u.postgres), rides
+	each := func(a, b time.Duration) time.Duration { return (b - a) / time.Duration(per.rides) }
+	per.apiUser, per.apiSystem = each(u.apiUser, later.apiUser), each(u.apiSystem, later.apiSystem)
+	per.postgres, per.fake, per.load = each(u.postgres, later.postgres), each(u.fake, later.fake), each(u.load, later.load)
+	return per
 }
 
 // clockTick is the unit of /proc/<pid>/stat's CPU times: USER_HZ, which
