@@ -10,7 +10,9 @@
 // reached, which leaves the phase unsent. The client's request is then
 // answered 429 and its key deleted (idem.Store.Discard): nothing is stored
 // on it, so the same key succeeds once the window has passed, and the
-// completer cannot finish a request its client was told did not run. The
+// completer cannot finish a request its client was told did not run. A
+// key that cannot be deleted is not answered 429: it stays resumable, and
+// its request fails as any other that leaves its key so. The
 // completer's own attempt at a key its client left at started is counted
 // too, and refused alike, but keeps its key: it tries again later, as the
 // contract promises that client. A count stands once it has committed,
@@ -22,7 +24,6 @@ package rides
 import (
 	"context"
 	"fmt"
-	"log/slog"
 
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/ratelimit"
@@ -47,10 +48,11 @@ func (r *request) refused(ctx context.Context, err error) error {
 	}
 	if r.client {
 		if derr := r.keys.Discard(ctx, r.key); derr != nil {
-			// Then the key stays, unlocked at started, for a retry or
-			// the completer: nothing was done under it either way.
-			r.logger.ErrorContext(ctx, "Discard refused idempotency key failed",
-				slog.Int64("idempotency_key_id", r.key.ID), slog.Any("error", derr))
+			// The key stays, at started, and the completer may finish
+			// it: a 429 saying nothing was stored would then be untrue.
+			// The request fails as any other whose key stays resumable,
+			// and its retry, counted again, learns what became of it.
+			return fmt.Errorf("key %d: refused by the charge cap, and the key could not be discarded: %w", r.key.ID, derr)
 		}
 	}
 	return fmt.Errorf("key %d: %w", r.key.ID, ratelimit.ChargeRefusal(ctx, r.pool, r.charges, r.user.ID))

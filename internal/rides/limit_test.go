@@ -80,6 +80,37 @@ func TestChargeCap(t *testing.T) {
 		require.Equal(t, http.StatusTooManyRequests, next.Status, "card testing is mostly declines")
 	})
 
+	t.Run("AKeyThatCannotBeDiscardedIsNotAnswered429", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.Equal(t, http.StatusCreated, b.PostRide(t, apitest.NewKey(), apitest.DefaultParams).Status)
+		// The delete fails, as it would if the database went away
+		// between the count's refusal and the discard.
+		_, err := b.Pool.Exec(context.Background(), `
+			CREATE FUNCTION refuse_key_delete() RETURNS trigger LANGUAGE plpgsql AS
+			$$ BEGIN RAISE EXCEPTION 'keys cannot be deleted now'; END $$;
+			CREATE TRIGGER refuse_key_delete BEFORE DELETE ON idempotency_keys
+			FOR EACH ROW EXECUTE FUNCTION refuse_key_delete();`)
+		require.NoError(t, err)
+
+		key := apitest.NewKey()
+		resp := b.PostRide(t, key, apitest.DefaultParams) // checked against the contract
+		require.Equal(t, http.StatusInternalServerError, resp.Status, "not 429: the key is still there, %s", resp.Body)
+		require.Contains(t, resp.JSON(t)["detail"], "Retry with the same Idempotency-Key")
+		row := b.KeyRow(t, key)
+		require.Equal(t, idem.Started, row.RecoveryPoint)
+		require.Nil(t, row.LockedAt, "released for the retry")
+		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM rides`), "no ride")
+
+		// The retry is counted again, refused, and this time its key goes.
+		_, err = b.Pool.Exec(context.Background(), `DROP TRIGGER refuse_key_delete ON idempotency_keys`)
+		require.NoError(t, err)
+		retry := b.PostRide(t, key, apitest.DefaultParams)
+		require.Equal(t, http.StatusTooManyRequests, retry.Status, "%s", retry.Body)
+		require.Zero(t, b.Count(t, `SELECT count(*) FROM idempotency_keys WHERE idempotency_key = $1`, key))
+		require.Len(t, b.Stripe.Charges(), 1, "no charge")
+	})
+
 	t.Run("RefusesTheCompleterTooButLeavesItTheKey", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
