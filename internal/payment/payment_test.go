@@ -153,15 +153,9 @@ func TestChargeIsSentWithItsLength(t *testing.T) {
 	}))
 	t.Cleanup(stripe.Close)
 
-	config := &payment.Config{APIKey: "sk_test_length", BaseURL: stripe.URL}
-	api, err := payment.NewStripeClient(config)
-	require.NoError(t, err)
-	customer, err := api.Customers.New(&stripego.CustomerParams{Source: stripego.String("tok_visa")})
-	require.NoError(t, err)
-	g, err := payment.New(config)
-	require.NoError(t, err)
+	g, customer := gatewayWithCustomer(t, stripe.URL)
 	chargeID, err := g.Charge(t.Context(), payment.ChargeRequest{
-		Customer: customer.ID, Amount: 2000, Currency: "usd", Description: "a ride",
+		Customer: customer, Amount: 2000, Currency: "usd", Description: "a ride",
 		Metadata: map[string]string{"ride_id": "1"}, IdempotencyKey: "rocket-rides-length",
 	})
 	require.NoError(t, err)
@@ -172,6 +166,20 @@ func TestChargeIsSentWithItsLength(t *testing.T) {
 	require.Equal(t, int64(got.body), got.contentLength)
 }
 
+// gatewayWithCustomer is a Gateway to the Stripe at url and a customer
+// made there with a card that charges.
+func gatewayWithCustomer(t *testing.T, url string) (*payment.Gateway, string) {
+	t.Helper()
+	config := &payment.Config{APIKey: "sk_test_payment", BaseURL: url}
+	api, err := payment.NewStripeClient(config)
+	require.NoError(t, err)
+	customer, err := api.Customers.New(&stripego.CustomerParams{Source: stripego.String("tok_visa")})
+	require.NoError(t, err)
+	g, err := payment.New(config)
+	require.NoError(t, err)
+	return g, customer.ID
+}
+
 // Charge reads only the id of what Stripe created: it must be the id of
 // the one charge made, as it is for a repeat under the same key.
 func TestChargeReturnsTheChargesID(t *testing.T) {
@@ -180,14 +188,8 @@ func TestChargeReturnsTheChargesID(t *testing.T) {
 	require.NoError(t, err)
 	stripe := httptest.NewServer(fake)
 	t.Cleanup(stripe.Close)
-	config := &payment.Config{APIKey: "sk_test_id", BaseURL: stripe.URL}
-	api, err := payment.NewStripeClient(config)
-	require.NoError(t, err)
-	customer, err := api.Customers.New(&stripego.CustomerParams{Source: stripego.String("tok_visa")})
-	require.NoError(t, err)
-	g, err := payment.New(config)
-	require.NoError(t, err)
-	req := payment.ChargeRequest{Customer: customer.ID, Amount: 2000, Currency: "usd", IdempotencyKey: "rocket-rides-id"}
+	g, customer := gatewayWithCustomer(t, stripe.URL)
+	req := payment.ChargeRequest{Customer: customer, Amount: 2000, Currency: "usd", IdempotencyKey: "rocket-rides-id"}
 
 	first, err := g.Charge(t.Context(), req)
 	require.NoError(t, err)
