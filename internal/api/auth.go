@@ -18,8 +18,9 @@ import (
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 
-// authenticate resolves "Authorization: Bearer <token>" to a user. With
-// limits on, it refuses first (429) an address over its failed
+// authenticate resolves "Authorization: Bearer <token>" to a user, or,
+// for a claim, serves the user remembered for the token (remember.go).
+// With limits on, it refuses first (429) an address over its failed
 // authentications and a token over its requests: what the limits need of
 // Postgres, when they need anything, goes in the round trip that looks
 // the token up (lookUp), and every 401 is counted against the address
@@ -29,24 +30,29 @@ func authenticate(pool *pgxpool.Pool, limits *ratelimit.Limiter, logger *slog.Lo
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			token, why := bearerToken(r)
+			var hash []byte
+			if why == "" {
+				hash = user.HashToken(token)
+			}
 			if !limits.On() {
 				if why != "" {
 					unauthorized(w, why)
 					return
 				}
-				if claims(r) {
-					remembered.serve(w, r, next, pool, logger, token)
+				if u, ok := remembered.recall(hash); ok && claims(r) {
+					remembered.serve(w, r, next, pool, logger, token, hash, u, func(w http.ResponseWriter, _ *http.Request) {
+						unauthorized(w, badToken)
+					})
 					return
 				}
 				u, err := user.ByToken(r.Context(), pool, token)
+				if err == nil && claims(r) {
+					remembered.remember(hash, u)
+				}
 				serveAs(w, r, next, logger, u, err)
 				return
 			}
 			addr := rides.ClientIP(r)
-			var hash []byte
-			if why == "" {
-				hash = user.HashToken(token)
-			}
 			if refused := limits.Known(hash, addr); refused != nil {
 				refused.Problem().Write(w)
 				return
@@ -56,6 +62,18 @@ func authenticate(pool *pgxpool.Pool, limits *ratelimit.Limiter, logger *slog.Lo
 				return
 			}
 			check := limits.Count(hash, addr)
+			if u, ok := remembered.recall(hash); ok && claims(r) && !check.Needs() {
+				// Decided in memory: the token was valid when remembered,
+				// and the claim checks it still is.
+				if refused := check.Refusal(true); refused != nil {
+					refused.Problem().Write(w)
+					return
+				}
+				remembered.serve(w, r, next, pool, logger, token, hash, u, func(w http.ResponseWriter, r *http.Request) {
+					failed(w, r, limits, logger, addr, badToken)
+				})
+				return
+			}
 			lookup, err := lookUp(r.Context(), pool, token, check)
 			if err != nil {
 				check.Unsent()
@@ -69,6 +87,9 @@ func authenticate(pool *pgxpool.Pool, limits *ratelimit.Limiter, logger *slog.Lo
 			if !lookup.Found {
 				failed(w, r, limits, logger, addr, badToken)
 				return
+			}
+			if claims(r) {
+				remembered.remember(hash, lookup.User)
 			}
 			serveAs(w, r, next, logger, lookup.User, nil)
 		})

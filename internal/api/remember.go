@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -17,8 +18,11 @@ import (
 // own round trip and ahead of itself, that the user still holds the token
 // as remembered (user.HoldsToken), and a request whose check fails is
 // authenticated afresh. A new ride saves a round trip, and a replay is
-// one. The rate limits, which count tokens where the look-up is made, are
-// not combined with it: with them on, every request looks its token up.
+// one. With the rate limits on, a request is served so only when its
+// limits need nothing of Postgres either (ratelimit.Check.Needs): most
+// do, as the limits count in memory between syncs; the others look their
+// token up in the round trip that takes their counts, and the user found
+// is remembered.
 
 // maxRemembered bounds the users remembered: past it, all are forgotten
 // and remembered again as requests come.
@@ -37,27 +41,28 @@ func claims(r *http.Request) bool {
 	return r.Method == http.MethodPost && r.Header.Get("Idempotency-Key") != ""
 }
 
-// serve serves r, a claim, as the user remembered for token, or looks
-// the token up and remembers its user.
-func (m *rememberedUsers) serve(w http.ResponseWriter, r *http.Request, next http.Handler, pool *pgxpool.Pool, logger *slog.Logger, token string) {
-	hash := user.HashToken(token)
+// recall is the user remembered for the token of hash, if any.
+func (m *rememberedUsers) recall(hash []byte) (user.User, bool) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	u, ok := m.users[string(hash)]
-	m.mu.Unlock()
-	if !ok {
-		u, err := user.ByToken(r.Context(), pool, token)
-		if err == nil {
-			m.remember(hash, u)
-		}
-		serveAs(w, r, next, logger, u, err)
-		return
-	}
-	// Should the check fail, the user is forgotten and the token looked
-	// up as though it had never been remembered.
+	return u, ok
+}
+
+// serve serves r, a claim, as u, the user remembered for token (of hash).
+// Should the claim's check fail, the user is forgotten and the token
+// looked up as though it had never been remembered; unknown answers a
+// token that no user has then.
+func (m *rememberedUsers) serve(w http.ResponseWriter, r *http.Request, next http.Handler, pool *pgxpool.Pool,
+	logger *slog.Logger, token string, hash []byte, u user.User, unknown http.HandlerFunc) {
 	reauthenticate := func() (user.User, bool) {
 		m.forget(hash)
 		u, err := user.ByToken(r.Context(), pool, token)
-		if err != nil {
+		switch {
+		case errors.Is(err, user.ErrNotFound):
+			unknown(w, r)
+			return user.User{}, false
+		case err != nil:
 			serveAs(w, r, nil, logger, u, err)
 			return user.User{}, false
 		}

@@ -42,9 +42,9 @@ func TestPhaseGuarded(t *testing.T) {
 
 	t.Run("SendsTheGuardAndThePhaseInOneRoundTrip", func(t *testing.T) {
 		key := claim("one-trip")
-		counter.reset()
+		counter.Reset()
 		require.NoError(t, store.PhaseGuarded(ctx, key, counting, phase))
-		require.Equal(t, int64(1), counter.total(), "round trips of the guard and the phase")
+		require.Equal(t, int64(1), counter.Total(), "round trips of the guard and the phase")
 		require.Equal(t, idem.RecoveryPoint("halfway"), key.RecoveryPoint)
 	})
 

@@ -3,7 +3,6 @@ package idem_test
 import (
 	"context"
 	"net/netip"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,50 +14,25 @@ import (
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 )
 
-// roundTrips counts what a connection sends: single statements and
-// pipelined batches, one round trip each.
-type roundTrips struct{ queries, batches atomic.Int64 }
-
-func (c *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.queries.Add(1)
-	return ctx
-}
-func (c *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (c *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	c.batches.Add(1)
-	return ctx
-}
-func (c *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (c *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
-func (c *roundTrips) reset() { c.queries.Store(0); c.batches.Store(0) }
-
-func (c *roundTrips) total() int64 { return c.queries.Load() + c.batches.Load() }
-
 // traced is a store on a pool of one connection whose round trips are
 // counted (one connection, so its statement cache is warm after the first
 // use), with a user of its own.
 type traced struct {
 	pool    *pgxpool.Pool
 	store   *idem.Store
-	counter *roundTrips
+	counter *dbtest.RoundTrips
 	userID  int64
 }
 
 func newTraced(t *testing.T, name string) *traced {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	tr := &traced{counter: &roundTrips{}}
-	cfg.ConnConfig.Tracer = tr.counter
-	tr.pool, err = pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(tr.pool.Close)
+	tr := &traced{}
+	tr.pool, tr.counter = dbtest.NewCounted(t, 1)
 	require.NoError(t, tr.pool.QueryRow(ctx, `
 		INSERT INTO users (email, stripe_customer_id, api_token_hash)
 		VALUES ($1 || '@example.com', 'cus_' || $1, sha256('t')) RETURNING id`, name).Scan(&tr.userID))
+	var err error
 	tr.store, err = idem.New(&idem.Config{Pool: tr.pool, LockTimeout: time.Minute})
 	require.NoError(t, err)
 	return tr
@@ -116,10 +90,10 @@ func TestPhaseRoundTrips(t *testing.T) {
 		trips int64
 	}{{writeOnly("halfway"), 1}, {writeOnly("almost_done"), 1}, {readThenWrite, 2}} {
 		from := key.RecoveryPoint
-		counter.reset()
+		counter.Reset()
 		require.NoError(t, store.Phase(ctx, key, phase.fn))
-		require.Equal(t, phase.trips, counter.total(), "round trips of the phase from %s", from)
-		require.Zero(t, counter.queries.Load(), "statements sent on their own")
+		require.Equal(t, phase.trips, counter.Total(), "round trips of the phase from %s", from)
+		require.Zero(t, counter.Queries.Load(), "statements sent on their own")
 	}
 	require.Equal(t, idem.Finished, key.RecoveryPoint)
 }
@@ -145,9 +119,9 @@ func TestClaimRoundTrips(t *testing.T) {
 	}
 	require.NoError(t, claim("warm-up")) // prepares the statement
 
-	counter.reset()
+	counter.Reset()
 	require.NoError(t, claim("measured"))
-	require.Equal(t, int64(1), counter.total(), "round trips of a new key's claim")
+	require.Equal(t, int64(1), counter.Total(), "round trips of a new key's claim")
 
 	require.ErrorIs(t, claim("reaped"), idem.ErrKeyReused, "the guard holds: another request under a reaped key")
 }
@@ -185,9 +159,9 @@ func TestPhaseThen(t *testing.T) {
 		job(idem.Respond(201, []byte(`{}`)))))
 
 	key := claim("measured")
-	counter.reset()
+	counter.Reset()
 	require.NoError(t, store.PhaseThen(ctx, key, job(idem.Advance("halfway")), job(idem.Respond(201, []byte(`{}`)))))
-	require.Equal(t, int64(1), counter.total(), "round trips of the two phases")
+	require.Equal(t, int64(1), counter.Total(), "round trips of the two phases")
 	require.Equal(t, idem.Finished, key.RecoveryPoint)
 	require.Equal(t, []idem.RecoveryPoint{idem.Started, "halfway", idem.Finished}, points(key), "a commit for each recovery point")
 

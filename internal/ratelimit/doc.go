@@ -36,6 +36,8 @@
 //     and leaves the charge uncounted. Every charge is counted, exactly;
 //   - what a request's token count and its address's failures need of
 //     Postgres goes in the round trip that looks the token up (Queue);
+//     most requests need nothing, and a claim whose token's user the api
+//     remembers then makes no look-up at all (package api, remember.go);
 //   - only a failed authentication costs one more (Failed), and is
 //     counted exactly.
 //

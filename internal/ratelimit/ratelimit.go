@@ -69,6 +69,9 @@ type Config struct {
 	FailedAuth Policy
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// SyncEvery, if set, replaces SyncEvery: for a test that must know
+	// which requests sync and which are counted here alone.
+	SyncEvery time.Duration
 }
 
 func (c *Config) validate() error {
@@ -103,8 +106,8 @@ func New(config *Config) (*Limiter, error) {
 		token:      config.Token,
 		failedAuth: config.FailedAuth,
 		logger:     cmp.Or(config.Logger, slog.Default()),
-		tokens:     newView(config.Token, maxSubjects),
-		addresses:  newView(config.FailedAuth, maxSubjects),
+		tokens:     newView(config.Token, cmp.Or(config.SyncEvery, SyncEvery), maxSubjects),
+		addresses:  newView(config.FailedAuth, cmp.Or(config.SyncEvery, SyncEvery), maxSubjects),
 	}, nil
 }
 

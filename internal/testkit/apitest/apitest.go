@@ -75,6 +75,9 @@ type Options struct {
 	// stack applies; each is off unless its Quota is set, as it is off
 	// by default here (the api process has them on).
 	TokenLimit, FailedAuthLimit, ChargeLimit ratelimit.Policy
+	// RateLimitSyncEvery, if set, replaces ratelimit.SyncEvery (see
+	// ratelimit.Config.SyncEvery).
+	RateLimitSyncEvery time.Duration
 }
 
 // Stack is a running API with its dependencies.
@@ -147,7 +150,8 @@ func New(t testing.TB, opts Options) *Stack {
 		Service: s.Service, Pool: s.Pool, SimulatedErrors: opts.SimulatedErrors, Failpoint: &s.failpoints, Logger: logger,
 	})
 	require.NoError(t, err)
-	limits, err := ratelimit.New(&ratelimit.Config{Pool: s.Pool, Token: opts.TokenLimit, FailedAuth: opts.FailedAuthLimit, Logger: logger})
+	limits, err := ratelimit.New(&ratelimit.Config{Pool: s.Pool, Token: opts.TokenLimit, FailedAuth: opts.FailedAuthLimit, Logger: logger,
+		SyncEvery: opts.RateLimitSyncEvery})
 	require.NoError(t, err)
 	handler, err := api.New(&api.Config{
 		Pool:     s.Pool,
