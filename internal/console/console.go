@@ -63,8 +63,10 @@ type Config struct {
 	// TrustProxy says the console is reached through a reverse proxy
 	// whose X-Forwarded-Proto names the scheme the browser used
 	// (CONSOLE_TRUST_PROXY): https there makes the cookie Secure and is
-	// the scheme an Origin must have. Never set it where browsers reach
-	// the console directly: they could then claim either scheme.
+	// the scheme an Origin must have. The last address of its
+	// X-Forwarded-For is then the client's (clientIP). Never set it where
+	// browsers reach the console directly: they could then claim either
+	// scheme, and any address.
 	TrustProxy bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger

@@ -327,6 +327,35 @@ func TestConsoleProcessAccounts(t *testing.T) {
 		require.NotContains(t, resp.Header.Get("Set-Cookie"), "Secure")
 	})
 
+	// Behind the proxy every login came from the proxy's address, so five
+	// wrong guesses by anyone made every operator wait.
+	t.Run("ThrottlesTheForwardedAddressBehindATrustedProxy", func(t *testing.T) {
+		proxied := fleettest.Start(t, s.fleet, "console", "CONSOLE_TRUST_PROXY=true")
+		c := newClient(t, proxied.URL, "127.0.0.17") // the proxy
+		guess := func(name, forwardedFor string) *http.Response {
+			return c.postWith(t, "/login", url.Values{"operator": {name}, "password": {"guess"}},
+				"Origin", proxied.URL, "X-Forwarded-For", forwardedFor)
+		}
+		// The client wrote the first address; the proxy appended the last.
+		for _, name := range []string{"root", "admin", "operator", "test", "ada"} {
+			require.Equal(t, http.StatusUnauthorized, guess(name, "198.51.100.7, 203.0.113.1").StatusCode, name)
+		}
+		require.Equal(t, http.StatusTooManyRequests, guess("ada", "198.51.100.8, 203.0.113.1").StatusCode,
+			"the forwarded address waits, whatever the client wrote before it")
+		resp := c.postWith(t, "/login", url.Values{"operator": {"ada"}, "password": {password}},
+			"Origin", proxied.URL, "X-Forwarded-For", "203.0.113.1, 203.0.113.2")
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode, "another operator behind the same proxy logs in")
+
+		lines := 0
+		for line := range strings.Lines(proxied.Log()) {
+			if strings.Contains(line, `msg="Console login refused"`) {
+				require.Contains(t, line, " address=203.0.113.1 ")
+				lines++
+			}
+		}
+		require.Equal(t, 5, lines, "every failure logged with the client's address")
+	})
+
 	// CONSOLE_PASSWORD=a, or whitespace, used to start the console.
 	t.Run("OperatorAddRefusesAWeakPasswordByName", func(t *testing.T) {
 		for stdin, want := range map[string]string{

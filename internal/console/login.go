@@ -158,7 +158,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	from := clientIP(r)
+	from := c.clientIP(r)
 	// The name goes on the audit record of every settlement, which
 	// refuses one rides.ValidOperator refuses: no account has one.
 	var refused *rides.OperatorError

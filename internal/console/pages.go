@@ -537,7 +537,7 @@ func (c *Console) settle(a Settlement) func(w http.ResponseWriter, r *http.Reque
 			return
 		}
 		ctx := r.Context()
-		msg, err := a.Run(ctx, c.rides, rides.Settlement{KeyID: id, Operator: s.Operator, OriginIP: clientIP(r)})
+		msg, err := a.Run(ctx, c.rides, rides.Settlement{KeyID: id, Operator: s.Operator, OriginIP: c.clientIP(r)})
 		back := "/keys/" + strconv.FormatInt(id, 10)
 		if r.PostFormValue("from") == "attention" {
 			back = "/attention"
@@ -593,12 +593,28 @@ func refusal(err error) (string, bool) {
 
 func urlQuery(s string) string { return template.URLQueryEscaper(s) }
 
-// clientIP is where r came from, for the audit record; the zero Addr
-// when RemoteAddr holds no address (a Unix socket, behind which a proxy
-// may stand for anyone), which a settlement refuses rather than record a
-// made-up one. The resolve command, run on the host itself, records
-// loopback: for it that is the truth.
-func clientIP(r *http.Request) netip.Addr {
+// clientIP is where r came from, for the audit record and the login's
+// throttle; the zero Addr when RemoteAddr holds no address (a Unix socket,
+// behind which a proxy may stand for anyone), which a settlement refuses
+// rather than record a made-up one. The resolve command, run on the host
+// itself, records loopback: for it that is the truth.
+//
+// Behind a proxy the console trusts (Config.TrustProxy), every request
+// comes from the proxy's address, which would make one operator's failed
+// logins everyone's wait: the address is then the last of X-Forwarded-For,
+// the one the proxy appended for the client it served. Those before it are
+// whatever the client sent, and are not believed; without the header, the
+// connection's address stands.
+func (c *Console) clientIP(r *http.Request) netip.Addr {
+	if c.trustProxy {
+		if values := r.Header.Values("X-Forwarded-For"); len(values) > 0 {
+			last := values[len(values)-1]
+			last = last[strings.LastIndexByte(last, ',')+1:]
+			if a, err := netip.ParseAddr(strings.TrimSpace(last)); err == nil {
+				return a.Unmap()
+			}
+		}
+	}
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return netip.Addr{}

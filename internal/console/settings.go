@@ -8,7 +8,7 @@ import "github.com/rocketrides/rocketrides/internal/platform/config"
 // setting: people log in to their own accounts (console operator add).
 var Variables = config.Declare(
 	config.Setting{Name: "CONSOLE_TRUST_PROXY", Type: config.TypeBool,
-		Help: "true: believe X-Forwarded-Proto, as the reverse proxy that browsers reach the console through sets it (https there: a Secure cookie, and only an https Origin may post); leave it false where browsers reach the console directly"},
+		Help: "true: believe X-Forwarded-Proto and the last address of X-Forwarded-For, as the reverse proxy that browsers reach the console through sets them (https there: a Secure cookie, and only an https Origin may post; the address: what a login is throttled and logged by, and what a settlement's audit record names); leave it false where browsers reach the console directly"},
 	config.Setting{Name: "CONSOLE_API_URL", Type: config.TypeURL,
 		Help: "the api's base URL, where the lab sends its rides (SIMULATED_ERRORS=true only)"},
 	config.Setting{Name: "CONSOLE_LAB_TOKEN", Type: config.TypeString, Secret: true,
