@@ -1,7 +1,9 @@
 package idem_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/netip"
 	"testing"
 	"time"
@@ -177,4 +179,58 @@ func TestPhaseThen(t *testing.T) {
 	require.ErrorContains(t, err, "no such job")
 	require.Equal(t, idem.RecoveryPoint("halfway"), key.RecoveryPoint, "the first committed on its own")
 	require.Equal(t, before+1, jobs(), "the second's writes rolled back")
+}
+
+// TestQueueAfterCommit pins what goes behind a phase's COMMIT (the
+// enqueuer's wake): it runs only once the phase has committed, in a
+// transaction of its own, and its failure fails nothing that committed;
+// it is logged.
+func TestQueueAfterCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	tr := newTraced(t, "after")
+	var logs bytes.Buffer
+	store, err := idem.New(&idem.Config{Pool: tr.pool, LockTimeout: time.Minute,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	jobs := func(name string) (n int) {
+		require.NoError(t, tr.pool.QueryRow(ctx, `SELECT count(*) FROM staged_jobs WHERE job_name = $1`, name).Scan(&n))
+		return n
+	}
+	phase := func(check, after string, next idem.Outcome) idem.PhaseFunc {
+		return func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('phase', '{}')`)
+			tx.Queue(`SELECT idempotency_key_phase_check($1, 'the phase fails')`, check == "ok")
+			tx.QueueAfterCommit(after)
+			return next, nil
+		}
+	}
+	const behind = `INSERT INTO staged_jobs (job_name, job_args) VALUES ('behind', '{}')`
+
+	key := tr.claim(t, "committed")
+	require.NoError(t, store.Phase(ctx, key, phase("ok", behind, idem.Advance("halfway"))))
+	require.Equal(t, 1, jobs("behind"), "sent behind the commit")
+
+	key = tr.claim(t, "fails")
+	require.ErrorContains(t, store.Phase(ctx, key, phase("no", behind, idem.Advance("halfway"))), "the phase fails")
+	require.Equal(t, 1, jobs("behind"), "not sent behind a phase that did not commit")
+
+	require.Empty(t, logs.String())
+	key = tr.claim(t, "behind-fails")
+	require.NoError(t, store.Phase(ctx, key, phase("ok", `SELECT 1/0`, idem.Advance("halfway"))))
+	require.Equal(t, idem.RecoveryPoint("halfway"), key.RecoveryPoint)
+	var stored idem.RecoveryPoint
+	require.NoError(t, tr.pool.QueryRow(ctx, `SELECT recovery_point FROM idempotency_keys WHERE id = $1`, key.ID).Scan(&stored))
+	require.Equal(t, idem.RecoveryPoint("halfway"), stored, "the phase committed, in a transaction of its own")
+	require.Contains(t, logs.String(), "A statement sent behind a committed phase failed")
+	require.Contains(t, logs.String(), "division by zero")
+
+	// The same behind the second of two phases in one pipeline.
+	logs.Reset()
+	key = tr.claim(t, "then-behind-fails")
+	require.NoError(t, store.PhaseThen(ctx, key, phase("ok", behind, idem.Advance("halfway")),
+		phase("ok", `SELECT 1/0`, idem.Respond(201, []byte(`{}`)))))
+	require.Equal(t, idem.Finished, key.RecoveryPoint)
+	require.Contains(t, logs.String(), "division by zero")
 }

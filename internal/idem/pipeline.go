@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,7 +57,8 @@ func (tx *Tx) Queue(sql string, args ...any) *pgx.QueuedQuery {
 // same round trip, in a transaction of its own: for a signal that should
 // follow the phase's commit rather than share it (jobs.wake says why). It
 // runs only if the phase committed, since a pipeline stops at its first
-// error; and its own failure does not fail the phase, which has committed.
+// error; and its own failure does not fail the phase, which has committed:
+// it is logged (Config.Logger).
 func (tx *Tx) QueueAfterCommit(sql string, args ...any) {
 	tx.after = append(tx.after, afterCommit{sql, args})
 }
@@ -123,11 +125,23 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, guard *Guard, fn PhaseF
 	}
 	// Once COMMIT has answered, an error can only be a statement queued
 	// behind it.
-	if err := tx.flushCommitted(ctx); err != nil && !q.committed {
-		return s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err))
+	if err := tx.flushCommitted(ctx); err != nil {
+		if !q.committed {
+			return s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err))
+		}
+		s.behindCommitFailed(ctx, key, err)
 	}
 	q.settle()
 	return nil
+}
+
+// behindCommitFailed logs err, the failure of a statement sent behind a
+// phase's COMMIT (QueueAfterCommit). The phase committed and stands; what
+// the statement was for is left to its fallback (for the enqueuer's wake,
+// its poll).
+func (s *Store) behindCommitFailed(ctx context.Context, key *Key, err error) {
+	s.logger.WarnContext(ctx, "A statement sent behind a committed phase failed; the phase stands",
+		slog.Int64("idempotency_key_id", key.ID), slog.Any("error", err))
 }
 
 // PhaseThen runs first and then second as two atomic phases of key, each
@@ -205,8 +219,9 @@ func (s *Store) phasesOnce(ctx context.Context, key *Key, first, second PhaseFun
 	// A second whose own code failed may have queued part of its
 	// transaction; it goes out without its COMMIT and is rolled back.
 	err = tx.flushCommitted(ctx)
-	if stopped == nil && cmp.Or(q2, q1).committed {
-		err = nil // the last phase committed: an error was behind it
+	if stopped == nil && cmp.Or(q2, q1).committed && err != nil {
+		s.behindCommitFailed(ctx, key, err) // the last phase committed: the error was behind it
+		err = nil
 	}
 	if !q1.committed {
 		return q1, nil, s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, cmp.Or(err, stopped)))

@@ -55,6 +55,9 @@ type Config struct {
 	// Step): "api", "completer", "console". Lowercase letters, digits,
 	// '-' and '_', at most 30. Defaults to DefaultActor.
 	Actor string
+	// Logger receives what fails without failing the call that saw it (a
+	// statement behind a phase's commit). Defaults to slog.Default().
+	Logger *slog.Logger
 }
 
 func (c *Config) validate() error {
@@ -78,6 +81,7 @@ type Store struct {
 	phaseAttempts int
 	metrics       *metrics.Idempotency
 	actor         string
+	logger        *slog.Logger
 }
 
 // New returns a Store for config.
@@ -94,6 +98,7 @@ func New(config *Config) (*Store, error) {
 		phaseAttempts: cmp.Or(config.PhaseAttempts, DefaultPhaseAttempts),
 		metrics:       config.Metrics,
 		actor:         cmp.Or(config.Actor, DefaultActor),
+		logger:        cmp.Or(config.Logger, slog.Default()),
 	}, nil
 }
 

@@ -72,7 +72,8 @@ func (s Settings) NewService(ctx context.Context, pool *pgxpool.Pool, reg promet
 	if err := db.Preflight(ctx, pool, db.PreflightConfig{AllowAsyncReplication: s.AllowAsyncReplication}); err != nil {
 		return nil, nil, err
 	}
-	keys, err := idem.New(&idem.Config{Pool: pool, LockTimeout: s.LockTimeout, Metrics: metrics.NewIdempotency(reg), Actor: s.Actor})
+	keys, err := idem.New(&idem.Config{Pool: pool, LockTimeout: s.LockTimeout, Metrics: metrics.NewIdempotency(reg), Actor: s.Actor,
+		Logger: logger})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -138,7 +138,8 @@ func New(t testing.TB, opts Options) *Stack {
 		s.BadSourceUser = s.newUser(t, "user-bad-source@example.com", "tok_chargeCustomerFail", s.BadSourceToken)
 	}
 
-	s.Keys, err = idem.New(&idem.Config{Pool: s.Pool, LockTimeout: opts.LockTimeout, Metrics: metrics.NewIdempotency(s.Registry)})
+	s.Keys, err = idem.New(&idem.Config{Pool: s.Pool, LockTimeout: opts.LockTimeout, Metrics: metrics.NewIdempotency(s.Registry),
+		Logger: logger})
 	require.NoError(t, err)
 	s.Service, err = rides.NewService(&rides.ServiceConfig{
 		Pool: s.Pool, Keys: s.Keys, Payments: s.Gateway, Failpoint: &s.failpoints, Logger: logger,
