@@ -32,11 +32,6 @@ CREATE TABLE users (
 -- starting over; and the response, so that a retry of a finished request
 -- replays it.
 CREATE TABLE idempotency_keys (
-    -- Columns that never change after the claim come first, and those the
-    -- phases change last, the step log at the very end. An update that
-    -- stays on its page writes to the WAL only the bytes between the first
-    -- and the last that changed, so this order keeps a phase's record to
-    -- its moving parts (docs/scaling.md, "Postgres's cost per ride").
     id              BIGSERIAL   PRIMARY KEY,
     created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
     user_id         BIGINT      NOT NULL REFERENCES users ON DELETE RESTRICT,
@@ -112,7 +107,10 @@ CREATE TABLE idempotency_keys (
         CHECK ((locked_at IS NULL) = (lock_token IS NULL))
 )
 -- Room on each page, so that a phase that changes no indexed column
--- updates the row in place (HOT) without a new entry in every index.
+-- updates the row in place (HOT) without a new entry in every index. Such
+-- an update logs only the bytes between the first and the last column it
+-- changed, hence the columns' order: the claim's own first, the phases'
+-- last (docs/scaling.md, "Postgres's cost per ride").
 WITH (fillfactor = 80);
 
 -- The claim arbitrates on this index (INSERT ... ON CONFLICT).
