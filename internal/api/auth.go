@@ -34,19 +34,20 @@ func authenticate(pool *pgxpool.Pool, limits *ratelimit.Limiter, logger *slog.Lo
 			if why == "" {
 				hash = user.HashToken(token)
 			}
+			claim := claims(r)
 			if !limits.On() {
 				if why != "" {
 					unauthorized(w, why)
 					return
 				}
-				if u, ok := remembered.recall(hash); ok && claims(r) {
-					remembered.serve(w, r, next, pool, logger, token, hash, u, func(w http.ResponseWriter, _ *http.Request) {
+				if u, ok := remembered.recall(hash); ok && claim {
+					remembered.serve(w, r, next, pool, logger, hash, u, func(w http.ResponseWriter, _ *http.Request) {
 						unauthorized(w, badToken)
 					})
 					return
 				}
-				u, err := user.ByToken(r.Context(), pool, token)
-				if err == nil && claims(r) {
+				u, err := user.ByToken(r.Context(), pool, hash)
+				if err == nil && claim {
 					remembered.remember(hash, u)
 				}
 				serveAs(w, r, next, logger, u, err)
@@ -62,19 +63,19 @@ func authenticate(pool *pgxpool.Pool, limits *ratelimit.Limiter, logger *slog.Lo
 				return
 			}
 			check := limits.Count(hash, addr)
-			if u, ok := remembered.recall(hash); ok && claims(r) && !check.Needs() {
+			if u, ok := remembered.recall(hash); ok && claim && !check.Needs() {
 				// Decided in memory: the token was valid when remembered,
 				// and the claim checks it still is.
 				if refused := check.Refusal(true); refused != nil {
 					refused.Problem().Write(w)
 					return
 				}
-				remembered.serve(w, r, next, pool, logger, token, hash, u, func(w http.ResponseWriter, r *http.Request) {
+				remembered.serve(w, r, next, pool, logger, hash, u, func(w http.ResponseWriter, r *http.Request) {
 					failed(w, r, limits, logger, addr, badToken)
 				})
 				return
 			}
-			lookup, err := lookUp(r.Context(), pool, token, check)
+			lookup, err := lookUp(r.Context(), pool, hash, check)
 			if err != nil {
 				check.Unsent()
 				serveAs(w, r, next, logger, user.User{}, err)
@@ -88,7 +89,7 @@ func authenticate(pool *pgxpool.Pool, limits *ratelimit.Limiter, logger *slog.Lo
 				failed(w, r, limits, logger, addr, badToken)
 				return
 			}
-			if claims(r) {
+			if claim {
 				remembered.remember(hash, lookup.User)
 			}
 			serveAs(w, r, next, logger, lookup.User, nil)
@@ -96,19 +97,19 @@ func authenticate(pool *pgxpool.Pool, limits *ratelimit.Limiter, logger *slog.Lo
 	}
 }
 
-// lookUp looks token up, with what check needs of Postgres in the same
-// round trip when it needs anything (most requests need nothing, and
-// send the look-up alone, as without limits).
-func lookUp(ctx context.Context, pool *pgxpool.Pool, token string, check *ratelimit.Check) (*user.Lookup, error) {
+// lookUp looks the token of tokenHash up, with what check needs of
+// Postgres in the same round trip when it needs anything (most requests
+// need nothing, and send the look-up alone, as without limits).
+func lookUp(ctx context.Context, pool *pgxpool.Pool, tokenHash []byte, check *ratelimit.Check) (*user.Lookup, error) {
 	if !check.Needs() {
-		u, err := user.ByToken(ctx, pool, token)
+		u, err := user.ByToken(ctx, pool, tokenHash)
 		if errors.Is(err, user.ErrNotFound) {
 			return &user.Lookup{}, nil
 		}
 		return &user.Lookup{User: u, Found: err == nil}, err
 	}
 	b := &pgx.Batch{}
-	lookup := user.QueueByToken(b, token)
+	lookup := user.QueueByToken(b, tokenHash)
 	check.Queue(b)
 	return lookup, pool.SendBatch(ctx, b).Close()
 }

@@ -49,15 +49,15 @@ func (m *rememberedUsers) recall(hash []byte) (user.User, bool) {
 	return u, ok
 }
 
-// serve serves r, a claim, as u, the user remembered for token (of hash).
+// serve serves r, a claim, as u, the user remembered for the token of hash.
 // Should the claim's check fail, the user is forgotten and the token
 // looked up as though it had never been remembered; unknown answers a
 // token that no user has then.
 func (m *rememberedUsers) serve(w http.ResponseWriter, r *http.Request, next http.Handler, pool *pgxpool.Pool,
-	logger *slog.Logger, token string, hash []byte, u user.User, unknown http.HandlerFunc) {
+	logger *slog.Logger, hash []byte, u user.User, unknown http.HandlerFunc) {
 	reauthenticate := func() (user.User, bool) {
 		m.forget(hash)
-		u, err := user.ByToken(r.Context(), pool, token)
+		u, err := user.ByToken(r.Context(), pool, hash)
 		switch {
 		case errors.Is(err, user.ErrNotFound):
 			unknown(w, r)

@@ -41,9 +41,11 @@ func HashToken(token string) []byte {
 // byTokenSQL looks up the user whose token hashes to $1.
 const byTokenSQL = `SELECT id, email, stripe_customer_id FROM users WHERE api_token_hash = $1`
 
-// ByToken returns the user an API token belongs to, or ErrNotFound.
-func ByToken(ctx context.Context, q Querier, token string) (User, error) {
-	return one(ctx, q, "by token", byTokenSQL, HashToken(token))
+// ByToken returns the user the API token of tokenHash (HashToken)
+// belongs to, or ErrNotFound. It takes the hash, which the api has made
+// once for everything a request needs of its token.
+func ByToken(ctx context.Context, q Querier, tokenHash []byte) (User, error) {
+	return one(ctx, q, "by token", byTokenSQL, tokenHash)
 }
 
 // Lookup is a look-up of a user queued on a batch (QueueByToken): set
@@ -57,9 +59,9 @@ type Lookup struct {
 // sends it in one round trip with statements of its own: the api counts
 // the token's requests in the same round trip (package ratelimit). Once b
 // is sent, the Lookup holds the user, or Found is false.
-func QueueByToken(b *pgx.Batch, token string) *Lookup {
+func QueueByToken(b *pgx.Batch, tokenHash []byte) *Lookup {
 	l := &Lookup{}
-	b.Queue(byTokenSQL, HashToken(token)).Query(func(rows pgx.Rows) error {
+	b.Queue(byTokenSQL, tokenHash).Query(func(rows pgx.Rows) error {
 		users, err := pgx.CollectRows(rows, pgx.RowToStructByName[User])
 		if err != nil {
 			return fmt.Errorf("read user by token: %w", err)
