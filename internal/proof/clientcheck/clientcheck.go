@@ -28,6 +28,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/rocketrides/rocketrides/internal/platform/problem"
 )
 
 // DefaultBudget is the most tries a client may spend on one request.
@@ -114,14 +116,12 @@ func (h *Harness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	t := &try{key: r.Header.Get("Idempotency-Key"), contentType: r.Header.Get("Content-Type"), arrived: time.Now()}
 	t.body, _ = io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	// Recorded whole, answer included, under one lock: a report taken
+	// meanwhile (GET /report) sees every try as it was answered.
 	h.mu.Lock()
-	n := len(h.tries[c.Name])
-	h.tries[c.Name] = append(h.tries[c.Name], t)
-	h.mu.Unlock()
-
-	t.answer = c.answer(n)
-	h.mu.Lock()
+	t.answer = c.answer(len(h.tries[c.Name]))
 	t.answered = time.Now()
+	h.tries[c.Name] = append(h.tries[c.Name], t)
 	h.mu.Unlock()
 	if t.answer.cut {
 		cut(w)
@@ -165,6 +165,9 @@ func writeRide(w http.ResponseWriter, a answer) {
 		`"amount":2000,"currency":"usd","stripe_charge_id":"ch_clientcheck"}`, rideID)
 }
 
+// writeProblem writes a as the api writes a problem, but with the
+// script's Rocket-Rides-Should-Retry and Idempotent-Replayed, which a
+// case may set where problem.Problem.Write would derive them otherwise.
 func writeProblem(w http.ResponseWriter, a answer) {
 	h := w.Header()
 	for name, v := range a.header {
@@ -184,7 +187,7 @@ func writeProblem(w http.ResponseWriter, a answer) {
 		ride = fmt.Sprintf(`,"ride_id":%d`, rideID)
 	}
 	fmt.Fprintf(w, `{"type":"https://docs.rocketrides.local/errors#%s","title":%q,"status":%d,"code":%q%s}`,
-		a.code, http.StatusText(a.status), a.status, a.code, ride)
+		a.code, problem.Title(a.status), a.status, a.code, ride)
 }
 
 // Verdict is a check's outcome.

@@ -44,8 +44,9 @@ func TestClientPackage(t *testing.T) {
 	defer cancel()
 	done := make(chan error, len(clientcheck.Names()))
 	for _, name := range clientcheck.Names() {
+		url := caseURL(t, base, name) // here: it may fail the test, which a goroutine must not
 		go func() {
-			c, err := client.New(&client.Config{URL: caseURL(t, base, name), Token: "rr_clientcheck_token"})
+			c, err := client.New(&client.Config{URL: url, Token: "rr_clientcheck_token"})
 			if err != nil {
 				done <- err
 				return
