@@ -221,22 +221,6 @@ type Ride struct {
 	Replayed bool `json:"-"`
 }
 
-func (r *Ride) UnmarshalJSON(b []byte) error {
-	type plain Ride
-	var v struct {
-		plain
-		StripeChargeID *string `json:"stripe_charge_id"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
-	*r = Ride(v.plain)
-	if v.StripeChargeID != nil {
-		r.StripeChargeID = *v.StripeChargeID
-	}
-	return nil
-}
-
 // CreateRide requests a ride and pays for it, retrying as the contract
 // says until an answer is final, the tries run out or ctx ends. It
 // returns the ride (Status Succeeded, or Pending when the server finished

@@ -5,9 +5,10 @@
 // A ride request gets one idempotency key, made by the client (NewKey)
 // or given by the caller, and every try of it sends that key and the
 // same bytes of body. A try that may still complete is tried again: no
-// answer at all, 408, 409, 429, 500 and 503, or whatever the server's
-// Rocket-Rides-Should-Retry header says, which wins over the status when
-// it is present. Before retry n the client waits a random time between 0
+// answer at all, nor one from the API (a 502 or 504 that is not a
+// problem document is a proxy's), 408, 409, 429, 500 and 503, or
+// whatever the server's Rocket-Rides-Should-Retry header says, which wins
+// over the status when it is present. Before retry n the client waits a random time between 0
 // and min(MaxDelay, BaseDelay × 2^(n-1)) (full jitter, so that clients
 // that failed together do not come back together), and never less than
 // the answer's Retry-After. Every other answer is final and ends the
