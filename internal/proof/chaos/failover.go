@@ -217,8 +217,9 @@ func (m *monkey) killLeader(ctx context.Context, h *localpg.HA, tr *traffic) (ro
 	}
 	r.promoted = time.Since(killed)
 	m.progress("Patroni promoted %s %s after the kill; starting %s again", promoted.Name, r.promoted.Round(time.Millisecond), leader.Name)
+	err = m.rejoin(ctx, leader, tr, killed, &r)
 	r.firstOK = firstCreated(ctx, tr, killed, killed.Add(r.promoted))
-	return r, m.rejoin(ctx, leader, tr, killed, &r)
+	return r, err
 }
 
 // loseStandby is a round of DrillStandby.
@@ -235,9 +236,10 @@ func (m *monkey) loseStandby(ctx context.Context, h *localpg.HA, tr *traffic) (r
 		return round{}, err
 	}
 	killed := time.Now()
-	r.firstOK = firstCreated(ctx, tr, killed, killed)
 	sleep(ctx, nil, time.Until(killed.Add(down)))
-	return r, m.rejoin(ctx, standby, tr, killed, &r)
+	err = m.rejoin(ctx, standby, tr, killed, &r)
+	r.firstOK = firstCreated(ctx, tr, killed, killed)
+	return r, err
 }
 
 // killAgent is a round of DrillAgent.
@@ -264,8 +266,8 @@ func (m *monkey) killAgent(ctx context.Context, h *localpg.HA, tr *traffic) (rou
 	m.progress("Patroni promoted %s %s after the kill; %s still runs as a primary; its Patroni back in %s",
 		promoted.Name, r.promoted.Round(time.Millisecond), leader.Name, both.Round(time.Millisecond))
 	sleep(ctx, nil, both)
-	r.firstOK = firstCreated(ctx, tr, killed, killed.Add(r.promoted))
 	err = m.rejoin(ctx, leader, tr, killed, &r)
+	r.firstOK = firstCreated(ctx, tr, killed, killed.Add(r.promoted))
 	r.answers = diffCounts(tr.answerCounts(), before)
 	return r, err
 }
@@ -278,17 +280,17 @@ func (m *monkey) rejoin(ctx context.Context, node *localpg.HANode, tr *traffic, 
 		return err
 	}
 	// Asynchronous, a standby is never synchronous: streaming is all.
-	check := "/sync"
+	check, back := "/sync", "a synchronous standby"
 	if m.async {
-		check = "/replica"
+		check, back = "/replica", "a streaming standby"
 	}
 	if err := node.Await(ctx, check); err != nil {
 		return err
 	}
 	r.rejoined = time.Since(killed)
 	r.created = tr.createdBetween(killed, killed.Add(r.rejoined))
-	m.progress("%s is a synchronous standby again %s after the fault; %d rides created meanwhile",
-		node.Name, r.rejoined.Round(time.Millisecond), r.created)
+	m.progress("%s is %s again %s after the fault; %d rides created meanwhile",
+		node.Name, back, r.rejoined.Round(time.Millisecond), r.created)
 	return nil
 }
 
@@ -296,7 +298,9 @@ func (m *monkey) rejoin(ctx context.Context, node *localpg.HANode, tr *traffic, 
 const firstCreatedWait = time.Minute
 
 // firstCreated waits for the first 201 after t, and returns how long
-// after from it came; zero when none came within a minute (the clients
+// after from it came (the 201s are timestamped as they come, so a round
+// asks once the hurt node is back, and the wait delays nothing it
+// measures); zero when none came within a minute (the clients
 // may be backing off, or every one may be waiting).
 func firstCreated(ctx context.Context, tr *traffic, from, t time.Time) time.Duration {
 	deadline := time.Now().Add(firstCreatedWait)
