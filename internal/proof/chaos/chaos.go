@@ -487,8 +487,7 @@ func (s *soak) collect() {
 	s.summary.Rounds = s.faults.rounds
 	s.summary.Degraded = s.faults.degraded
 	s.summary.ReadyzAlone = s.faults.readyzAlone
-	s.summary.ReadyzConfirmed = len(s.faults.readyzConfirmed)
-	s.summary.readyzConfirmedAt = s.faults.readyzConfirmed
+	s.summary.ReadyzConfirmed = s.faults.readyzConfirmed
 	s.summary.StripeFaults = s.faults.stripe
 	s.summary.StripeFaultRequests = s.faults.stripeRequests
 	s.summary.Problems = s.faults.problems

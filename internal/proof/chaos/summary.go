@@ -48,12 +48,9 @@ type Summary struct {
 	// had. The api's /readyz and the console are to say so within each.
 	Degraded []window
 	// ReadyzAlone are the times the api's /readyz said that the primary
-	// alone confirmed commits, ReadyzConfirmed how many times it said a
+	// alone confirmed commits, ReadyzConfirmed the times it said a
 	// synchronous standby did (failover drill).
-	ReadyzAlone     []time.Time
-	ReadyzConfirmed int
-
-	readyzConfirmedAt []time.Time
+	ReadyzAlone, ReadyzConfirmed []time.Time
 	// Acknowledged is what became of the keys whose clients got their
 	// final answer.
 	Acknowledged Acknowledged
@@ -149,7 +146,7 @@ func (s Summary) OK() bool {
 // that the primary alone did within every window without a synchronous
 // standby long enough to be seen (ReadyzMissed).
 func (s Summary) readyzTold() bool {
-	return !s.Failover || (s.ReadyzConfirmed > 0 && len(s.ReadyzMissed()) == 0)
+	return !s.Failover || (len(s.ReadyzConfirmed) > 0 && len(s.ReadyzMissed()) == 0)
 }
 
 // ReadyzMissed are the windows without a synchronous standby, of
@@ -167,7 +164,7 @@ func (s Summary) ReadyzMissed() []window {
 		if w.end.Sub(w.start) < readyzSaysAlone || slices.ContainsFunc(s.ReadyzAlone, in(w)) {
 			continue
 		}
-		if slices.ContainsFunc(s.readyzConfirmedAt, in(w)) {
+		if slices.ContainsFunc(s.ReadyzConfirmed, in(w)) {
 			missed = append(missed, w)
 		}
 	}
@@ -344,7 +341,7 @@ func (s Summary) writeRounds(b *strings.Builder, line func(name, format string, 
 	}
 	missed := len(s.ReadyzMissed())
 	line("/readyz said so", "in %d of the %d windows of %s or more%s", held-missed, held, readyzSaysAlone, mustBeZero(missed))
-	line("/readyz answers", "%q %d times, %q %d times%s", readyzAlone, len(s.ReadyzAlone), readyzConfirmed, s.ReadyzConfirmed, mustBePositive(s.ReadyzConfirmed))
+	line("/readyz answers", "%q %d times, %q %d times%s", readyzAlone, len(s.ReadyzAlone), readyzConfirmed, len(s.ReadyzConfirmed), mustBePositive(len(s.ReadyzConfirmed)))
 }
 
 // writeJudgement writes what the drain, the reconciler and the invariant

@@ -55,7 +55,7 @@ func TestReadyzMissed(t *testing.T) {
 		{"NeverAnswered", nil, nil, 0},
 		{"SaidAloneJustAfter", []time.Time{w.end.Add(time.Second)}, []time.Time{inside}, 0},
 	} {
-		s := Summary{Failover: true, Degraded: []window{w, short}, ReadyzAlone: tc.alone, readyzConfirmedAt: tc.confirmed}
+		s := Summary{Failover: true, Degraded: []window{w, short}, ReadyzAlone: tc.alone, ReadyzConfirmed: tc.confirmed}
 		require.Len(t, s.ReadyzMissed(), tc.missed, tc.name)
 	}
 }
