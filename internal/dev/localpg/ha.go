@@ -233,23 +233,15 @@ func (h *HA) Stop(ctx context.Context) error {
 	defer unlock()
 	// The leader last: stopped first, it would hand its lock to a standby
 	// that is about to stop too.
-	nodes := slices.Clone(h.Nodes[:])
+	nodes := h.Nodes[:]
 	if leader, err := h.Leader(ctx); err == nil {
-		slices.SortStableFunc(nodes, func(a, b *HANode) int {
-			switch {
-			case a == leader:
-				return 1
-			case b == leader:
-				return -1
-			}
-			return 0
-		})
+		nodes = []*HANode{h.Other(leader), leader}
 	}
 	var errs []error
 	for _, n := range nodes {
 		errs = append(errs, n.stop(ctx))
 	}
-	errs = append(errs, stopProcess(ctx, findProcess("--data-dir", h.etcdDir), "etcd"))
+	errs = append(errs, stopProcess(ctx, findProcess("--data-dir", h.etcdDir), syscall.SIGTERM, "etcd"))
 	return errors.Join(errs...)
 }
 
@@ -310,9 +302,6 @@ type Member struct {
 	Role string `json:"role"`
 	// State is running, streaming, starting, stopped, crashed...
 	State string `json:"state"`
-	// Lag is how far behind the leader a standby is, in bytes, when
-	// Patroni knows.
-	Lag any `json:"lag,omitempty"`
 }
 
 // Members are the nodes as the cluster sees them, from the first node
@@ -514,7 +503,7 @@ func (h *HA) startEtcd(ctx context.Context) error {
 		var health struct {
 			Health string `json:"health"`
 		}
-		status, body, err := get(ctx, fmt.Sprintf("http://%s:%d/health", haHost, h.etcdClientPort))
+		status, body, err := call(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/health", haHost, h.etcdClientPort), nil)
 		if err == nil && status == http.StatusOK && json.Unmarshal(body, &health) == nil && health.Health == "true" {
 			return nil
 		}
@@ -712,7 +701,7 @@ func (n *HANode) config() map[string]any {
 // behind by a killed Patroni (fast shutdown).
 func (n *HANode) stop(ctx context.Context) error {
 	if pid := findProcess(n.configFile); pid != 0 {
-		if err := stopProcess(ctx, pid, "patroni "+n.Name); err != nil {
+		if err := stopProcess(ctx, pid, syscall.SIGTERM, "patroni "+n.Name); err != nil {
 			return err
 		}
 	}
@@ -720,20 +709,16 @@ func (n *HANode) stop(ctx context.Context) error {
 	if err != nil || pid == 0 {
 		return err
 	}
-	return stopProcess(ctx, pid, "postgres "+n.Name)
+	return stopProcess(ctx, pid, syscall.SIGINT, "postgres "+n.Name) // fast shutdown
 }
 
-// stopProcess sends pid SIGTERM, or SIGINT if it is a postmaster (fast
-// shutdown), and waits until it has left the process table.
-func stopProcess(ctx context.Context, pid int, what string) error {
+// stopProcess sends pid sig and waits until it has left the process
+// table.
+func stopProcess(ctx context.Context, pid int, sig syscall.Signal, what string) error {
 	if pid == 0 {
 		return nil
 	}
 	start, _ := startTime(pid)
-	sig := syscall.SIGTERM
-	if strings.HasPrefix(what, "postgres") {
-		sig = syscall.SIGINT
-	}
 	if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("stop %s %d: %w", what, pid, err)
 	}
@@ -791,11 +776,6 @@ func call(ctx context.Context, method, u string, body []byte) (int, []byte, erro
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, answer, err
-}
-
-// get GETs u, as rest calls a node's REST API.
-func get(ctx context.Context, u string) (int, []byte, error) {
-	return call(ctx, http.MethodGet, u, nil)
 }
 
 // tail is the end of a log file, formatted to follow an error.
