@@ -272,8 +272,7 @@ func (c *Console) runLab(ctx context.Context, run *labRun, calls int) {
 	}()
 	switch run.Scenario.Name {
 	case "dies_after_ride":
-		resp := c.labPost(ctx, run.Key, true, l.Timeout)
-		c.labSaw(run, "client", 1, resp)
+		c.labSend(ctx, run, "client", 1, 1, l.Timeout, true)
 		run.add("client", "The client gives up and goes away, like an app that was closed.", "",
 			Why{"Nothing is lost: the completer looks for keys left unfinished and drives them to the end through the same code as the api, resuming at the recovery point the ride's atomic phase committed. Watch the steps above for its attempt.", sectionMurphy})
 		return
@@ -286,8 +285,7 @@ func (c *Console) runLab(ctx context.Context, run *labRun, calls int) {
 	case "slow_stripe":
 		setFaults(fmt.Sprintf(`{"latency_ms":%d}`, (3*l.Timeout/2).Milliseconds()),
 			fmt.Sprintf("The Stripe fake will take %s per charge; the client waits %s.", 3*l.Timeout/2, l.Timeout))
-		resp := c.labPost(ctx, run.Key, false, l.Timeout)
-		c.labSaw(run, "client", 1, resp)
+		c.labSend(ctx, run, "client", 1, 1, l.Timeout, false)
 		setFaults(`{"latency_ms":0}`, "Stripe is fast again.")
 		c.labRetry(ctx, run, "client", 2)
 		return
@@ -319,8 +317,7 @@ func (c *Console) labAnswerLost(ctx context.Context, run *labRun, setFaults func
 	start, startErr := c.labStripeCounts(ctx)
 	setFaults(fmt.Sprintf(`{"drop_answer_next":%d}`, labLostAnswers),
 		"The Stripe fake will carry out every charge request it gets and drop the connection instead of answering, until the api has answered the client.")
-	resp := c.labPost(ctx, run.Key, false, labPatience)
-	c.labSaw(run, "client", 1, resp)
+	resp := c.labSend(ctx, run, "client", 1, 1, labPatience, false)
 	setFaults(`{"drop_answer_next":0}`, "The Stripe fake answers again.")
 	stripeKey := c.labStripeKey(ctx, run)
 	lost, lostErr := c.labStripeCounts(ctx)
@@ -437,14 +434,6 @@ type labResponse struct {
 	// Final: the answer ends the client's retries (the client package's
 	// rule, which follows the api's Rocket-Rides-Should-Retry).
 	Final bool
-}
-
-// labPost sends the lab's ride once, with key, and waits for its answer
-// at most timeout.
-func (c *Console) labPost(ctx context.Context, key string, raiseError bool, timeout time.Duration) labResponse {
-	var resp labResponse
-	c.labClientSend(ctx, key, 1, timeout, raiseError, func(a rrclient.Attempt) { resp = labResponseOf(a, timeout) })
-	return resp
 }
 
 // labSend sends the lab's ride up to attempts times, recording each
