@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/rocketrides/rocketrides/internal/platform/problem"
+	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
 // DefaultBudget is the most tries a client may spend on one request.
@@ -430,9 +431,9 @@ func check(c Case, tries []*try, budget int) Result {
 }
 
 // validKey is the contract's rule for an Idempotency-Key, its unquoted
-// form: 20 to 255 printable ASCII characters.
+// form: printable ASCII, as long as the api accepts.
 func validKey(k string) bool {
-	if len(k) < 20 || len(k) > 255 {
+	if len(k) < rides.MinKeyLength || len(k) > rides.MaxKeyLength {
 		return false
 	}
 	for i := 0; i < len(k); i++ {
