@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -33,26 +34,43 @@ import (
 // accepts any.
 const token = "rr_clientcheck_token_0123456789"
 
-func main() { os.Exit(run()) }
+func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
-func run() int {
-	listen := flag.String("listen", "127.0.0.1:8089", "address to serve the cases on")
-	budget := flag.Int("budget", clientcheck.DefaultBudget, "the most tries a client may spend on one ride")
-	command := flag.String("client", "", "a command that creates one ride against $RIDES_URL with $RIDES_TOKEN; run once per case")
-	timeout := flag.Duration("case-timeout", 2*time.Minute, "with -client: how long one case's run may take")
-	flag.Parse()
-	if flag.NArg() > 0 || *budget < 1 || *timeout <= 0 {
-		fmt.Fprintln(os.Stderr, "clientcheck: usage: clientcheck [-listen addr] [-budget n] [-client command [-case-timeout d]]")
+func run(args []string, stderr io.Writer) int {
+	flags := flag.NewFlagSet("clientcheck", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	listen := flags.String("listen", "127.0.0.1:8089", "address to serve the cases on")
+	budget := flags.Int("budget", clientcheck.DefaultBudget, "the most tries a client may spend on one ride")
+	command := flags.String("client", "", "a command that creates one ride against $RIDES_URL with $RIDES_TOKEN; run once per case")
+	timeout := flags.Duration("case-timeout", 2*time.Minute, "with -client: how long one case's run may take")
+	if err := flags.Parse(args); err != nil {
+		return 2 // the flag package has said why
+	}
+	timeoutSet := false
+	flags.Visit(func(f *flag.Flag) { timeoutSet = timeoutSet || f.Name == "case-timeout" })
+	var refused string
+	switch {
+	case flags.NArg() > 0:
+		refused = fmt.Sprintf("unexpected argument %q (a client command goes in -client)", flags.Arg(0))
+	case *budget < 1:
+		refused = fmt.Sprintf("-budget must be at least 1, got %d", *budget)
+	case *timeout <= 0:
+		refused = fmt.Sprintf("-case-timeout must be positive, got %s", *timeout)
+	case timeoutSet && *command == "":
+		refused = "-case-timeout bounds a -client run; without -client nothing is run"
+	}
+	if refused != "" {
+		fmt.Fprintf(stderr, "clientcheck: %s\nusage: clientcheck [-listen addr] [-budget n] [-client command [-case-timeout d]]\n", refused)
 		return 2
 	}
 	h, err := clientcheck.New(&clientcheck.Config{Budget: *budget})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "clientcheck:", err)
+		fmt.Fprintln(stderr, "clientcheck:", err)
 		return 2
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "clientcheck:", err)
+		fmt.Fprintln(stderr, "clientcheck:", err)
 		return 2
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
@@ -73,7 +91,7 @@ func run() int {
 		for _, name := range clientcheck.Names() {
 			u, _ := clientcheck.URL(base, name)
 			if err := runClient(ctx, *command, u, *timeout); err != nil {
-				fmt.Fprintf(os.Stderr, "clientcheck: %s: %v\n", name, err)
+				fmt.Fprintf(stderr, "clientcheck: %s: %v\n", name, err)
 			}
 			if ctx.Err() != nil {
 				break
@@ -100,8 +118,10 @@ func runClient(ctx context.Context, command, url string, timeout time.Duration) 
 	err := cmd.Run()
 	var exit *exec.ExitError
 	switch {
-	case ctx.Err() != nil:
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return fmt.Errorf("the client did not finish within %s", timeout)
+	case ctx.Err() != nil:
+		return errors.New("interrupted before the client finished")
 	case errors.As(err, &exit):
 		return nil
 	}
