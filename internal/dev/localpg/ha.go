@@ -270,26 +270,18 @@ func (h *HA) CreateDatabase(ctx context.Context, name string) error {
 		return err
 	}
 	for _, n := range h.Nodes {
-		deadline := time.Now().Add(haTimeout)
-		for {
-			var exists bool
+		err := poll(ctx, 50*time.Millisecond, "database "+name+" on "+n.Name, nil, noTail, func() (bool, error) {
 			conn, err := connect(ctx, n.URL())
 			if err != nil {
-				break // not running: it copies the database when it starts
+				return true, nil // not running: it copies the database when it starts
 			}
+			defer conn.Close(ctx)
+			var exists bool
 			err = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists)
-			_ = conn.Close(ctx)
-			if err == nil && exists {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("database %s is not on %s after %s (last error: %v)", name, n.Name, haTimeout, err)
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("wait for database %s on %s: %w", name, n.Name, ctx.Err())
-			case <-time.After(50 * time.Millisecond):
-			}
+			return err == nil && exists, err
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -375,21 +367,8 @@ func (n *HANode) Is(ctx context.Context, check string) (bool, error) {
 // Await waits until the node answers 200 to check (see Is), within
 // haTimeout.
 func (n *HANode) Await(ctx context.Context, check string) error {
-	deadline := time.Now().Add(haTimeout)
-	for {
-		ok, err := n.Is(ctx, check)
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s does not answer 200 to %s after %s (last error: %v)%s", n.Name, check, haTimeout, err, tail(n.LogFile))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for %s to answer 200 to %s: %w", n.Name, check, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return poll(ctx, 100*time.Millisecond, n.Name+" to answer 200 to "+check, nil,
+		func() string { return tail(n.LogFile) }, func() (bool, error) { return n.Is(ctx, check) })
 }
 
 // Postgres is the node's Postgres as a Cluster, for its processes: Crash,
@@ -498,64 +477,68 @@ func (h *HA) startEtcd(ctx context.Context) error {
 		}
 		exited = ch.exited
 	}
-	deadline := time.Now().Add(haTimeout)
-	for {
+	return poll(ctx, 50*time.Millisecond, "etcd to be healthy", exited, func() string { return tail(h.etcdLog) }, func() (bool, error) {
 		var health struct {
 			Health string `json:"health"`
 		}
 		status, body, err := call(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/health", haHost, h.etcdClientPort), nil)
-		if err == nil && status == http.StatusOK && json.Unmarshal(body, &health) == nil && health.Health == "true" {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("etcd is not healthy after %s (last error: %v)%s", haTimeout, err, tail(h.etcdLog))
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("etcd exited while starting%s", tail(h.etcdLog))
-		case <-ctx.Done():
-			return fmt.Errorf("wait for etcd: %w", ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		return err == nil && status == http.StatusOK && json.Unmarshal(body, &health) == nil && health.Health == "true", err
+	})
 }
 
 // AwaitLeader waits until a node holds the leader lock and its Postgres
 // takes writes: Patroni answers 200 to /leader while the promotion is
 // still under way.
 func (h *HA) AwaitLeader(ctx context.Context) (*HANode, error) {
-	deadline := time.Now().Add(haTimeout)
-	for {
-		if leader, err := h.Leader(ctx); err == nil && leader.writable(ctx) {
-			return leader, nil
+	var leader *HANode
+	err := poll(ctx, 100*time.Millisecond, "a leader in the cluster in "+h.Dir, nil, h.tails, func() (bool, error) {
+		l, err := h.Leader(ctx)
+		if err != nil || !l.writable(ctx) {
+			return false, err
 		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("no leader in the cluster in %s after %s%s%s", h.Dir, haTimeout, tail(h.Nodes[0].LogFile), tail(h.Nodes[1].LogFile))
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("wait for a leader: %w", ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		leader = l
+		return true, nil
+	})
+	return leader, err
 }
 
 // awaitStandby waits until a node answers 200 to check.
 func (h *HA) awaitStandby(ctx context.Context, check, what string) error {
+	return poll(ctx, 100*time.Millisecond, "a "+what+" in the cluster in "+h.Dir, nil, h.tails, func() (bool, error) {
+		return slices.ContainsFunc(h.Nodes[:], func(n *HANode) bool { ok, _ := n.Is(ctx, check); return ok }), nil
+	})
+}
+
+// tails is the end of both nodes' logs, to follow an error.
+func (h *HA) tails() string { return tail(h.Nodes[0].LogFile) + tail(h.Nodes[1].LogFile) }
+
+// noTail is no log's end: a wait whose error needs none.
+func noTail() string { return "" }
+
+// poll asks done every interval until it says true, within haTimeout. A
+// wait that times out, whose ctx ends, or whose process exits (exited,
+// when not nil) fails, naming what it waited for, done's last error and
+// more (the end of a log).
+func poll(ctx context.Context, every time.Duration, what string, exited <-chan struct{}, more func() string, done func() (bool, error)) error {
 	deadline := time.Now().Add(haTimeout)
 	for {
-		for _, n := range h.Nodes {
-			if ok, _ := n.Is(ctx, check); ok {
-				return nil
-			}
+		ok, err := done()
+		if ok {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no %s in the cluster in %s after %s%s%s", what, h.Dir, haTimeout, tail(h.Nodes[0].LogFile), tail(h.Nodes[1].LogFile))
+			last := ""
+			if err != nil {
+				last = fmt.Sprintf(" (last error: %v)", err)
+			}
+			return fmt.Errorf("waited %s for %s in vain%s%s", haTimeout, what, last, more())
 		}
 		select {
+		case <-exited:
+			return fmt.Errorf("wait for %s: the process exited%s", what, more())
 		case <-ctx.Done():
-			return fmt.Errorf("wait for a %s: %w", what, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
+			return fmt.Errorf("wait for %s: %w", what, ctx.Err())
+		case <-time.After(every):
 		}
 	}
 }
