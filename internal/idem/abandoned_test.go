@@ -71,7 +71,7 @@ func insertKey(t *testing.T, b *abandonedBundle, st keyState) *Key {
 			 recovery_point, created_at, last_run_at, locked_at, lock_token,
 			 response_code, response_body, attention_reason)
 		VALUES ($1, $2, 'POST', '/rides', '{"a": 1}', '192.0.2.1',
-		        $3, now() - $4::interval, now() - $5::interval,
+		        $3::text, now() - $4::interval, now() - $5::interval,
 		        now() - $6::interval, CASE WHEN $6::interval IS NOT NULL THEN gen_random_uuid() END,
 		        CASE WHEN $3 = 'finished' THEN 201 END, CASE WHEN $3 = 'finished' THEN '{"id": 1}'::jsonb END,
 		        $7)

@@ -49,7 +49,7 @@ func SetAside(reason string) Outcome { return Outcome{attention: reason} }
 const setAsideSQL = `
 	WITH changed AS (
 		UPDATE idempotency_keys
-		SET attention_reason = $4, locked_at = NULL, lock_token = NULL,
+		SET attention_reason = $4::text, locked_at = NULL, lock_token = NULL,
 		    steps = (CASE WHEN jsonb_array_length(steps) < 100 THEN steps
 		             ELSE jsonb_build_array(steps -> 0) || jsonb_path_query_array(steps, '$[last - 97 to last]') END)
 		         || (jsonb_build_object('at', clock_timestamp(), 'event', 'set_aside'::text,

@@ -273,7 +273,7 @@ func TestStore(t *testing.T) {
 			var pgErr *pgconn.PgError
 			require.ErrorAs(t, err, &pgErr, "recovery point %q", bad)
 			require.Equal(t, "23514", pgErr.Code, "recovery point %q (want check_violation)", bad)
-			require.Equal(t, "idempotency_keys_recovery_point_check", pgErr.ConstraintName, "recovery point %q", bad)
+			require.Equal(t, "recovery_point_check", pgErr.ConstraintName, "recovery point %q", bad)
 		}
 		for _, good := range []string{"payment_authorized", "step2", strings.Repeat("a", 50)} {
 			require.NoError(t, setPoint(good), "recovery point %q", good)

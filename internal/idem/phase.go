@@ -105,7 +105,7 @@ func (s *Store) queuePhase(ctx context.Context, tx *Tx, key *Key, from RecoveryP
 // it (nothing else works such a key), so it also clears the flag.
 const advanceSQL = `
 	UPDATE idempotency_keys
-	SET recovery_point = $4,
+	SET recovery_point = $4::text,
 	    response_code  = $5,
 	    response_body  = $6,
 	    locked_at      = CASE WHEN $4 = 'finished' THEN NULL ELSE now() END,

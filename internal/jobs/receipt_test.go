@@ -264,10 +264,10 @@ func TestFormatAmount(t *testing.T) {
 			currency   string
 			constraint string
 		}{
-			{-20_00, "usd", "rides_amount_check"},
-			{0, "usd", "rides_amount_check"},
-			{20_00, "USD", "rides_currency_check"},
-			{20_00, "Usd", "rides_currency_check"},
+			{-20_00, "usd", "amount_check"},
+			{0, "usd", "amount_check"},
+			{20_00, "USD", "currency_check"},
+			{20_00, "Usd", "currency_check"},
 		} {
 			err := insertRide(tc.amount, tc.currency)
 			var pgErr *pgconn.PgError

@@ -1,3 +1,45 @@
+CREATE DOMAIN public.amount AS bigint
+	CONSTRAINT amount_check CHECK ((VALUE > 0));
+
+CREATE DOMAIN public.attention_reason AS text
+	CONSTRAINT attention_reason_check CHECK ((char_length(VALUE) <= 500));
+
+CREATE DOMAIN public.claim_count AS integer
+	CONSTRAINT claim_count_check CHECK ((VALUE >= 1));
+
+CREATE DOMAIN public.currency AS text
+	CONSTRAINT currency_check CHECK ((VALUE ~ '^[a-z]{3}$'::text));
+
+CREATE DOMAIN public.idempotency_key_value AS text
+	CONSTRAINT idempotency_key_value_check CHECK (((char_length(VALUE) >= 1) AND (char_length(VALUE) <= 255)));
+
+CREATE DOMAIN public.key_steps AS jsonb
+	CONSTRAINT key_steps_check CHECK ((jsonb_typeof(VALUE) = 'array'::text));
+
+CREATE DOMAIN public.latitude AS numeric(13,10)
+	CONSTRAINT latitude_check CHECK (((VALUE >= ('-90'::integer)::numeric) AND (VALUE <= (90)::numeric)));
+
+CREATE DOMAIN public.longitude AS numeric(13,10)
+	CONSTRAINT longitude_check CHECK (((VALUE >= ('-180'::integer)::numeric) AND (VALUE <= (180)::numeric)));
+
+CREATE DOMAIN public.recovery_point AS text
+	CONSTRAINT recovery_point_check CHECK ((VALUE ~ '^[a-z][a-z0-9_]{0,49}$'::text));
+
+CREATE DOMAIN public.request_method AS text
+	CONSTRAINT request_method_check CHECK ((char_length(VALUE) <= 10));
+
+CREATE DOMAIN public.request_path AS text
+	CONSTRAINT request_path_check CHECK ((char_length(VALUE) <= 100));
+
+CREATE DOMAIN public.ride_status AS text
+	CONSTRAINT ride_status_check CHECK ((VALUE = ANY (ARRAY['pending'::text, 'succeeded'::text, 'declined'::text, 'failed'::text, 'needs_review'::text])));
+
+CREATE DOMAIN public.stripe_id AS text
+	CONSTRAINT stripe_id_check CHECK ((char_length(VALUE) <= 255));
+
+CREATE DOMAIN public.unknown_outcome_count AS integer
+	CONSTRAINT unknown_outcome_count_check CHECK ((VALUE >= 0));
+
 CREATE FUNCTION public.api_token_check(holds boolean) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -35,20 +77,17 @@ $$;
 CREATE TABLE public.abandoned_requests (
     idempotency_key_id bigint NOT NULL,
     user_id bigint NOT NULL,
-    idempotency_key text NOT NULL,
-    request_method text NOT NULL,
-    request_path text NOT NULL,
+    idempotency_key public.idempotency_key_value NOT NULL,
+    request_method public.request_method NOT NULL,
+    request_path public.request_path NOT NULL,
     request_params jsonb NOT NULL,
     recovery_point text NOT NULL,
     created_at timestamp with time zone NOT NULL,
     last_run_at timestamp with time zone NOT NULL,
     reaped_at timestamp with time zone DEFAULT now() NOT NULL,
     reason text NOT NULL,
-    CONSTRAINT abandoned_requests_idempotency_key_check CHECK (((char_length(idempotency_key) >= 1) AND (char_length(idempotency_key) <= 255))),
     CONSTRAINT abandoned_requests_reason_check CHECK (((char_length(reason) >= 1) AND (char_length(reason) <= 1000))),
-    CONSTRAINT abandoned_requests_recovery_point_check CHECK ((recovery_point <> 'finished'::text)),
-    CONSTRAINT abandoned_requests_request_method_check CHECK ((char_length(request_method) <= 10)),
-    CONSTRAINT abandoned_requests_request_path_check CHECK ((char_length(request_path) <= 100))
+    CONSTRAINT abandoned_requests_recovery_point_check CHECK ((recovery_point <> 'finished'::text))
 );
 
 CREATE TABLE public.audit_records (
@@ -77,35 +116,27 @@ CREATE TABLE public.idempotency_keys (
     id bigint NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     user_id bigint NOT NULL,
-    idempotency_key text NOT NULL,
-    request_method text NOT NULL,
-    request_path text NOT NULL,
+    idempotency_key public.idempotency_key_value NOT NULL,
+    request_method public.request_method NOT NULL,
+    request_path public.request_path NOT NULL,
     origin_ip inet NOT NULL,
     request_params jsonb NOT NULL,
     identity uuid DEFAULT gen_random_uuid(),
     last_run_at timestamp with time zone DEFAULT now() NOT NULL,
-    claims integer DEFAULT 1 NOT NULL,
-    unknown_outcomes integer DEFAULT 0 NOT NULL,
-    attention_reason text,
+    claims public.claim_count DEFAULT 1 NOT NULL,
+    unknown_outcomes public.unknown_outcome_count DEFAULT 0 NOT NULL,
+    attention_reason public.attention_reason,
     first_foreign_attempt_at timestamp with time zone,
     lock_token uuid,
     resource_id bigint,
     response_code integer,
     response_body jsonb,
-    recovery_point text NOT NULL,
+    recovery_point public.recovery_point NOT NULL,
     locked_at timestamp with time zone DEFAULT now(),
-    steps jsonb DEFAULT '[]'::jsonb NOT NULL,
-    CONSTRAINT idempotency_keys_attention_reason_check CHECK ((char_length(attention_reason) <= 500)),
-    CONSTRAINT idempotency_keys_claims_positive CHECK ((claims >= 1)),
-    CONSTRAINT idempotency_keys_finished_has_response CHECK (((recovery_point = 'finished'::text) = ((response_code IS NOT NULL) AND (response_body IS NOT NULL)))),
-    CONSTRAINT idempotency_keys_idempotency_key_check CHECK (((char_length(idempotency_key) >= 1) AND (char_length(idempotency_key) <= 255))),
+    steps public.key_steps DEFAULT '[]'::jsonb NOT NULL,
+    CONSTRAINT idempotency_keys_finished_has_response CHECK ((((recovery_point)::text = 'finished'::text) = ((response_code IS NOT NULL) AND (response_body IS NOT NULL)))),
     CONSTRAINT idempotency_keys_lock_has_token CHECK (((locked_at IS NULL) = (lock_token IS NULL))),
-    CONSTRAINT idempotency_keys_recovery_point_check CHECK ((recovery_point ~ '^[a-z][a-z0-9_]{0,49}$'::text)),
-    CONSTRAINT idempotency_keys_request_method_check CHECK ((char_length(request_method) <= 10)),
-    CONSTRAINT idempotency_keys_request_path_check CHECK ((char_length(request_path) <= 100)),
-    CONSTRAINT idempotency_keys_response_complete CHECK (((response_code IS NULL) = (response_body IS NULL))),
-    CONSTRAINT idempotency_keys_steps_array CHECK ((jsonb_typeof(steps) = 'array'::text)),
-    CONSTRAINT idempotency_keys_unknown_outcomes_check CHECK ((unknown_outcomes >= 0))
+    CONSTRAINT idempotency_keys_response_complete CHECK (((response_code IS NULL) = (response_body IS NULL)))
 )
 WITH (fillfactor='80');
 
@@ -169,19 +200,16 @@ CREATE UNLOGGED TABLE public.rate_limit_windows (
 
 CREATE TABLE public.reaped_keys (
     user_id bigint NOT NULL,
-    idempotency_key text NOT NULL,
+    idempotency_key public.idempotency_key_value NOT NULL,
     idempotency_key_id bigint NOT NULL,
-    request_method text NOT NULL,
-    request_path text NOT NULL,
+    request_method public.request_method NOT NULL,
+    request_path public.request_path NOT NULL,
     request_params_sha256 bytea NOT NULL,
     response_code integer,
     resource_id bigint,
     created_at timestamp with time zone NOT NULL,
     reaped_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT reaped_keys_idempotency_key_check CHECK (((char_length(idempotency_key) >= 1) AND (char_length(idempotency_key) <= 255))),
-    CONSTRAINT reaped_keys_request_method_check CHECK ((char_length(request_method) <= 10)),
-    CONSTRAINT reaped_keys_request_params_sha256_check CHECK ((octet_length(request_params_sha256) = 32)),
-    CONSTRAINT reaped_keys_request_path_check CHECK ((char_length(request_path) <= 100))
+    CONSTRAINT reaped_keys_request_params_sha256_check CHECK ((octet_length(request_params_sha256) = 32))
 );
 
 CREATE TABLE public.reconcile_runs (
@@ -221,24 +249,16 @@ CREATE TABLE public.rides (
     id bigint NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     idempotency_key_id bigint,
-    origin_lat numeric(13,10) NOT NULL,
-    origin_lon numeric(13,10) NOT NULL,
-    target_lat numeric(13,10) NOT NULL,
-    target_lon numeric(13,10) NOT NULL,
-    amount bigint NOT NULL,
-    currency text NOT NULL,
-    stripe_charge_id text,
+    origin_lat public.latitude NOT NULL,
+    origin_lon public.longitude NOT NULL,
+    target_lat public.latitude NOT NULL,
+    target_lon public.longitude NOT NULL,
+    amount public.amount NOT NULL,
+    currency public.currency NOT NULL,
+    stripe_charge_id public.stripe_id,
     user_id bigint NOT NULL,
-    status text DEFAULT 'pending'::text NOT NULL,
-    CONSTRAINT rides_amount_check CHECK ((amount > 0)),
-    CONSTRAINT rides_currency_check CHECK ((currency ~ '^[a-z]{3}$'::text)),
-    CONSTRAINT rides_origin_lat_check CHECK (((origin_lat >= ('-90'::integer)::numeric) AND (origin_lat <= (90)::numeric))),
-    CONSTRAINT rides_origin_lon_check CHECK (((origin_lon >= ('-180'::integer)::numeric) AND (origin_lon <= (180)::numeric))),
-    CONSTRAINT rides_status_known CHECK ((status = ANY (ARRAY['pending'::text, 'succeeded'::text, 'declined'::text, 'failed'::text, 'needs_review'::text]))),
-    CONSTRAINT rides_stripe_charge_id_check CHECK ((char_length(stripe_charge_id) <= 255)),
-    CONSTRAINT rides_succeeded_has_charge CHECK (((status = 'succeeded'::text) = (stripe_charge_id IS NOT NULL))),
-    CONSTRAINT rides_target_lat_check CHECK (((target_lat >= ('-90'::integer)::numeric) AND (target_lat <= (90)::numeric))),
-    CONSTRAINT rides_target_lon_check CHECK (((target_lon >= ('-180'::integer)::numeric) AND (target_lon <= (180)::numeric)))
+    status public.ride_status DEFAULT 'pending'::text NOT NULL,
+    CONSTRAINT rides_succeeded_has_charge CHECK ((((status)::text = 'succeeded'::text) = (stripe_charge_id IS NOT NULL)))
 );
 
 CREATE SEQUENCE public.rides_id_seq
