@@ -31,6 +31,7 @@ func run() int {
 	keep := flag.Bool("keep", false, "leave the bench cluster running afterwards")
 	profile := flag.String("profile", "", "write a CPU profile of the api over new rides at 32 clients to this file (go tool pprof)")
 	limits := flag.Bool("limits", false, "run the api with every rate limit on, each too high to be reached (default RATE_LIMITS=off): what counting costs")
+	floor := flag.Bool("floor", false, "serve the api's I/O floor on $HOST:$PORT until stopped; the new step runs it (internal/proof/bench/floor.go)")
 	flag.Parse()
 	if err := checkFlags(*profile, *jsonPath, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -38,6 +39,13 @@ func run() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if *floor {
+		if err := bench.ServeFloor(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "bench -floor:", err)
+			return 1
+		}
+		return 0
+	}
 	root, err := project.Root()
 	var report *bench.Report
 	if err == nil {

@@ -117,6 +117,11 @@ func (r *run) stepNew(ctx context.Context) error {
 			return err
 		}
 		r.newRides[clients] = res
+		if clients == 32 {
+			if err := r.floorAt(ctx, res.Rate); err != nil {
+				return fmt.Errorf("the api's I/O floor: %w", err)
+			}
+		}
 	}
 	r.peakRSS = procInt(fmt.Sprintf("/proc/%d/status", r.apis[0].Pid()), "VmHWM:") << 10
 	r.add(Figure{Step: "7 memory", Name: "api peak RSS (VmHWM)", Clients: r.sz.newClients[len(r.sz.newClients)-1],
@@ -186,6 +191,60 @@ func (r *run) cpuFigures(before, after cpuUse) error {
 		Note: fmt.Sprintf("api %.3f + Postgres %.3f + the Stripe fake %.3f + the load's clients (this process) %.3f ms; %d CPUs give %.0f ms a second",
 			ms(r.apiCPU), ms(per.postgres), ms(per.fake), ms(per.load), runtime.NumCPU(), float64(runtime.NumCPU())*1000)})
 	return nil
+}
+
+// floorAt measures the api's I/O floor (floor.go) at rate rides a
+// second from 32 clients, the api's own rate just measured, and adds its
+// CPU per ride beside the api's.
+func (r *run) floorAt(ctx context.Context, rate float64) error {
+	p, err := r.fleet.StartArgs(ctx, "bench", []string{"-floor"})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = p.Stop(context.WithoutCancel(ctx)) }()
+	l := Load{Clients: 32, Warmup: r.sz.warmup / 2, Duration: r.sz.step, Rate: rate, Check: created,
+		Request: func(c, n int) (*http.Request, error) { return newRide(p.URL, "floor") }}
+	// Its CPU over the rides it made, warm-up included, both counted by
+	// the process itself (GET /healthz answers its rides so far).
+	cpu0, rides0, err := floorUse(ctx, p)
+	if err != nil {
+		return err
+	}
+	res, err := l.Run(ctx)
+	if err != nil {
+		return err
+	}
+	if res.OK == 0 {
+		return fmt.Errorf("no rides, %d errors (%s)", res.Errors, errorNote(res.ErrorKinds))
+	}
+	cpu1, rides1, err := floorUse(ctx, p)
+	if err != nil {
+		return err
+	}
+	per := (cpu1 - cpu0) / time.Duration(rides1-rides0)
+	note := fmt.Sprintf("a server making a new ride's exchanges and nothing else (floor.go), at the api's %.0f rides/s; %.0f/s reached", rate, res.Rate)
+	r.add(Figure{Step: "2 new rides", Name: "the api's I/O alone, CPU per ride", Clients: 32, Value: ms(per), Unit: "ms",
+		Errors: res.Errors, Note: strings.Join(slices.DeleteFunc([]string{errorNote(res.ErrorKinds), note}, func(s string) bool { return s == "" }), "; ")})
+	return nil
+}
+
+// floorUse is the floor process's CPU time and its rides so far.
+func floorUse(ctx context.Context, p *fleet.Process) (time.Duration, int64, error) {
+	user, system, _ := procCPU(p.Pid())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/healthz", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	var rides int64
+	if _, err := fmt.Fscan(resp.Body, &rides); err != nil {
+		return 0, 0, fmt.Errorf("the floor's count of rides: %w", err)
+	}
+	return user + system, rides, nil
 }
 
 // stepInstances measures two api processes sharing the load against one,

@@ -371,6 +371,21 @@ func TestLoad(t *testing.T) {
 		require.Contains(t, errorNote(res.ErrorKinds), "x")
 	})
 
+	// Paced, a load never sends faster than its rate, however fast the
+	// server answers (a slow machine sends fewer, never more).
+	t.Run("PacesToItsRate", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, func(_ int64, w http.ResponseWriter) { w.WriteHeader(http.StatusCreated) })
+		l := load(bundle)
+		l.Rate = 40
+		res, err := l.Run(context.Background())
+		require.NoError(t, err)
+		require.Positive(t, res.OK)
+		// 40/s over 350 ms is 14 requests, one more per client at most
+		// for a client whose last request began just before the end.
+		require.LessOrEqual(t, bundle.requests.Load(), int64(14+l.Clients))
+	})
+
 	t.Run("StopsEarly", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t, func(_ int64, w http.ResponseWriter) { w.WriteHeader(http.StatusCreated) })

@@ -29,6 +29,10 @@ type Load struct {
 	// Stop, when closed, ends the measurement before Duration is up (the
 	// reaper finished).
 	Stop <-chan struct{}
+	// Rate, when set, paces the clients to about Rate requests a second
+	// together, each waiting out its share between requests: two servers
+	// compared at one rate do the same work per second.
+	Rate float64
 }
 
 // LoadResult is what a Load measured: completions between the end of the
@@ -66,9 +70,18 @@ func (l Load) Run(ctx context.Context) (LoadResult, error) {
 	}
 	samples := make([][]sample, l.Clients)
 	var wg sync.WaitGroup
+	var every time.Duration
+	if l.Rate > 0 {
+		every = time.Duration(float64(l.Clients) / l.Rate * float64(time.Second))
+	}
 	for c := range l.Clients {
 		wg.Go(func() {
+			next := time.Now()
 			for n := 0; ctx.Err() == nil && !stopped() && time.Now().Before(end); n++ {
+				if every > 0 {
+					next = next.Add(every)
+					time.Sleep(time.Until(next))
+				}
 				samples[c] = append(samples[c], l.one(ctx, client, c, n))
 			}
 		})

@@ -101,7 +101,8 @@ func (f *Fleet) Has(name string) bool { return f.bins.Has(name) }
 // Start runs command name (a folder under cmd/) as a new process with env
 // (KEY=VALUE, overriding the fleet's Env) and waits until it is ready:
 // the api answers GET /healthz, the Stripe fake GET /_fake/stats, the
-// console GET /login; other commands are ready once started. Every process gets a free loopback
+// console GET /login, the bench's floor GET /healthz; other commands are
+// ready once started. Every process gets a free loopback
 // port in PORT, whether it serves HTTP or not, so that no two instances
 // ever share one.
 func (f *Fleet) Start(ctx context.Context, name string, env ...string) (*Process, error) {
@@ -261,6 +262,7 @@ var readyPaths = map[string]string{
 	"api":        "/healthz",
 	"fakestripe": "/_fake/stats",
 	"console":    "/login",
+	"bench":      "/healthz", // started only as the api's I/O floor: bench -floor
 }
 
 // readyTimeout bounds a start: a binary that is not serving by then is
