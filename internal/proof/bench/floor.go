@@ -45,7 +45,7 @@ type Floor struct {
 	customer  string
 	charges   atomic.Int64 // charges asked for
 	rides     atomic.Int64 // rides answered 201
-	instances string // this process's part of each charge's Idempotency-Key
+	instances string       // this process's part of each charge's Idempotency-Key
 }
 
 // NewFloor returns the floor on pool, charging customer at the Stripe
