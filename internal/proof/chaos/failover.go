@@ -394,13 +394,10 @@ func monitorReadyz(ctx context.Context, stop <-chan struct{}, apis []string, rng
 func (s *soak) receiptsMailed(ctx context.Context, report invariant.Report) (map[int64]bool, error) {
 	mailed := map[int64]bool{}
 	for _, v := range report.Violations {
-		var rideID int64
 		if v.Kind != invariant.ReceiptMissing {
 			continue
 		}
-		if _, err := fmt.Sscanf(v.Detail, "paid ride %d", &rideID); err != nil {
-			return nil, fmt.Errorf("read %q: %w", v, err)
-		}
+		rideID := v.RideID
 		var charge string
 		if err := s.pool.QueryRow(ctx, `SELECT stripe_charge_id FROM rides WHERE id = $1`, rideID).Scan(&charge); err != nil {
 			return nil, fmt.Errorf("ride %d's charge: %w", rideID, err)

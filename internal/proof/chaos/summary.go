@@ -187,8 +187,8 @@ func (s Summary) lossesReported() bool {
 	}
 	for _, v := range s.Report.Violations {
 		switch {
-		case v.Kind == invariant.ChargeWithoutRide && s.namesReportedCharge(v.Detail):
-		case v.Kind == invariant.ReceiptMissing && s.receiptMailed(v.Detail):
+		case v.Kind == invariant.ChargeWithoutRide && s.ChargesWithoutRide[v.ChargeID]:
+		case v.Kind == invariant.ReceiptMissing && s.ReceiptsMailed[v.RideID]:
 		default:
 			return false
 		}
@@ -199,23 +199,6 @@ func (s Summary) lossesReported() bool {
 		}
 	}
 	return true
-}
-
-// receiptMailed reports whether the ride a receipt_missing violation
-// names had its receipt mailed all the same (ReceiptsMailed).
-func (s Summary) receiptMailed(detail string) bool {
-	var rideID int64
-	_, err := fmt.Sscanf(detail, "paid ride %d", &rideID)
-	return err == nil && s.ReceiptsMailed[rideID]
-}
-
-func (s Summary) namesReportedCharge(detail string) bool {
-	for charge := range s.ChargesWithoutRide {
-		if strings.Contains(detail, charge+" ") {
-			return true
-		}
-	}
-	return false
 }
 
 // databaseFaulted reports whether the database went away at least once:

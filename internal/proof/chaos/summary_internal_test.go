@@ -23,10 +23,10 @@ func TestLossesReported(t *testing.T) {
 			Report:             invariant.Report{Violations: violations},
 		}
 	}
-	reported := invariant.Violation{Kind: invariant.ChargeWithoutRide, Detail: "charge ch_1 (customer cus_1) names no ride"}
-	unreported := invariant.Violation{Kind: invariant.ChargeWithoutRide, Detail: "charge ch_2 (customer cus_1) names no ride"}
-	mailed := invariant.Violation{Kind: invariant.ReceiptMissing, Detail: "paid ride 332 has no receipt although the worker drained its queue"}
-	unmailed := invariant.Violation{Kind: invariant.ReceiptMissing, Detail: "paid ride 378 has no receipt although the worker drained its queue"}
+	reported := invariant.Violation{Kind: invariant.ChargeWithoutRide, Detail: "charge ch_1 (customer cus_1) names no ride", ChargeID: "ch_1"}
+	unreported := invariant.Violation{Kind: invariant.ChargeWithoutRide, Detail: "charge ch_2 (customer cus_1) names no ride", ChargeID: "ch_2"}
+	mailed := invariant.Violation{Kind: invariant.ReceiptMissing, Detail: "paid ride 332 has no receipt although the worker drained its queue", RideID: 332}
+	unmailed := invariant.Violation{Kind: invariant.ReceiptMissing, Detail: "paid ride 378 has no receipt although the worker drained its queue", RideID: 378}
 	double := invariant.Violation{Kind: invariant.DoubleCharge, Detail: "ride 9 charged twice"}
 
 	require.True(t, agent().lossesReported())

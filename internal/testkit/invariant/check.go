@@ -66,10 +66,14 @@ const (
 	ReceiptUnpaid Kind = "receipt_unpaid"
 )
 
-// Violation is one broken promise.
+// Violation is one broken promise. A violation about one charge or one
+// ride names it in ChargeID or RideID as well as in Detail, so that a
+// caller who weighs it (the chaos drill's losses) need not read the text.
 type Violation struct {
-	Kind   Kind
-	Detail string
+	Kind     Kind
+	Detail   string
+	ChargeID string // a charge_without_ride's charge
+	RideID   int64  // a receipt_missing's ride
 }
 
 func (v Violation) String() string { return string(v.Kind) + ": " + v.Detail }
@@ -141,8 +145,10 @@ func (r Report) String() string {
 	return b.String()
 }
 
-func (r *Report) add(kind Kind, format string, args ...any) {
+// add records a violation and returns it, for its ids to be set.
+func (r *Report) add(kind Kind, format string, args ...any) *Violation {
 	r.Violations = append(r.Violations, Violation{Kind: kind, Detail: fmt.Sprintf(format, args...)})
+	return &r.Violations[len(r.Violations)-1]
 }
 
 // check compares what the database says with what Stripe says.
@@ -196,7 +202,7 @@ func (st *state) check(opts Options) Report {
 			(keys[id].Identity == nil || *keys[id].Identity != c.Identity) {
 			r.ChargesWithoutRide++
 			r.add(ChargeWithoutRide, "charge %s names key %d, but its key identity %s is another request's (ride_id=%q)",
-				c.ID, id, c.Identity, c.RideID)
+				c.ID, id, c.Identity, c.RideID).ChargeID = c.ID
 			continue
 		}
 		request := "key " + c.KeyID
@@ -226,12 +232,12 @@ func (st *state) check(opts Options) Report {
 			case err != nil || rd == nil:
 				r.ChargesWithoutRide++
 				r.add(ChargeWithoutRide, "charge %s (customer %s, metadata ride_id=%q idempotency_key_id=%q) names no ride",
-					c.ID, c.Customer, c.RideID, c.KeyID)
+					c.ID, c.Customer, c.RideID, c.KeyID).ChargeID = c.ID
 				continue
 			case c.KeyID != "" && rd.IdempotencyKeyID != nil && strconv.FormatInt(*rd.IdempotencyKeyID, 10) != c.KeyID:
 				r.ChargesWithoutRide++
 				r.add(ChargeWithoutRide, "charge %s names ride %d of key %d, but says it is for key %s",
-					c.ID, rd.ID, *rd.IdempotencyKeyID, c.KeyID)
+					c.ID, rd.ID, *rd.IdempotencyKeyID, c.KeyID).ChargeID = c.ID
 				continue
 			}
 			if c.Amount != rd.Amount || c.Currency != rd.Currency || c.Amount != rides.Price || c.Currency != rides.Currency {
@@ -373,7 +379,7 @@ func (st *state) check(opts Options) Report {
 		}
 		if opts.ReceiptsDrained && sent == 0 {
 			r.ReceiptsMissing++
-			r.add(ReceiptMissing, "paid ride %d has no receipt although the worker drained its queue", rd.ID)
+			r.add(ReceiptMissing, "paid ride %d has no receipt although the worker drained its queue", rd.ID).RideID = rd.ID
 		}
 	}
 	for _, jobs := range []map[int64]int{st.stagedJobs, st.riverJobs} {

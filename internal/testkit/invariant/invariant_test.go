@@ -120,11 +120,18 @@ func TestCheck(t *testing.T) {
 	t.Run("FindsChargeWithoutRide", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		charge(t, b, 2000, map[string]string{"ride_id": "999999", "idempotency_key_id": "999999"})
-		charge(t, b, 2000, nil)
+		stray := []string{
+			charge(t, b, 2000, map[string]string{"ride_id": "999999", "idempotency_key_id": "999999"}),
+			charge(t, b, 2000, nil),
+		}
 		report := check(t, b, invariant.Options{})
 		requireViolations(t, report, map[invariant.Kind]int{invariant.ChargeWithoutRide: 2})
 		require.Equal(t, 2, report.ChargesWithoutRide)
+		var named []string
+		for _, v := range report.Violations {
+			named = append(named, v.ChargeID)
+		}
+		require.ElementsMatch(t, stray, named, "each violation names its charge")
 	})
 
 	t.Run("FindsChargeNamingAnotherRequestsRide", func(t *testing.T) {
@@ -274,6 +281,11 @@ func TestCheck(t *testing.T) {
 		report := check(t, b, invariant.Options{ReceiptsDrained: true})
 		requireViolations(t, report, map[invariant.Kind]int{invariant.ReceiptMissing: 2})
 		require.Equal(t, 2, report.ReceiptsMissing)
+		var named []int64
+		for _, v := range report.Violations {
+			named = append(named, v.RideID)
+		}
+		require.ElementsMatch(t, b.rideIDs, named, "each violation names its ride")
 
 		// Drain for real: the enqueuer moves the staged jobs into River,
 		// the worker sends them. The jobs now count in River.
