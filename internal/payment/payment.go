@@ -177,7 +177,10 @@ func NewStripeClient(config *Config) (*client.API, error) {
 		return nil, err
 	}
 	backendConfig := &stripe.BackendConfig{
-		HTTPClient: &http.Client{Timeout: cmp.Or(config.Timeout, DefaultTimeout), Transport: newTransport()},
+		// No Client.Timeout: the transport bounds each attempt itself
+		// (attemptTransport), so that net/http keeps its cheaper way of
+		// cancelling a request.
+		HTTPClient: &http.Client{Transport: newTransport(cmp.Or(config.Timeout, DefaultTimeout))},
 		// Failures come back as errors and are logged by the caller
 		// with the request's context; stripe-go's own lines would only
 		// repeat them without it.
@@ -206,38 +209,70 @@ func NewStripeClient(config *Config) (*client.API, error) {
 const maxIdleConnsPerHost = 256
 
 // newTransport is Go's default transport with room to keep connections to
-// Stripe alive between charges, sending every request with its length.
-func newTransport() http.RoundTripper {
+// Stripe alive between charges, each attempt bounded by timeout and sent
+// with its body's length.
+func newTransport(timeout time.Duration) http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = maxIdleConnsPerHost
 	t.MaxIdleConnsPerHost = maxIdleConnsPerHost
-	return sizedBodies{t}
+	return attemptTransport{t, timeout}
 }
 
-// sizedBodies sends each request body with its length. stripe-go hands
-// net/http a form body as a reader that does not say how long it is, and
-// net/http sends such a body chunked: the headers, the body and the
-// closing chunk in three writes to the socket, three reads at Stripe's
-// end, where a body of known length goes out with its headers in one. The
-// bodies are a few hundred bytes already in memory, so reading one to
-// measure it costs less than the two system calls it saves.
-type sizedBodies struct{ *http.Transport }
+// attemptTransport bounds each attempt at Stripe, its response's body
+// included, by timeout, and sends each request body with its length.
+//
+// The bound is the transport's, not http.Client.Timeout: a client with a
+// Timeout whose transport is not an *http.Transport itself cancels each
+// request by the oldest of net/http's ways, a goroutine, a timer and two
+// channels per request. A deadline on the request's context is the way
+// net/http's own transport takes.
+//
+// stripe-go hands net/http a form body as a reader that does not say how
+// long it is, and net/http sends such a body chunked: the headers, the
+// body and the closing chunk in three writes to the socket, three reads at
+// Stripe's end, where a body of known length goes out with its headers in
+// one. The bodies are a few hundred bytes already in memory, so reading
+// one to measure it costs less than the two system calls it saves.
+type attemptTransport struct {
+	*http.Transport
+	timeout time.Duration
+}
 
-func (s sizedBodies) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Body == nil || req.Body == http.NoBody || req.ContentLength > 0 {
-		return s.Transport.RoundTrip(req)
+func (a attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithTimeout(req.Context(), a.timeout)
+	attempt := req.WithContext(ctx) // a RoundTripper leaves its request as it was
+	if req.Body != nil && req.Body != http.NoBody && req.ContentLength <= 0 {
+		body, err := io.ReadAll(req.Body)
+		_ = req.Body.Close() // a RoundTripper closes the body it is given
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("read the body of %s %s: %w", req.Method, req.URL.Path, err)
+		}
+		attempt = req.Clone(ctx)
+		attempt.Body, attempt.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		if len(body) == 0 {
+			attempt.Body = http.NoBody
+		}
 	}
-	body, err := io.ReadAll(req.Body)
-	_ = req.Body.Close() // a RoundTripper closes the body it is given
+	resp, err := a.Transport.RoundTrip(attempt)
 	if err != nil {
-		return nil, fmt.Errorf("read the body of %s %s: %w", req.Method, req.URL.Path, err)
+		cancel()
+		return nil, err
 	}
-	sized := req.Clone(req.Context()) // a RoundTripper leaves its request as it was
-	sized.Body, sized.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-	if len(body) == 0 {
-		sized.Body = http.NoBody
-	}
-	return s.Transport.RoundTrip(sized)
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+// cancelOnClose ends an attempt's deadline once its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }
 
 // ChargeRequest is one charge of a customer's default source.

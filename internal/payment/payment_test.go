@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	stripego "github.com/stripe/stripe-go/v76"
@@ -168,7 +169,7 @@ func TestChargeIsSentWithItsLength(t *testing.T) {
 
 // gatewayWithCustomer is a Gateway to the Stripe at url and a customer
 // made there with a card that charges.
-func gatewayWithCustomer(t *testing.T, url string) (*payment.Gateway, string) {
+func gatewayWithCustomer(t testing.TB, url string) (*payment.Gateway, string) {
 	t.Helper()
 	config := &payment.Config{APIKey: "sk_test_payment", BaseURL: url}
 	api, err := payment.NewStripeClient(config)
@@ -200,6 +201,44 @@ func TestChargeReturnsTheChargesID(t *testing.T) {
 	require.Len(t, charges, 1)
 	require.Equal(t, charges[0].ID, first)
 	require.Equal(t, first, again)
+}
+
+// A charge whose attempt outlives Config.Timeout is given up as
+// unavailable, its outcome unknown to the caller, rather than waited for.
+func TestChargeTimesOut(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	stalled := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+	t.Cleanup(stalled.Close)
+	t.Cleanup(func() { close(release) }) // before Close, which waits for the handler
+	g, err := payment.New(&payment.Config{APIKey: "sk_test_payment", BaseURL: stalled.URL,
+		Timeout: 50 * time.Millisecond, MaxNetworkRetries: stripego.Int64(0)})
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = g.Charge(t.Context(), payment.ChargeRequest{Customer: "cus_1", Amount: 2000, Currency: "usd", IdempotencyKey: "rocket-rides-1"})
+	require.ErrorIs(t, err, payment.ErrUnavailable)
+	// Bounded by the 50 ms asked for, not by DefaultTimeout's 20 s.
+	require.Less(t, time.Since(start), payment.DefaultTimeout/2)
+}
+
+// BenchmarkCharge is one charge through the Gateway, at the Stripe fake
+// over loopback HTTP: what a ride's charge costs a process, the fake's
+// own share (it serves in the same process) included.
+//
+//	go test -run XXX -bench Charge -benchmem ./internal/payment
+func BenchmarkCharge(b *testing.B) {
+	fake, err := fakestripe.New(nil)
+	require.NoError(b, err)
+	stripe := httptest.NewServer(fake)
+	b.Cleanup(stripe.Close)
+	g, customer := gatewayWithCustomer(b, stripe.URL)
+	b.ReportAllocs()
+	for n := 0; b.Loop(); n++ {
+		req := payment.ChargeRequest{Customer: customer, Amount: 2000, Currency: "usd", IdempotencyKey: fmt.Sprintf("bench-%d", n)}
+		if _, err := g.Charge(b.Context(), req); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // Only a loopback host is known not to be Stripe, or a route to it.

@@ -1,11 +1,14 @@
 package payment
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -44,7 +47,7 @@ func TestSizedBodies(t *testing.T) {
 			req, err := http.NewRequest(http.MethodPost, url, body)
 			require.NoError(t, err)
 			req.ContentLength = unknown
-			resp, err := (&http.Client{Transport: newTransport()}).Do(req)
+			resp, err := (&http.Client{Transport: newTransport(time.Minute)}).Do(req)
 			require.NoError(t, err)
 			require.NoError(t, resp.Body.Close())
 			got := <-requests
@@ -53,4 +56,44 @@ func TestSizedBodies(t *testing.T) {
 			require.EqualValues(t, len(got.body), got.contentLength)
 		})
 	}
+}
+
+// TestAttemptTimeout: the transport bounds an attempt at Stripe that never
+// answers, and one whose answer stops halfway through its body. Neither
+// server ever finishes, so without the bound neither call would return.
+func TestAttemptTimeout(t *testing.T) {
+	t.Parallel()
+	stall := func(t *testing.T, answer func(w http.ResponseWriter)) string {
+		t.Helper()
+		release := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			answer(w)
+			<-release
+		}))
+		t.Cleanup(srv.Close)
+		t.Cleanup(func() { close(release) }) // before Close, which waits for the handler
+		return srv.URL
+	}
+	client := &http.Client{Transport: newTransport(50 * time.Millisecond)}
+
+	t.Run("NoAnswer", func(t *testing.T) {
+		t.Parallel()
+		url := stall(t, func(http.ResponseWriter) {})
+		_, err := client.Post(url, "application/x-www-form-urlencoded", strings.NewReader("amount=2000"))
+		require.True(t, errors.Is(err, context.DeadlineExceeded), "err = %v", err)
+	})
+
+	t.Run("HalfABody", func(t *testing.T) {
+		t.Parallel()
+		url := stall(t, func(w http.ResponseWriter) {
+			w.Header().Set("Content-Length", "100")
+			_, _ = w.Write([]byte(`{"id": "ch_`))
+			w.(http.Flusher).Flush()
+		})
+		resp, err := client.Post(url, "application/x-www-form-urlencoded", strings.NewReader("amount=2000"))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		_, err = io.ReadAll(resp.Body)
+		require.True(t, errors.Is(err, context.DeadlineExceeded), "err = %v", err)
+	})
 }
