@@ -301,6 +301,26 @@ func TestProcCPU(t *testing.T) {
 	require.Greater(t, after, before, "the child's CPU, counted once it was reaped")
 }
 
+// TestCPUFigures: what a ride cost each process, and the api's CPU over
+// the Stripe fake's, by which runs on a machine of drifting speed compare.
+func TestCPUFigures(t *testing.T) {
+	t.Parallel()
+	r := &run{cfg: Config{Log: t.Output()}, start: time.Now(), report: &Report{}}
+	before := cpuUse{rides: 100}
+	after := cpuUse{apiUser: 40 * time.Millisecond, apiSystem: 20 * time.Millisecond, postgres: 120 * time.Millisecond,
+		fake: 20 * time.Millisecond, load: 10 * time.Millisecond, rides: 200}
+	require.NoError(t, r.cpuFigures(before, after))
+	byName := map[string]Figure{}
+	for _, f := range r.report.Figures {
+		byName[f.Name] = f
+	}
+	require.InDelta(t, 0.6, byName["api CPU per new ride"].Value, 1e-9)
+	require.Contains(t, byName["api CPU per new ride"].Note, "3.00 x the Stripe fake's")
+	require.InDelta(t, 1.2, byName["Postgres CPU per new ride"].Value, 1e-9)
+	require.InDelta(t, 2.1, byName["every process's CPU per new ride"].Value, 1e-9)
+	require.Error(t, r.cpuFigures(after, after), "no rides between the samples")
+}
+
 func TestCount(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "5M", count(5_000_000))
