@@ -108,6 +108,11 @@ func (r *run) stepNew(ctx context.Context) error {
 		}
 		var res LoadResult
 		var err error
+		if clients == 32 && r.bestAt > 0 {
+			if err := r.limitAgain(ctx); err != nil {
+				return fmt.Errorf("the ceiling again: %w", err)
+			}
+		}
 		if clients == 32 {
 			res, err = r.withCosts(ctx, l.Warmup+l.Duration, measure)
 		} else {

@@ -107,6 +107,8 @@ type run struct {
 	// client count, which may have fared worse.
 	bestAt                                                         int
 	limit                                                          map[int]float64
+	limitNear                                                      float64         // pgbench at bestAt again, just before the new rides at 32 clients
+	limitUID                                                       int64           // the capture's user in limitDB
 	minimalAt                                                      int             // the minimal design's best client count
 	minimal                                                        map[int]float64 // its rates (cost.go)
 	newRides                                                       map[int]LoadResult
@@ -370,6 +372,9 @@ func (r *run) targets() {
 	format := "%.0f / %.0f (best pgbench, %d clients) = %.2f"
 	if l32 := r.limit[32]; l32 > 0 && at != 32 {
 		format += fmt.Sprintf("; vs pgbench at 32 clients %.0f: %.2f", l32, n.Rate/l32)
+	}
+	if r.limitNear > 0 {
+		format += fmt.Sprintf("; vs the same pgbench just before them %.0f: %.2f", r.limitNear, n.Rate/r.limitNear)
 	}
 	add("new rides/s at 32 clients vs own-SQL ceiling", ">= 0.70 x limit", n.Rate > 0 && limit > 0, n.Rate/limit >= 0.7,
 		format, n.Rate, limit, at, n.Rate/limit)

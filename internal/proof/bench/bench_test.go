@@ -321,6 +321,25 @@ func TestCPUFigures(t *testing.T) {
 	require.Error(t, r.cpuFigures(after, after), "no rides between the samples")
 }
 
+// TestNewRidesAgainstTheCeiling: new rides are held to the limit step's
+// best pgbench rate, and shown beside pgbench at 32 clients and beside the
+// ceiling taken again just before them, which a verdict does not use.
+func TestNewRidesAgainstTheCeiling(t *testing.T) {
+	t.Parallel()
+	r := &run{report: &Report{}, bestAt: 8, limit: map[int]float64{8: 1000, 32: 900}, limitNear: 800,
+		newRides: map[int]LoadResult{32: {Rate: 600}}}
+	r.targets()
+	var got Target
+	for _, target := range r.report.Targets {
+		if strings.HasPrefix(target.Name, "new rides/s at 32 clients vs own-SQL ceiling") {
+			got = target
+		}
+	}
+	require.Equal(t, "600 / 1000 (best pgbench, 8 clients) = 0.60; vs pgbench at 32 clients 900: 0.67; vs the same pgbench just before them 800: 0.75", got.Got)
+	require.NotNil(t, got.Met)
+	require.False(t, *got.Met, "held to the limit step's best")
+}
+
 func TestCount(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "5M", count(5_000_000))

@@ -338,6 +338,29 @@ func (c *capture) pgbench(ctx context.Context, cluster localpg.Cluster, url, pat
 	return runPgbench(ctx, cluster, url, path, script, defs, uid, env, args...)
 }
 
+// limitAgain runs pgbench on the captured ride at the limit step's best
+// client count once more, for a short step, and adds its rate: the
+// ceiling as the machine runs now. Minutes after the limit step, a shared
+// machine may run at another speed, and the new rides are held to the
+// ceiling at the speed they ran at as well as to the limit step's.
+func (r *run) limitAgain(ctx context.Context) error {
+	script, defs := r.capture.script(r.capture.ride)
+	out, err := runPgbench(ctx, r.cluster, r.cluster.DatabaseURL(limitDB), filepath.Join(r.cfg.DataDir, "ride.sql"),
+		script, defs, r.limitUID, nil, "-D", "run="+r.runID+"again",
+		"-c", strconv.Itoa(r.bestAt), "-j", strconv.Itoa(min(r.bestAt, 2)), "-T", strconv.Itoa(int(r.sz.short.Seconds())))
+	if err != nil {
+		return err
+	}
+	res, err := parsePgbench(out)
+	if err != nil {
+		return err
+	}
+	r.limitNear = res.TPS
+	r.add(Figure{Step: "2 new rides", Name: "one ride's SQL (pgbench), just before the new rides at 32 clients", Clients: r.bestAt,
+		Value: res.TPS, Unit: "rides/s", Errors: int(res.Failed), Note: fmt.Sprintf("latency avg %.1f ms; the ceiling again, at the machine's speed now", res.LatencyMs)})
+	return nil
+}
+
 // stepLimit measures the ceiling: pgbench running the captured ride on a
 // freshly migrated database, as a user with the capture's API token; then
 // the minimal design's (cost.go) at the same client counts, the reference
@@ -353,6 +376,7 @@ func (r *run) stepLimit(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.limitUID = uid
 	minimalUID, err := r.createMinimal(ctx, conn)
 	if err != nil {
 		return err
