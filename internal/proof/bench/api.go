@@ -86,9 +86,13 @@ func (r *run) figure(f Figure, res LoadResult, of float64, notes ...string) {
 	} else {
 		f.RatioOf = ""
 	}
-	notes = append([]string{errorNote(res.ErrorKinds), f.Note}, notes...)
-	f.Note = strings.Join(slices.DeleteFunc(notes, func(s string) bool { return s == "" }), "; ")
+	f.Note = joinNotes(append([]string{errorNote(res.ErrorKinds), f.Note}, notes...)...)
 	r.add(f)
+}
+
+// joinNotes is a figure's note made of notes, the empty ones left out.
+func joinNotes(notes ...string) string {
+	return strings.Join(slices.DeleteFunc(notes, func(s string) bool { return s == "" }), "; ")
 }
 
 func timeWait(_ LoadResult, tw int64) string { return fmt.Sprintf("TIME_WAIT sockets %+d", tw) }
@@ -233,9 +237,8 @@ func (r *run) floorAt(ctx context.Context, rate float64) error {
 		return err
 	}
 	per := (cpu1 - cpu0) / time.Duration(rides1-rides0)
-	note := fmt.Sprintf("a server making a new ride's exchanges and nothing else (floor.go), at the api's %.0f rides/s; %.0f/s reached", rate, res.Rate)
-	r.add(Figure{Step: "2 new rides", Name: "the api's I/O alone, CPU per ride", Clients: 32, Value: ms(per), Unit: "ms",
-		Errors: res.Errors, Note: strings.Join(slices.DeleteFunc([]string{errorNote(res.ErrorKinds), note}, func(s string) bool { return s == "" }), "; ")})
+	r.add(Figure{Step: "2 new rides", Name: "the api's I/O alone, CPU per ride", Clients: 32, Value: ms(per), Unit: "ms", Errors: res.Errors,
+		Note: joinNotes(errorNote(res.ErrorKinds), fmt.Sprintf("a server making a new ride's exchanges and nothing else (floor.go), at the api's %.0f rides/s; %.0f/s reached", rate, res.Rate))})
 	return nil
 }
 

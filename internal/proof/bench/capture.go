@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -338,6 +339,19 @@ func (c *capture) pgbench(ctx context.Context, cluster localpg.Cluster, url, pat
 	return runPgbench(ctx, cluster, url, path, script, defs, uid, env, args...)
 }
 
+// pgbenchAt runs script (with defs, as user uid, -D run=run) against
+// database db for d at clients clients, and returns what pgbench measured.
+// The script goes to file in the bench's data directory.
+func (r *run) pgbenchAt(ctx context.Context, db, file, script string, defs []string, uid int64, run string,
+	clients int, d time.Duration) (pgbenchResult, error) {
+	out, err := runPgbench(ctx, r.cluster, r.cluster.DatabaseURL(db), filepath.Join(r.cfg.DataDir, file), script, defs, uid, nil,
+		"-D", "run="+run, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)), "-T", strconv.Itoa(int(d.Seconds())))
+	if err != nil {
+		return pgbenchResult{}, err
+	}
+	return parsePgbench(out)
+}
+
 // limitAgain runs pgbench on the captured ride at the limit step's best
 // client count once more, for a short step, and adds its rate: the
 // ceiling as the machine runs now. Minutes after the limit step, a shared
@@ -345,13 +359,7 @@ func (c *capture) pgbench(ctx context.Context, cluster localpg.Cluster, url, pat
 // ceiling at the speed they ran at as well as to the limit step's.
 func (r *run) limitAgain(ctx context.Context) error {
 	script, defs := r.capture.script(r.capture.ride)
-	out, err := runPgbench(ctx, r.cluster, r.cluster.DatabaseURL(limitDB), filepath.Join(r.cfg.DataDir, "ride.sql"),
-		script, defs, r.limitUID, nil, "-D", "run="+r.runID+"again",
-		"-c", strconv.Itoa(r.bestAt), "-j", strconv.Itoa(min(r.bestAt, 2)), "-T", strconv.Itoa(int(r.sz.short.Seconds())))
-	if err != nil {
-		return err
-	}
-	res, err := parsePgbench(out)
+	res, err := r.pgbenchAt(ctx, limitDB, "ride.sql", script, defs, r.limitUID, r.runID+"again", r.bestAt, r.sz.short)
 	if err != nil {
 		return err
 	}
@@ -397,13 +405,7 @@ func (r *run) stepLimit(ctx context.Context) error {
 			if clients == 32 {
 				d = r.sz.step
 			}
-			out, err := runPgbench(ctx, r.cluster, r.cluster.DatabaseURL(w.db), filepath.Join(r.cfg.DataDir, w.file),
-				w.script, w.defs, w.uid, nil, "-D", fmt.Sprintf("run=%s%d", r.runID, i),
-				"-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)), "-T", strconv.Itoa(int(d.Seconds())))
-			if err != nil {
-				return err
-			}
-			res, err := parsePgbench(out)
+			res, err := r.pgbenchAt(ctx, w.db, w.file, w.script, w.defs, w.uid, fmt.Sprintf("%s%d", r.runID, i), clients, d)
 			if err != nil {
 				return err
 			}

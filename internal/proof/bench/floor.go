@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rocketrides/rocketrides/internal/platform/db"
 )
 
 // The api's I/O floor: a server that makes a new ride's exchanges and
@@ -123,22 +125,13 @@ func (f *Floor) ride(ctx context.Context) (string, error) {
 }
 
 // ServeFloor serves the floor on $HOST:$PORT until ctx is done, with
-// the api's own settings for Postgres and Stripe: DATABASE_URL (the pool
-// as large as the api's, DATABASE_MAX_CONNS when set), STRIPE_API_BASE
-// and STRIPE_API_KEY.
+// the api's own settings for Postgres and Stripe: DATABASE_URL, opened as
+// the api opens it (db.Open, the pool of the api's default size),
+// STRIPE_API_BASE and STRIPE_API_KEY.
 func ServeFloor(ctx context.Context) error {
-	cfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
+	pool, err := db.Open(ctx, os.Getenv("DATABASE_URL"), 0)
 	if err != nil {
-		return fmt.Errorf("floor: DATABASE_URL: %w", err)
-	}
-	if n := os.Getenv("DATABASE_MAX_CONNS"); n != "" {
-		if _, err := fmt.Sscan(n, &cfg.MaxConns); err != nil {
-			return fmt.Errorf("floor: DATABASE_MAX_CONNS: %w", err)
-		}
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return err
+		return fmt.Errorf("floor: %w", err)
 	}
 	defer pool.Close()
 	var customer string
