@@ -22,8 +22,9 @@ const wakeSQL = `SELECT pg_notify($1, '')`
 // Sent on its own the NOTIFY's transaction writes nothing, so it holds the
 // lock for no flush. It runs only if the phase committed; should it fail
 // (logged) or not run at all (the api stops in between), the enqueuer's
-// poll finds the job (EnqueuerConfig.PollInterval). On any other Queuer (a pgx.Batch) the
-// NOTIFY is queued in the transaction, delivered if it commits.
+// poll finds the job (EnqueuerConfig.PollInterval). On any other Queuer
+// (a pgx.Batch) the NOTIFY is queued in the transaction, delivered if it
+// commits.
 func wake(q Queuer) {
 	if a, ok := q.(afterCommitQueuer); ok {
 		a.QueueAfterCommit(wakeSQL, Channel)

@@ -69,8 +69,9 @@ type Config struct {
 	FailedAuth Policy
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// SyncEvery, if set, replaces SyncEvery: for a test that must know
-	// which requests sync and which are counted here alone.
+	// SyncEvery, if set, replaces the package's SyncEvery interval: for a
+	// test that must know which requests sync and which are counted here
+	// alone.
 	SyncEvery time.Duration
 }
 
