@@ -89,7 +89,7 @@ type ReapedKey struct {
 	RecoveryPoint RecoveryPoint `db:"recovery_point"`
 	RequestPath   string        `db:"request_path"`
 	// ResourceID is what the key's request created (see
-	// Outcome.CreatedLast), if it got that far.
+	// Outcome.Creates), if it got that far.
 	ResourceID *int64 `db:"resource_id"`
 	// Reason is set when the key had not finished: its request was
 	// copied to abandoned_requests with this reason.

@@ -61,8 +61,9 @@ const setAsideSQL = `
 	SELECT idempotency_key_phase_check(count(*) = 1, $6) FROM changed`
 
 // queueSetAside ends a phase that sets key aside (see SetAside): the flag,
-// under the fence's row lock.
+// under the row lock of the fence it opens with.
 func (s *Store) queueSetAside(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, reason string) *queuedPhase {
+	tx.lockFirst()
 	tx.Queue(setAsideSQL, key.ID, key.lockToken(), from, reason, s.actor, fmt.Sprintf("set key %d aside at %s", key.ID, from))
 	return &queuedPhase{next: from, settle: func() {
 		s.metrics.Outcome(metrics.OutcomeNeedsAttention)
@@ -201,6 +202,7 @@ const reopenSQL = `
 
 // queueReopen ends a phase that reopens key (see Reopen).
 func (s *Store) queueReopen(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint) *queuedPhase {
+	tx.lockFirst()
 	tx.Queue(reopenSQL, key.ID, key.lockToken(), from, s.actor, fmt.Sprintf("reopen key %d at %s", key.ID, from))
 	return &queuedPhase{next: from, settle: func() {
 		key.AttentionReason, key.UnknownOutcomes = nil, 0

@@ -1,12 +1,20 @@
-// Second reading: the fence of an atomic phase. A plain SELECT locks the
-// key's row only if the key still carries the phase's lock token and is
-// still at the recovery point the phase started from; otherwise it calls
-// the schema's idempotency_key_fence_refuse, which raises with a SQLSTATE
-// of our own, and the raise aborts the transaction. Because it raises
-// rather than answers, nothing queued after a failed fence can commit, and
-// a phase goes out whole without waiting for it (pipeline.go). The plpgsql
-// runs only to refuse: a phase whose key is still its own pays for a row
-// lock, not a function call (docs/scaling.md, "Postgres's cost per ride").
+// Second reading: the fence of an atomic phase, its first statement. It
+// takes the key's row lock only if the key still carries the phase's lock
+// token and is still at the recovery point the phase started from;
+// otherwise it calls the schema's idempotency_key_fence_refuse, which
+// raises with a SQLSTATE of our own, and the raise aborts the transaction.
+// Because it raises rather than answers, nothing queued after a failed
+// fence can commit, and a phase goes out whole without waiting for it
+// (pipeline.go). The plpgsql runs only to refuse.
+//
+// Most phases end by moving the key, and then the move is the fence: the
+// phase's writes are queued first, as the phase function reads, but the
+// move goes to Postgres ahead of them, right after BEGIN (advanceSQL in
+// phase.go, a statement fewer per phase: docs/scaling.md, "Postgres's cost
+// per ride"). A phase that needs an answer on the way (Flush), or that
+// ends by setting the key aside or reopening it, cannot know its move
+// when its first statement goes out; it opens with a lock of the key's
+// row instead (fenceSQL), and its outcome's statement comes last.
 //
 // From started, the fence also makes sure the key has no reaped
 // predecessor. A claim whose insert ran in the very instant the reaper
@@ -20,46 +28,90 @@ package idem
 import (
 	"errors"
 	"fmt"
+	"slices"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 )
 
 // fenceSQL is the fence of a phase of key $1 under lock token $2 from
-// recovery point $3, other than started: it locks the key's row and
-// returns nothing, or refuses. The row is counted, so that a key that is
-// no longer the phase's still yields the one row that calls the refusal.
+// recovery point $3 that does not open with its move: it locks the key's
+// row and returns nothing, or refuses. The row is counted, so that a key
+// that is no longer the phase's still yields the one row that calls the
+// refusal.
 const fenceSQL = `
-	SELECT idempotency_key_fence_refuse($1, $3, false)
-	FROM (SELECT count(*) AS held
-	      FROM (SELECT FROM idempotency_keys
-	            WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
-	            FOR UPDATE) k) f
-	WHERE f.held = 0`
-
-// fenceFromStartedSQL is fenceSQL from started, where the key must also
-// have no reaped predecessor (its record in reaped_keys). A statement of
-// its own, so that each keeps one plan whatever the recovery point.
-const fenceFromStartedSQL = `
 	SELECT idempotency_key_fence_refuse($1, $3, f.reaped)
 	FROM (SELECT count(*) AS held,
-	             coalesce(bool_or(EXISTS (
+	             coalesce(bool_or($3 = 'started' AND EXISTS (
 	                 SELECT 1 FROM reaped_keys r
 	                 WHERE r.user_id = k.user_id AND r.idempotency_key = k.idempotency_key)), false) AS reaped
 	      FROM (SELECT user_id, idempotency_key FROM idempotency_keys
-	            WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
+	            WHERE id = $1 AND lock_token = $2 AND recovery_point = $3::text
 	            FOR UPDATE) k) f
 	WHERE f.held = 0 OR f.reaped`
 
-// queueFence queues, on tx, the fence of a phase of key from recovery
-// point from.
-func queueFence(tx *Tx, key *Key, from RecoveryPoint) {
-	sql := fenceSQL
-	if from == Started {
-		sql = fenceFromStartedSQL
+// The conditions under which a move of key $1 under lock token $2 from
+// recovery point $3 is the phase's (the UPDATE's WHERE), and the refusal
+// when it is not: a phase whose move changed no row (moved) calls
+// idempotency_key_fence_refuse, saying whether a reaped predecessor is
+// why. The reaped_keys probe runs only from started, and the refusal's
+// only when refusing.
+const (
+	moveIsThePhases = `
+	WHERE id = $1 AND lock_token = $2 AND recovery_point = $3::text
+	  AND ($3::text <> 'started' OR NOT EXISTS (
+	      SELECT 1 FROM reaped_keys r
+	      WHERE r.user_id = idempotency_keys.user_id AND r.idempotency_key = idempotency_keys.idempotency_key))`
+	refuseUnlessMoved = `
+	SELECT idempotency_key_fence_refuse($1, $3::text, $3::text = 'started' AND EXISTS (
+	           SELECT 1 FROM idempotency_keys k JOIN reaped_keys r USING (user_id, idempotency_key)
+	           WHERE k.id = $1))
+	FROM (SELECT count(*) AS held FROM moved) f
+	WHERE f.held = 0`
+)
+
+// openFence marks where, right after the phase's BEGIN, its fence goes
+// once the phase function has said how the phase ends: its move
+// (queueFencingMove), or else a lock of the key's row (lockFirst).
+func (tx *Tx) openFence(key *Key, from RecoveryPoint) {
+	tx.fence = &pendingFence{at: len(tx.batch.QueuedQueries), key: key, from: from}
+}
+
+// pendingFence is a phase's fence yet to be placed, at index at of the
+// Tx's batch.
+type pendingFence struct {
+	at   int
+	key  *Key
+	from RecoveryPoint
+}
+
+// lockFirst places a pending fence as a lock of the key's row: for a
+// phase that needs an answer on the way (Flush calls it) or does not end
+// in a move. It does nothing once the fence is placed.
+func (tx *Tx) lockFirst() {
+	f := tx.fence
+	if f == nil {
+		return
 	}
-	tx.Queue(sql, key.ID, key.lockToken(), string(from))
+	tx.fence = nil
+	tx.batch.QueuedQueries = slices.Insert(tx.batch.QueuedQueries, f.at,
+		&pgx.QueuedQuery{SQL: fenceSQL, Arguments: []any{f.key.ID, f.key.lockToken(), string(f.from)}})
+}
+
+// queueFencingMove queues a phase's move, sql with args: as its fence,
+// ahead of the phase's writes, when the fence is still pending, and
+// otherwise last, behind the lock that fenced the phase. It reports which.
+func (tx *Tx) queueFencingMove(sql string, args ...any) (*pgx.QueuedQuery, bool) {
+	f := tx.fence
+	if f == nil {
+		return tx.Queue(sql, args...), false
+	}
+	tx.fence = nil
+	q := &pgx.QueuedQuery{SQL: sql, Arguments: args}
+	tx.batch.QueuedQueries = slices.Insert(tx.batch.QueuedQueries, f.at, q)
+	return q, true
 }
 
 // The SQLSTATEs of the schema's plpgsql: the fence's, and a phase's own check.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -61,6 +62,18 @@ func TestStore(t *testing.T) {
 		_, err := b.pool.Exec(context.Background(),
 			`UPDATE idempotency_keys SET locked_at = now() - interval '2 minutes' WHERE id = $1`, id)
 		require.NoError(t, err)
+	}
+	// takenOver claims b's key, lets its lock go stale and has a retry
+	// take the key over: the first claim's key, whose holder is now
+	// fenced off, and the retry's.
+	takenOver := func(t *testing.T, b *testBundle) (stalled, takeover *idem.Key) {
+		t.Helper()
+		stalled, _, err := b.store.Claim(context.Background(), b.req)
+		require.NoError(t, err)
+		staleLock(t, b, stalled.ID)
+		takeover, _, err = b.store.Claim(context.Background(), b.req)
+		require.NoError(t, err)
+		return stalled, takeover
 	}
 
 	t.Run("ClaimsNewKeyLocked", func(t *testing.T) {
@@ -134,36 +147,50 @@ func TestStore(t *testing.T) {
 	// key is deleted; a key without such a record passes the same fence.
 	t.Run("FencesOffAKeyWithAReapedPredecessor", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		ctx := context.Background()
-		other := b.req
-		other.Key = uuid.NewString()
-		passes, _, err := b.store.Claim(ctx, other)
-		require.NoError(t, err)
-		raced, _, err := b.store.Claim(ctx, b.req)
-		require.NoError(t, err)
-		_, err = b.pool.Exec(ctx, `
-			INSERT INTO reaped_keys (user_id, idempotency_key, idempotency_key_id, request_method, request_path,
-			                         request_params_sha256, created_at)
-			VALUES ($1, $2, $3 + 1000, 'POST', '/rides', sha256('another request'), now() - interval '4 days')`,
-			b.req.UserID, b.req.Key, raced.ID)
-		require.NoError(t, err)
-
+		// The fence is the phase's move, or, in a phase that reads on the
+		// way, a lock of the key taken ahead of the read: both refuse.
 		stage := func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
 			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('fenced', '{}')`)
 			return idem.Advance(halfway), nil
 		}
-		require.ErrorIs(t, b.store.Phase(ctx, raced, stage), idem.ErrKeyReused,
-			"refused as the claim refuses another request under a reaped key")
-		var keys, jobs int
-		require.NoError(t, b.pool.QueryRow(ctx, `
-			SELECT (SELECT count(*) FROM idempotency_keys WHERE id = $1), (SELECT count(*) FROM staged_jobs)`,
-			raced.ID).Scan(&keys, &jobs))
-		require.Zero(t, keys, "the key is retired")
-		require.Zero(t, jobs, "the fenced phase wrote nothing")
+		readThenStage := func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+			tx.Queue(`SELECT count(*) FROM staged_jobs`)
+			if err := tx.Flush(ctx); err != nil {
+				return idem.Outcome{}, err
+			}
+			return stage(ctx, tx)
+		}
+		for name, phase := range map[string]idem.PhaseFunc{"Moving": stage, "Reading": readThenStage} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				ctx := context.Background()
+				other := b.req
+				other.Key = uuid.NewString()
+				passes, _, err := b.store.Claim(ctx, other)
+				require.NoError(t, err)
+				raced, _, err := b.store.Claim(ctx, b.req)
+				require.NoError(t, err)
+				_, err = b.pool.Exec(ctx, `
+					INSERT INTO reaped_keys (user_id, idempotency_key, idempotency_key_id, request_method, request_path,
+					                         request_params_sha256, created_at)
+					VALUES ($1, $2, $3 + 1000, 'POST', '/rides', sha256('another request'), now() - interval '4 days')`,
+					b.req.UserID, b.req.Key, raced.ID)
+				require.NoError(t, err)
 
-		require.NoError(t, b.store.Phase(ctx, passes, stage))
-		require.Equal(t, halfway, passes.RecoveryPoint)
+				require.ErrorIs(t, b.store.Phase(ctx, raced, phase), idem.ErrKeyReused,
+					"refused as the claim refuses another request under a reaped key")
+				var keys, jobs int
+				require.NoError(t, b.pool.QueryRow(ctx, `
+					SELECT (SELECT count(*) FROM idempotency_keys WHERE id = $1), (SELECT count(*) FROM staged_jobs)`,
+					raced.ID).Scan(&keys, &jobs))
+				require.Zero(t, keys, "the key is retired")
+				require.Zero(t, jobs, "the fenced phase wrote nothing")
+
+				require.NoError(t, b.store.Phase(ctx, passes, phase))
+				require.Equal(t, halfway, passes.RecoveryPoint)
+			})
+		}
 	})
 
 	// Fencing: the request whose lock was taken over can no longer move
@@ -172,14 +199,10 @@ func TestStore(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		ctx := context.Background()
-		stalled, _, err := b.store.Claim(ctx, b.req)
-		require.NoError(t, err)
-		staleLock(t, b, stalled.ID)
-		takeover, _, err := b.store.Claim(ctx, b.req)
-		require.NoError(t, err)
+		stalled, takeover := takenOver(t, b)
 
 		wrote := false
-		err = b.store.Phase(ctx, stalled, func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		err := b.store.Phase(ctx, stalled, func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
 			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('fenced', '{}')`)
 			wrote = true
 			return idem.Respond(201, []byte(`{"stalled": true}`)), nil
@@ -200,6 +223,71 @@ func TestStore(t *testing.T) {
 		// The new owner proceeds.
 		require.NoError(t, b.store.Phase(ctx, takeover, advance(halfway)))
 		require.Equal(t, halfway, takeover.RecoveryPoint)
+	})
+
+	// A phase that reads on the way cannot open with its move, which it
+	// does not know yet: it opens with a lock of the key, and a request
+	// whose lock was taken over is fenced off at its first read.
+	t.Run("FencesOffAPhaseThatReadsOnTheWay", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+		stalled, _ := takenOver(t, b)
+
+		read := false
+		err := b.store.Phase(ctx, stalled, func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('fenced', '{}')`)
+			tx.Queue(`SELECT count(*) FROM staged_jobs`).QueryRow(func(pgx.Row) error { read = true; return nil })
+			if err := tx.Flush(ctx); err != nil {
+				return idem.Outcome{}, err
+			}
+			return idem.Advance(halfway), nil
+		})
+		require.ErrorIs(t, err, idem.ErrLockLost)
+		require.False(t, read, "nothing after the fence ran")
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM staged_jobs`).Scan(&n))
+		require.Zero(t, n, "the fenced phase's writes rolled back")
+	})
+
+	// The move is the fence, so it runs ahead of the phase's writes though
+	// the phase function queues it last: what the writes read of the key
+	// is the key as moved. A phase that creates (Creates) relies on it,
+	// its insert taking the id the move drew; so one that reads on the way,
+	// whose move comes last, is refused as a bug, with nothing written.
+	t.Run("TheMoveRunsAheadOfThePhasesWrites", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+		key, _, err := b.store.Claim(ctx, b.req)
+		require.NoError(t, err)
+		require.NoError(t, b.store.Phase(ctx, key, func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+			tx.Queue(`
+				INSERT INTO staged_jobs (id, job_name, job_args)
+				SELECT currval('staged_jobs_id_seq'), 'seen', jsonb_build_object('recovery_point', recovery_point::text)
+				FROM idempotency_keys WHERE id = $1`, key.ID)
+			return idem.Advance(halfway).Creates("staged_jobs_id_seq"), nil
+		}))
+		var seen string
+		var named, job int64
+		require.NoError(t, b.pool.QueryRow(ctx, `
+			SELECT j.job_args->>'recovery_point', k.resource_id, j.id
+			FROM staged_jobs j, idempotency_keys k WHERE k.id = $1`, key.ID).Scan(&seen, &named, &job))
+		require.Equal(t, string(halfway), seen, "the write ran after the move")
+		require.Equal(t, job, named, "the key names what the phase created, by the id its move drew")
+
+		err = b.store.Phase(ctx, key, func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('late', '{}')`)
+			if err := tx.Flush(ctx); err != nil {
+				return idem.Outcome{}, err
+			}
+			return idem.Advance("almost_done").Creates("staged_jobs_id_seq"), nil
+		})
+		require.ErrorContains(t, err, "bug: ")
+		var jobs int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM staged_jobs`).Scan(&jobs))
+		require.Equal(t, 1, jobs, "the refused phase wrote nothing")
+		require.Equal(t, halfway, key.RecoveryPoint)
 	})
 
 	t.Run("PhaseCommitsWritesAndRecoveryPointTogether", func(t *testing.T) {

@@ -1,8 +1,8 @@
-// First reading: an atomic phase. One transaction holds the fence, the
-// endpoint's writes and the statement that moves the key to its next
-// recovery point (or stores its response): they commit together or not at
-// all. And Unlock, which releases a key after a failure so that a retry
-// resumes from the last recovery point.
+// First reading: an atomic phase. One transaction holds the endpoint's
+// writes and the statement that moves the key to its next recovery point
+// (or stores its response), which goes first and is the fence: they
+// commit together or not at all. And Unlock, which releases a key after a
+// failure so that a retry resumes from the last recovery point.
 //
 // Left to a second reading: how a phase goes to Postgres in one round
 // trip, two phases in one pipeline, and the retries after a serialization
@@ -33,7 +33,7 @@ type Outcome struct {
 	// attention, when set, is why the key is set aside (see SetAside).
 	attention string
 	// createdFrom, when set, is the sequence the id of what the request
-	// created came from (see CreatedLast).
+	// created came from (see Creates).
 	createdFrom *string
 	// reopen clears a set-aside and releases the key (see Reopen).
 	reopen bool
@@ -55,26 +55,29 @@ type PhaseFunc func(ctx context.Context, tx *Tx) (Outcome, error)
 
 // Phase runs fn and records its outcome on key in one transaction, so the
 // phase's writes and the new recovery point commit together or not at
-// all. The transaction opens with the fence: it locks the key's row only
-// if the key still carries this request's lock token and is still at the
-// recovery point the phase started from; otherwise it rolls back and Phase
-// returns ErrLockLost. Serialization failures and deadlocks run the whole
-// phase again, a bounded number of times.
+// all. The transaction opens with the fence, the move itself: it changes
+// the key only if the key still carries this request's lock token and is
+// still at the recovery point the phase started from; otherwise it rolls
+// back and Phase returns ErrLockLost. Serialization failures and
+// deadlocks run the whole phase again, a bounded number of times.
 func (s *Store) Phase(ctx context.Context, key *Key, fn PhaseFunc) error {
 	defer s.metrics.PhaseDone(string(key.RecoveryPoint), time.Now())
 	return s.retryPhase(ctx, key, fn, 1, nil)
 }
 
 // queuePhase queues, on tx, the atomic phase fn of key from recovery point
-// from: BEGIN, the fence, fn's statements, the statement that records the
-// outcome on the key, and COMMIT. Nothing is sent but what fn flushes.
+// from: BEGIN, the fence (most often the statement that records the
+// outcome on the key), fn's statements and COMMIT. Nothing is sent but
+// what fn flushes.
 func (s *Store) queuePhase(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, fn PhaseFunc) (*queuedPhase, error) {
 	tx.Queue(`BEGIN`)
-	// The fence locks the key's row if the key still carries this request's
-	// lock token and recovery point, and otherwise raises, which aborts the
-	// transaction: nothing queued after it can commit, so the phase sends
-	// its writes and COMMIT without waiting for the fence's answer.
-	queueFence(tx, key, from)
+	// The fence goes right after BEGIN: it goes on only if the key still
+	// carries this request's lock token and recovery point, and otherwise
+	// raises, which aborts the transaction. Nothing queued after it can
+	// commit, so the phase sends its writes and COMMIT without waiting for
+	// the fence's answer. Most often the move to the next recovery point is
+	// the fence, so it waits here for fn to say where the key goes.
+	tx.openFence(key, from)
 	out, err := fn(ctx, tx)
 	if err != nil {
 		return nil, err
@@ -86,7 +89,9 @@ func (s *Store) queuePhase(ctx context.Context, tx *Tx, key *Key, from RecoveryP
 	case out.reopen:
 		q = s.queueReopen(ctx, tx, key, from)
 	default:
-		q = s.queueAdvance(ctx, tx, key, from, out)
+		if q, err = s.queueAdvance(ctx, tx, key, from, out); err != nil {
+			return nil, err
+		}
 	}
 	tx.queueCommit(&q.committed)
 	return q, nil
@@ -94,36 +99,43 @@ func (s *Store) queuePhase(ctx context.Context, tx *Tx, key *Key, from RecoveryP
 
 // advanceSQL moves a key ($1, held under lock token $2 at recovery point
 // $3) to its next recovery point $4, or finishes it with the response $5,
-// $6. Under the fence's row lock this matches; its conditions repeat the
-// fence's so that the statement is correct on its own. Intermediate
-// phases refresh locked_at as a heartbeat; finishing releases the lock.
+// $6, and is the phase's fence: sent right after BEGIN, it changes the key
+// only if the key is still the phase's, and otherwise refuses the phase
+// (fence.go). Intermediate phases refresh locked_at as a heartbeat;
+// finishing releases the lock.
 //
 // The same statement records what the extensions need: the first foreign
-// call's time ($7, attention.go), the id of what the request created
-// ($9, tombstone.go) and the step ($8, the actor; steps.go). A phase
-// commits on a key set aside only when a person took the key to settle
-// it (nothing else works such a key), so it also clears the flag.
+// call's time ($7, attention.go), the id of what the phase creates, drawn
+// here from its sequence ($9, tombstone.go) and the step ($8, the actor;
+// steps.go). A phase commits on a key set aside only when a person took
+// the key to settle it (nothing else works such a key), so it also clears
+// the flag.
 const advanceSQL = `
-	UPDATE idempotency_keys
-	SET recovery_point = $4::text,
-	    response_code  = $5,
-	    response_body  = $6,
-	    locked_at      = CASE WHEN $4 = 'finished' THEN NULL ELSE now() END,
-	    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END,
-	    first_foreign_attempt_at = CASE WHEN $7 THEN coalesce(first_foreign_attempt_at, now())
-	                                    ELSE first_foreign_attempt_at END,
-	    resource_id    = coalesce(currval($9::text::regclass), resource_id),
-	    attention_reason = NULL,
-	    steps = (CASE WHEN jsonb_array_length(steps) < 100 THEN steps
-	             ELSE jsonb_build_array(steps -> 0) || jsonb_path_query_array(steps, '$[last - 97 to last]') END)
-	         || jsonb_build_object('at', clock_timestamp(), 'event', 'reached'::text,
-	                               'recovery_point', $4::text, 'actor', $8::text, 'attempt', claims)
-	WHERE id = $1 AND lock_token = $2 AND recovery_point = $3
-	RETURNING response_body, first_foreign_attempt_at`
+	WITH moved AS (
+		UPDATE idempotency_keys
+		SET recovery_point = $4::text,
+		    response_code  = $5,
+		    response_body  = $6,
+		    locked_at      = CASE WHEN $4 = 'finished' THEN NULL ELSE now() END,
+		    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END,
+		    first_foreign_attempt_at = CASE WHEN $7 THEN coalesce(first_foreign_attempt_at, now())
+		                                    ELSE first_foreign_attempt_at END,
+		    resource_id    = CASE WHEN $9::text IS NULL THEN resource_id ELSE nextval($9::text::regclass) END,
+		    attention_reason = NULL,
+		    steps = (CASE WHEN jsonb_array_length(steps) < 100 THEN steps
+		             ELSE jsonb_build_array(steps -> 0) || jsonb_path_query_array(steps, '$[last - 97 to last]') END)
+		         || jsonb_build_object('at', clock_timestamp(), 'event', 'reached'::text,
+		                               'recovery_point', $4::text, 'actor', $8::text, 'attempt', claims)` +
+	moveIsThePhases + `
+		RETURNING response_body, first_foreign_attempt_at
+	)
+	SELECT response_body, first_foreign_attempt_at FROM moved
+	UNION ALL
+	SELECT NULL, NULL FROM (` + refuseUnlessMoved + `) refused`
 
 // queueAdvance records out on key: its next recovery point, or its
 // response.
-func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, out Outcome) *queuedPhase {
+func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, out Outcome) (*queuedPhase, error) {
 	var code *int
 	var body json.RawMessage
 	if out.next == Finished {
@@ -133,9 +145,13 @@ func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from Recover
 		stored                []byte
 		firstForeignAttemptAt *time.Time
 	)
-	tx.Queue(advanceSQL,
-		key.ID, key.lockToken(), from, out.next, code, body, out.foreignCall, s.actor, out.createdFrom,
-	).QueryRow(func(row pgx.Row) error {
+	move, first := tx.queueFencingMove(advanceSQL,
+		key.ID, key.lockToken(), from, out.next, code, body, out.foreignCall, s.actor, out.createdFrom)
+	if out.createdFrom != nil && !first {
+		return nil, fmt.Errorf("bug: phase at %s for key %d creates from %s but read on the way, so its move cannot go first",
+			from, key.ID, *out.createdFrom)
+	}
+	move.QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&stored, &firstForeignAttemptAt); err != nil {
 			return fmt.Errorf("advance key %d from %s to %s: %w", key.ID, from, out.next, err)
 		}
@@ -155,7 +171,7 @@ func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from Recover
 			key.LockedAt, key.LockToken = nil, nil
 		}
 		annotate(ctx, key)
-	}}
+	}}, nil
 }
 
 // unlockSQL releases a key ($1) if this request still holds it (lock

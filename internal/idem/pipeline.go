@@ -40,6 +40,8 @@ type Tx struct {
 	batch *pgx.Batch
 	// after is sent behind the last COMMIT (QueueAfterCommit).
 	after []afterCommit
+	// fence is the phase's fence while it waits for its place (fence.go).
+	fence *pendingFence
 }
 
 type afterCommit struct {
@@ -76,6 +78,7 @@ func (tx *Tx) flushCommitted(ctx context.Context) error {
 // Flush sends the queued statements in one round trip and hands each
 // result to its callback. It returns the first error.
 func (tx *Tx) Flush(ctx context.Context) error {
+	tx.lockFirst() // what goes out now must go out fenced
 	b := tx.batch
 	tx.batch = &pgx.Batch{}
 	return tx.conn.SendBatch(ctx, b).Close()

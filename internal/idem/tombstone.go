@@ -37,7 +37,7 @@ type ExpiredError struct {
 	// ResponseCode is the status of the stored response; nil when the
 	// request never finished (it is then in abandoned_requests).
 	ResponseCode *int
-	// ResourceID is what the request created (see Outcome.CreatedLast), if
+	// ResourceID is what the request created (see Outcome.Creates), if
 	// it got that far.
 	ResourceID *int64
 }
@@ -109,17 +109,17 @@ func (s *Store) reaped(ctx context.Context, q interface {
 	return metrics.OutcomeExpired, &expired
 }
 
-// CreatedLast records on the key, with the phase, the id of what the
-// request created: the endpoint's resource, such as a ride, which the
-// phase itself inserted. A client that comes back after the key was
-// reaped is told where to look (ExpiredError). The id is the value the
-// phase drew last from sequence (the resource table's id sequence, say
-// rides_id_seq): currval is the session's, so the phase must insert the
-// resource before it ends, or the key would name what another phase on
-// the same pooled connection inserted. The phase need not wait for the
-// insert's answer to name what it created, so it still goes to Postgres
-// in one round trip.
-func (o Outcome) CreatedLast(sequence string) Outcome {
+// Creates records on the key, with the phase, the id of what the phase
+// creates: the endpoint's resource, such as a ride. A client that comes
+// back after the key was reaped is told where to look (ExpiredError). The
+// phase's move, its first statement (fence.go), draws the id from
+// sequence (the resource table's id sequence, say rides_id_seq); the
+// phase's insert takes it as the resource's id with currval, the
+// session's, and must come in the same phase. Neither waits for the
+// other's answer, so the phase still goes to Postgres in one round trip.
+// A phase that needs an answer on the way cannot create: its move comes
+// last.
+func (o Outcome) Creates(sequence string) Outcome {
 	o.createdFrom = &sequence
 	return o
 }

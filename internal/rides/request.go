@@ -100,8 +100,8 @@ func (r *request) stop(ctx context.Context, err error) (idem.Response, error) {
 
 // createRide is the atomic phase from started to ride_created: the ride
 // and its audit record, sent with the phase's fence and COMMIT in one
-// round trip (the record and the key take the ride's id from its
-// sequence, inside the transaction).
+// round trip (the key's move draws the ride's id from its sequence, and
+// the ride and its record take it, inside the transaction).
 func (r *request) createRide(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
 	// Read only once the phase commits (the next arm).
 	insertRide(tx, r.key.ID, r.user.ID, r.params, func(ride *Ride) { r.ride = ride })
@@ -117,7 +117,7 @@ func (r *request) createRide(_ context.Context, tx *idem.Tx) (idem.Outcome, erro
 	}
 	// The key names its ride, so that its record still does once the key
 	// is reaped (a late retry is told which ride it made).
-	return idem.AdvanceToForeignCall(RideCreated).CreatedLast(rideSequence), nil
+	return idem.AdvanceToForeignCall(RideCreated).Creates(rideSequence), nil
 }
 
 // charge is the foreign state mutation: it charges the ride at Stripe and

@@ -68,21 +68,24 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// rideSequence gives rides their ids: what an atomic phase that inserted
-// a ride draws from it last is that ride's id (see insertRide).
+// rideSequence gives rides their ids: the phase that creates a ride draws
+// its id from it as it moves the key (idem.Outcome.Creates), and the
+// ride takes it (see insertRide).
 const rideSequence = "rides_id_seq"
 
 // insertRide queues the creation of the ride in an atomic phase. stored
 // receives the ride as stored (coordinates as rounded by their NUMERIC
 // columns), so what the client sees is what a later read returns; it is
 // called when the phase's statements have run, before the phase commits.
-// The phase need not wait for the ride's id: statements queued after this
-// one name the ride by rideSequence.
+// The ride's id is the one the phase's move drew from rideSequence, ahead
+// of this statement (the phase must end in Creates(rideSequence)); no
+// statement waits for it: those queued after this one name the ride by
+// the same sequence.
 func insertRide(tx *idem.Tx, keyID, userID int64, p Params, stored func(*Ride)) {
 	tx.Queue(`
-		INSERT INTO rides (idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
+		INSERT INTO rides (id, idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
 		                   amount, currency, user_id, status)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending')
+		VALUES (currval('rides_id_seq'), $1, $2, $3, $4, $5, $6, $7, $8, 'pending')
 		RETURNING id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
 		          target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id`,
 		keyID, p.OriginLat, p.OriginLon, p.TargetLat, p.TargetLon, Price, Currency, userID,

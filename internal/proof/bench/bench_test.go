@@ -515,6 +515,10 @@ func TestRideScript(t *testing.T) {
 			}
 		}
 		require.Equal(t, 3, commits, "every atomic phase after the claim commits on its own")
+		// The check and the claim; each phase's BEGIN, its move (which is
+		// its fence), its writes (the ride and its audit record; the
+		// charge; the receipt's job) and COMMIT; the enqueuer's wake.
+		require.Len(t, b.capture.ride, 2+5+4+4+1, "statements of a new ride")
 	})
 
 	t.Run("LeavesTheRowsTheApiLeaves", func(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 
 // RoundTrips counts what a pool sends, as its pgx tracer: single
 // statements and pipelined batches (an atomic phase's), one round trip
-// each.
-type RoundTrips struct{ Queries, Batches atomic.Int64 }
+// each, and the statements in the batches.
+type RoundTrips struct{ Queries, Batches, Batched atomic.Int64 }
 
 func (c *RoundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	c.Queries.Add(1)
@@ -23,11 +23,13 @@ func (c *RoundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 	c.Batches.Add(1)
 	return ctx
 }
-func (c *RoundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (c *RoundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (c *RoundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	c.Batched.Add(1)
+}
+func (c *RoundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // Reset starts the count again.
-func (c *RoundTrips) Reset() { c.Queries.Store(0); c.Batches.Store(0) }
+func (c *RoundTrips) Reset() { c.Queries.Store(0); c.Batches.Store(0); c.Batched.Store(0) }
 
 // Total is the round trips counted since the last Reset.
 func (c *RoundTrips) Total() int64 { return c.Queries.Load() + c.Batches.Load() }
