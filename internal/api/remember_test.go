@@ -24,13 +24,14 @@ func TestRememberedUser(t *testing.T) {
 	ctx := context.Background()
 
 	// limitsOn are limits that a test does not reach, but for its
-	// failures: a request's counts stay in memory between two syncs an
-	// hour apart, so which requests need Postgres does not depend on the
-	// test's pace.
+	// failures: the limits' clock stands still, so a request's counts stay
+	// in memory after the first sync, and which requests need Postgres
+	// does not depend on the test's pace.
+	stopped := time.Now()
 	limitsOn := apitest.Options{
-		TokenLimit:         ratelimit.Policy{Name: ratelimit.TokenPolicy, Quota: 1000, Window: time.Hour},
-		FailedAuthLimit:    ratelimit.Policy{Name: ratelimit.FailedAuthPolicy, Quota: 2, Window: time.Hour},
-		RateLimitSyncEvery: time.Hour,
+		TokenLimit:      ratelimit.Policy{Name: ratelimit.TokenPolicy, Quota: 1000, Window: time.Hour},
+		FailedAuthLimit: ratelimit.Policy{Name: ratelimit.FailedAuthPolicy, Quota: 2, Window: time.Hour},
+		RateLimitNow:    func() time.Time { return stopped },
 	}
 	type testBundle struct {
 		stack *apitest.Stack

@@ -69,10 +69,12 @@ type Config struct {
 	FailedAuth Policy
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// SyncEvery, if set, replaces the package's SyncEvery interval: for a
-	// test that must know which requests sync and which are counted here
-	// alone.
-	SyncEvery time.Duration
+	// Now is this instance's clock, by which it counts SyncEvery and the
+	// end of each window it remembers; time.Now when nil. Postgres keeps
+	// the windows themselves by its own. A test sets a clock it moves,
+	// so that which requests sync, and which refusals an instance still
+	// remembers, do not depend on the test's pace.
+	Now func() time.Time
 }
 
 func (c *Config) validate() error {
@@ -90,6 +92,7 @@ type Limiter struct {
 	token      Policy
 	failedAuth Policy
 	logger     *slog.Logger
+	now        func() time.Time
 	// This instance's view of the shared counts (view.go).
 	tokens, addresses *view
 }
@@ -102,13 +105,18 @@ func New(config *Config) (*Limiter, error) {
 	if err := config.validate(); err != nil {
 		return nil, err
 	}
+	now := config.Now
+	if now == nil {
+		now = time.Now
+	}
 	return &Limiter{
 		pool:       config.Pool,
 		token:      config.Token,
 		failedAuth: config.FailedAuth,
 		logger:     cmp.Or(config.Logger, slog.Default()),
-		tokens:     newView(config.Token, cmp.Or(config.SyncEvery, SyncEvery), maxSubjects),
-		addresses:  newView(config.FailedAuth, cmp.Or(config.SyncEvery, SyncEvery), maxSubjects),
+		now:        now,
+		tokens:     newView(config.Token, SyncEvery, maxSubjects),
+		addresses:  newView(config.FailedAuth, SyncEvery, maxSubjects),
 	}, nil
 }
 
@@ -186,7 +194,7 @@ func (l *Limiter) Known(tokenHash []byte, addr netip.Addr) *Exceeded {
 	if !l.On() {
 		return nil
 	}
-	now := time.Now()
+	now := l.now()
 	if l.failedAuth.On() {
 		if e := l.addresses.refusal(AddressSubject(addr), now, l.failedAuthOver); e != nil {
 			return e
@@ -226,7 +234,7 @@ func (l *Limiter) Count(tokenHash []byte, addr netip.Addr) *Check {
 	if !l.On() {
 		return nil
 	}
-	c := &Check{l: l, now: time.Now()}
+	c := &Check{l: l, now: l.now()}
 	if l.token.On() {
 		c.tokenSubject = tokenSubject(tokenHash)
 		c.sent = l.tokens.hit(c.tokenSubject, c.now)
@@ -313,7 +321,7 @@ func (l *Limiter) Failed(ctx context.Context, addr netip.Addr) (*Exceeded, error
 	if err != nil {
 		return nil, fmt.Errorf("count failed authentication: %w", err)
 	}
-	now := time.Now()
+	now := l.now()
 	// From the quota on, the view refuses the address's requests.
 	_ = l.addresses.synced(subject, w, now, l.failedAuthOver) // the refusal is decided below
 	if w.Hits == int64(l.failedAuth.Quota) {

@@ -16,6 +16,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/ratelimit"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
+	"github.com/rocketrides/rocketrides/internal/testkit/testclock"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 
@@ -27,16 +28,30 @@ func TestLimiter(t *testing.T) {
 		pool *pgxpool.Pool
 		// two limiters on one database: two api instances
 		a, b *ratelimit.Limiter
+		// the limiters' clock: it stands still until the test moves it,
+		// so that which requests sync, and which refusals a limiter still
+		// remembers, do not depend on the test's pace
+		clock *testclock.Clock
 	}
 	setup := func(t *testing.T, token, failedAuth ratelimit.Policy) *testBundle {
 		t.Helper()
 		pool := dbtest.New(t)
+		c := testclock.New(time.Now())
 		newLimiter := func() *ratelimit.Limiter {
-			l, err := ratelimit.New(&ratelimit.Config{Pool: pool, Token: token, FailedAuth: failedAuth})
+			l, err := ratelimit.New(&ratelimit.Config{Pool: pool, Token: token, FailedAuth: failedAuth, Now: c.Now})
 			require.NoError(t, err)
 			return l
 		}
-		return &testBundle{pool: pool, a: newLimiter(), b: newLimiter()}
+		return &testBundle{pool: pool, a: newLimiter(), b: newLimiter(), clock: c}
+	}
+	// endWindows ends every running window, as time would: in Postgres,
+	// which keeps the windows, and by the limiters' clock, by which they
+	// remember what they saw of them.
+	endWindows := func(t *testing.T, b *testBundle, window time.Duration) {
+		t.Helper()
+		_, err := b.pool.Exec(ctx, `UPDATE rate_limit_windows SET ends_at = now() WHERE ends_at > now()`)
+		require.NoError(t, err)
+		b.clock.Advance(window)
 	}
 	// request sends what the api sends for a request with tokenHash from
 	// addr, its token found or not, and returns its refusal.
@@ -65,7 +80,8 @@ func TestLimiter(t *testing.T) {
 		refused := request(t, b, b.b, token, addr, true)
 		require.NotNil(t, refused)
 		require.Equal(t, "token", refused.Policy.Name)
-		require.InDelta(t, 60, refused.RetryAfter, 2)
+		require.Positive(t, refused.RetryAfter)
+		require.LessOrEqual(t, refused.RetryAfter, 60, "what is left of the window")
 		// The other limiter finds the same count.
 		require.NotNil(t, request(t, b, b.a, token, addr, true))
 		// Another token's count is its own.
@@ -90,14 +106,14 @@ func TestLimiter(t *testing.T) {
 			require.Nil(t, request(t, b, b.a, token, addr, true))
 		}
 		require.Equal(t, int64(1), shared(), "the first request synced; the next four were counted here")
-		time.Sleep(ratelimit.SyncEvery)
+		b.clock.Advance(ratelimit.SyncEvery)
 		require.Nil(t, request(t, b, b.a, token, addr, true))
 		require.Equal(t, int64(6), shared(), "the next sync adds them")
 	})
 
 	t.Run("RemembersARefusalUntilItsWindowEnds", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, ratelimit.Policy{Name: "token", Quota: 1, Window: time.Second}, ratelimit.Policy{})
+		b := setup(t, ratelimit.Policy{Name: "token", Quota: 1, Window: time.Hour}, ratelimit.Policy{})
 		require.Nil(t, request(t, b, b.a, token, addr, true))
 		require.NotNil(t, request(t, b, b.a, token, addr, true))
 		// Known answers without Postgres, which no longer has the count.
@@ -105,20 +121,25 @@ func TestLimiter(t *testing.T) {
 		require.NoError(t, err)
 		refused := b.a.Known(token, addr)
 		require.NotNil(t, refused)
-		require.Equal(t, 1, refused.RetryAfter)
+		require.Positive(t, refused.RetryAfter)
+		require.LessOrEqual(t, refused.RetryAfter, 3600)
 		require.Nil(t, b.b.Known(token, addr), "an instance remembers only what it saw")
+		b.clock.Advance(30 * time.Minute)
+		later := b.a.Known(token, addr)
+		require.NotNil(t, later)
+		require.Equal(t, refused.RetryAfter-1800, later.RetryAfter, "the window ends by the instance's clock")
 
-		time.Sleep(1100 * time.Millisecond)
+		b.clock.Advance(30 * time.Minute)
 		require.Nil(t, b.a.Known(token, addr))
 		require.Nil(t, request(t, b, b.a, token, addr, true), "a new window")
 	})
 
 	t.Run("StartsANewWindowOnceTheLastHasEnded", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, ratelimit.Policy{Name: "token", Quota: 2, Window: time.Second}, ratelimit.Policy{})
+		b := setup(t, ratelimit.Policy{Name: "token", Quota: 2, Window: time.Hour}, ratelimit.Policy{})
 		require.Nil(t, request(t, b, b.a, token, addr, true))
 		require.Nil(t, request(t, b, b.b, token, addr, true))
-		time.Sleep(1100 * time.Millisecond)
+		endWindows(t, b, time.Hour)
 		require.Nil(t, request(t, b, b.a, token, addr, true))
 		require.Nil(t, request(t, b, b.b, token, addr, true))
 		require.NotNil(t, request(t, b, b.a, token, addr, true))
@@ -136,7 +157,7 @@ func TestLimiter(t *testing.T) {
 		// The limiter that counted the last failure allowed knows at
 		// once; the other reads the count again within SyncEvery.
 		require.NotNil(t, b.a.Known(token, addr))
-		time.Sleep(ratelimit.SyncEvery)
+		b.clock.Advance(ratelimit.SyncEvery)
 		refused := request(t, b, b.b, token, addr, true)
 		require.NotNil(t, refused)
 		require.Equal(t, "failed_auth", refused.Policy.Name)
@@ -181,12 +202,12 @@ func TestLimiter(t *testing.T) {
 
 	t.Run("SweepsEndedWindows", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, ratelimit.Policy{Name: "token", Quota: 5, Window: time.Second}, ratelimit.Policy{})
+		b := setup(t, ratelimit.Policy{Name: "token", Quota: 5, Window: time.Hour}, ratelimit.Policy{})
 		require.Nil(t, request(t, b, b.a, token, addr, true))
 		n, err := ratelimit.Sweep(ctx, b.pool)
 		require.NoError(t, err)
 		require.Zero(t, n, "a running window stays")
-		time.Sleep(1100 * time.Millisecond)
+		endWindows(t, b, time.Hour)
 		n, err = ratelimit.Sweep(ctx, b.pool)
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n)

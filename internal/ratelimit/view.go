@@ -7,7 +7,7 @@ import (
 
 // SyncEvery is how long an instance counts a subject's requests on its
 // own, below half the quota, before it adds them to the shared count; and
-// how old its copy of an address's failures may be (Config.SyncEvery).
+// how old its copy of an address's failures may be.
 const SyncEvery = 100 * time.Millisecond
 
 // maxSubjects bounds the subjects an instance keeps a view of: a flood
@@ -27,7 +27,7 @@ const maxSubjects = 10_000
 // half the quota on, every hit is added, and decided, in Postgres.
 type view struct {
 	policy   Policy
-	every    time.Duration // SyncEvery, or Config.SyncEvery
+	every    time.Duration // SyncEvery
 	mu       sync.Mutex
 	max      int
 	subjects map[string]*tally

@@ -11,19 +11,20 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
+	"github.com/rocketrides/rocketrides/internal/testkit/testclock"
 )
 
 func TestCharges(t *testing.T) {
 	t.Parallel()
 
 	type testBundle struct {
-		clock *clock
+		clock *testclock.Clock
 		fake  *fake
 	}
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		clock := &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+		clock := testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 		return &testBundle{clock: clock, fake: startFake(t, &fakestripe.Config{Now: clock.Now})}
 	}
 
@@ -213,7 +214,7 @@ func TestListCharges(t *testing.T) {
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
 		start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-		clock := &clock{now: start}
+		clock := testclock.New(start)
 		bundle := &testBundle{fake: startFake(t, &fakestripe.Config{Now: clock.Now}), start: start}
 		bundle.customer = bundle.fake.createCustomer(t, "one@example.com", fakestripe.TokenVisa)
 		bundle.other = bundle.fake.createCustomer(t, "two@example.com", fakestripe.TokenVisa)

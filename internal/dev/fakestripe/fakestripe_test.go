@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -132,24 +131,6 @@ func asStripeError(t *testing.T, err error, status int, typ stripe.ErrorType, co
 	require.Equal(t, typ, stripeErr.Type, stripeErr.Msg)
 	require.Equal(t, code, stripeErr.Code, stripeErr.Msg)
 	return stripeErr
-}
-
-// clock is a settable clock for Options.Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
 }
 
 func TestAuth(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe/fakestripetest"
+	"github.com/rocketrides/rocketrides/internal/testkit/testclock"
 )
 
 func TestIdempotency(t *testing.T) {
@@ -143,7 +144,7 @@ func TestIdempotency(t *testing.T) {
 
 	t.Run("ForgetsKeyOnInjectedClock", func(t *testing.T) {
 		t.Parallel()
-		clock := &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+		clock := testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 		bundle := setup(t, &fakestripe.Config{Now: clock.Now})
 
 		first, err := bundle.fake.client.Charges.New(chargeParams(bundle.customer.ID, 2000, "ride-1"))

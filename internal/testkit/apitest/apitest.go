@@ -75,9 +75,9 @@ type Options struct {
 	// stack applies; each is off unless its Quota is set, as it is off
 	// by default here (the api process has them on).
 	TokenLimit, FailedAuthLimit, ChargeLimit ratelimit.Policy
-	// RateLimitSyncEvery, if set, replaces ratelimit.SyncEvery (see
-	// ratelimit.Config.SyncEvery).
-	RateLimitSyncEvery time.Duration
+	// RateLimitNow, if set, is the rate limits' clock (see
+	// ratelimit.Config.Now).
+	RateLimitNow func() time.Time
 }
 
 // Stack is a running API with its dependencies.
@@ -152,7 +152,7 @@ func New(t testing.TB, opts Options) *Stack {
 	})
 	require.NoError(t, err)
 	limits, err := ratelimit.New(&ratelimit.Config{Pool: s.Pool, Token: opts.TokenLimit, FailedAuth: opts.FailedAuthLimit, Logger: logger,
-		SyncEvery: opts.RateLimitSyncEvery})
+		Now: opts.RateLimitNow})
 	require.NoError(t, err)
 	handler, err := api.New(&api.Config{
 		Pool:     s.Pool,
