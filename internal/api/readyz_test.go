@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -25,19 +24,13 @@ func TestReadyz(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	project, err := localpg.New(localpg.Options{})
+	dir, err := localpg.ScratchDir("readyz")
 	require.NoError(t, err)
-	dir, err := os.MkdirTemp(project.DataDir+"/..", "scratch-readyz-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
 	port, err := fleet.FreePort()
 	require.NoError(t, err)
-	cluster, err := localpg.New(localpg.Options{DataDir: dir + "/postgres", Port: port})
+	cluster, err := localpg.New(localpg.Options{DataDir: dir, Port: port})
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		require.NoError(t, cluster.Stop(context.Background()))
-		require.NoError(t, os.RemoveAll(dir))
-	})
+	t.Cleanup(func() { require.NoError(t, cluster.Remove(context.Background())) })
 	require.NoError(t, cluster.Start(ctx))
 	require.NoError(t, db.MigrateUp(ctx, cluster.URL(), slog.New(slog.DiscardHandler)))
 	pool, err := db.Open(ctx, cluster.URL(), 4)

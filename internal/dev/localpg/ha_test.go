@@ -2,16 +2,10 @@ package localpg
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/rocketrides/rocketrides/internal/platform/project"
 )
 
 // TestHA runs a Patroni cluster of its own, in a scratch directory on the
@@ -60,23 +54,19 @@ func TestHA(t *testing.T) {
 	})
 }
 
-// scratchHA describes a throwaway cluster under the project's .data/ on
-// scratch port block n, stopped and removed when the test ends.
+// scratchHA describes a throwaway cluster (ScratchDir) on scratch port
+// block n, stopped and removed when the test ends.
 func scratchHA(t *testing.T, n int) HAOptions {
 	t.Helper()
-	root, err := project.Root()
-	require.NoError(t, err)
-	var random [4]byte
-	_, err = rand.Read(random[:])
+	dir, err := ScratchDir("ha")
 	require.NoError(t, err)
 	port, err := HAScratchPort(n)
 	require.NoError(t, err)
-	opts := HAOptions{Dir: filepath.Join(root, ".data", "scratch-ha-"+hex.EncodeToString(random[:])), Port: port}
+	opts := HAOptions{Dir: dir, Port: port}
 	t.Cleanup(func() {
 		h, err := NewHA(opts)
 		require.NoError(t, err)
-		require.NoError(t, h.Stop(context.Background()))
-		require.NoError(t, os.RemoveAll(opts.Dir))
+		require.NoError(t, h.Remove(context.Background()))
 	})
 	return opts
 }

@@ -2,8 +2,6 @@ package localpg
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -161,27 +159,17 @@ func ensureConcurrently(t *testing.T, opts Options, n int) []Cluster {
 	return clusters
 }
 
-// scratchOptions describe a throwaway cluster under the project's .data/
-// (reachable by the server's user, unlike t.TempDir), stopped and removed
-// when the test ends.
+// scratchOptions describe a throwaway cluster (ScratchDir) on a free
+// port, stopped and removed when the test ends.
 func scratchOptions(t *testing.T) Options {
 	t.Helper()
-	root, err := project.Root()
+	dir, err := ScratchDir("pg")
 	require.NoError(t, err)
-	var random [4]byte
-	_, err = rand.Read(random[:])
-	require.NoError(t, err)
-	opts := Options{
-		DataDir: filepath.Join(root, ".data", "scratch-"+hex.EncodeToString(random[:])),
-		Port:    freePort(t),
-	}
+	opts := Options{DataDir: dir, Port: freePort(t)}
 	t.Cleanup(func() {
 		c, err := New(opts)
 		require.NoError(t, err)
-		require.NoError(t, c.Stop(context.Background()))
-		for _, path := range []string{c.DataDir, c.LogFile, c.lockFile} {
-			require.NoError(t, os.RemoveAll(path))
-		}
+		require.NoError(t, c.Remove(context.Background()))
 	})
 	return opts
 }

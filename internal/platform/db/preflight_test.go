@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -227,23 +226,19 @@ func freePort(t *testing.T) int {
 
 // scratchHA starts a Patroni cluster of the test's own (etcd and two
 // nodes, synchronous mode) on scratch block n of the ports
-// (localpg.HAScratchPort), under .data/scratch-<name>-*, and stops and
+// (localpg.HAScratchPort), under localpg.ScratchDir(name), and stops and
 // deletes it when the test ends.
 func scratchHA(ctx context.Context, t *testing.T, name string, n int) *localpg.HA {
 	t.Helper()
-	c, err := localpg.New(localpg.Options{})
+	dir, err := localpg.ScratchDir(name)
 	require.NoError(t, err)
-	dir, err := os.MkdirTemp(filepath.Dir(c.DataDir), "scratch-"+name+"-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
 	port, err := localpg.HAScratchPort(n)
 	require.NoError(t, err)
 	opts := localpg.HAOptions{Dir: dir, Port: port}
 	t.Cleanup(func() {
 		h, err := localpg.NewHA(opts)
 		require.NoError(t, err)
-		require.NoError(t, h.Stop(context.Background()))
-		require.NoError(t, os.RemoveAll(dir))
+		require.NoError(t, h.Remove(context.Background()))
 	})
 	h, err := localpg.EnsureHA(ctx, opts)
 	require.NoError(t, err)

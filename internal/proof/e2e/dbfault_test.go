@@ -2,12 +2,8 @@ package e2e_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -18,28 +14,23 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/dev/localpg"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
-	"github.com/rocketrides/rocketrides/internal/platform/project"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet/fleettest"
 	"github.com/rocketrides/rocketrides/internal/testkit/invariant"
 )
 
-// scratchCluster starts a Postgres cluster of the test's own, under the
-// project's .data/ (which the server's user can reach, unlike t.TempDir
-// when we are root), on a free port. Restarting or stopping it touches no
+// scratchCluster starts a Postgres cluster of the test's own, in a
+// localpg.ScratchDir, on a free port. Restarting or stopping it touches no
 // other test: the shared test cluster must never be restarted. It is
 // stopped and deleted when the test ends.
 func scratchCluster(t *testing.T) localpg.Cluster {
 	t.Helper()
-	root, err := project.Root()
-	require.NoError(t, err)
-	var random [4]byte
-	_, err = rand.Read(random[:])
+	dir, err := localpg.ScratchDir("dbfault")
 	require.NoError(t, err)
 	port, err := fleet.FreePort()
 	require.NoError(t, err)
-	opts := localpg.Options{DataDir: filepath.Join(root, ".data", "scratch-"+hex.EncodeToString(random[:])), Port: port}
+	opts := localpg.Options{DataDir: dir, Port: port}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -47,13 +38,8 @@ func scratchCluster(t *testing.T) localpg.Cluster {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := c.Stop(ctx); err != nil {
-			t.Errorf("stop scratch cluster: %v", err)
-		}
-		for _, path := range []string{c.DataDir, c.LogFile, c.DataDir + ".lock"} {
-			if err := os.RemoveAll(path); err != nil {
-				t.Errorf("remove scratch cluster: %v", err)
-			}
+		if err := c.Remove(ctx); err != nil {
+			t.Errorf("remove scratch cluster: %v", err)
 		}
 	})
 	require.NoError(t, err)
