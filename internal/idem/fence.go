@@ -10,8 +10,8 @@
 // Most phases end by moving the key, and then the move is the fence: the
 // phase's writes are queued first, as the phase function reads, but the
 // move goes to Postgres ahead of them, right after BEGIN (advanceSQL in
-// phase.go, a statement fewer per phase: docs/scaling.md, "Postgres's cost
-// per ride"). A phase that needs an answer on the way (Flush), or that
+// phase.go, as fencing makes it the fence: a statement fewer per phase;
+// docs/scaling.md, "Postgres's cost per ride"). A phase that needs an answer on the way (Flush), or that
 // ends by setting the key aside or reopening it, cannot know its move
 // when its first statement goes out; it opens with a lock of the key's
 // row instead (fenceSQL), and its outcome's statement comes last.
@@ -52,25 +52,30 @@ const fenceSQL = `
 	            FOR UPDATE) k) f
 	WHERE f.held = 0 OR f.reaped`
 
-// The conditions under which a move of key $1 under lock token $2 from
-// recovery point $3 is the phase's (the UPDATE's WHERE), and the refusal
-// when it is not: a phase whose move changed no row (moved) calls
-// idempotency_key_fence_refuse, saying whether a reaped predecessor is
-// why. The reaped_keys probe runs only from started, and the refusal's
-// only when refusing.
-const (
-	moveIsThePhases = `
-	WHERE id = $1 AND lock_token = $2 AND recovery_point = $3::text
-	  AND ($3::text <> 'started' OR NOT EXISTS (
-	      SELECT 1 FROM reaped_keys r
-	      WHERE r.user_id = idempotency_keys.user_id AND r.idempotency_key = idempotency_keys.idempotency_key))`
-	refuseUnlessMoved = `
-	SELECT idempotency_key_fence_refuse($1, $3::text, $3::text = 'started' AND EXISTS (
-	           SELECT 1 FROM idempotency_keys k JOIN reaped_keys r USING (user_id, idempotency_key)
-	           WHERE k.id = $1))
-	FROM (SELECT count(*) AS held FROM moved) f
-	WHERE f.held = 0`
-)
+// fencedAdvanceSQL is advanceSQL as a phase's fence (fencing).
+var fencedAdvanceSQL = fencing(advanceSQL)
+
+// fencing makes move, an UPDATE of key $1 under lock token $2 from
+// recovery point $3 that returns a row when it moved the key, refuse its
+// phase when it is not the phase's: when it changed no row, or, from
+// started, when the key has a reaped predecessor. The refusal raises, so
+// the move itself rolls back with the rest; the reaped_keys probe runs
+// only from started.
+func fencing(move string) string {
+	return `
+	WITH moved AS (` + move + `)
+	SELECT * FROM moved
+	UNION ALL
+	SELECT moved.* FROM (
+		SELECT idempotency_key_fence_refuse($1, $3::text, f.reaped)
+		FROM (SELECT count(*) AS held,
+		             $3::text = 'started' AND EXISTS (
+		                 SELECT 1 FROM idempotency_keys k JOIN reaped_keys r USING (user_id, idempotency_key)
+		                 WHERE k.id = $1) AS reaped
+		      FROM moved) f
+		WHERE f.held = 0 OR f.reaped
+	) refused LEFT JOIN moved ON false`
+}
 
 // openFence marks where, right after the phase's BEGIN, its fence goes
 // once the phase function has said how the phase ends: its move

@@ -99,10 +99,10 @@ func (s *Store) queuePhase(ctx context.Context, tx *Tx, key *Key, from RecoveryP
 
 // advanceSQL moves a key ($1, held under lock token $2 at recovery point
 // $3) to its next recovery point $4, or finishes it with the response $5,
-// $6, and is the phase's fence: sent right after BEGIN, it changes the key
-// only if the key is still the phase's, and otherwise refuses the phase
-// (fence.go). Intermediate phases refresh locked_at as a heartbeat;
-// finishing releases the lock.
+// $6. It goes first and is the phase's fence: fence.go wraps it
+// (fencedAdvanceSQL) so that, should it change no row, it refuses the
+// phase. Intermediate phases refresh locked_at as a heartbeat; finishing
+// releases the lock.
 //
 // The same statement records what the extensions need: the first foreign
 // call's time ($7, attention.go), the id of what the phase creates, drawn
@@ -111,27 +111,22 @@ func (s *Store) queuePhase(ctx context.Context, tx *Tx, key *Key, from RecoveryP
 // the key to settle it (nothing else works such a key), so it also clears
 // the flag.
 const advanceSQL = `
-	WITH moved AS (
-		UPDATE idempotency_keys
-		SET recovery_point = $4::text,
-		    response_code  = $5,
-		    response_body  = $6,
-		    locked_at      = CASE WHEN $4 = 'finished' THEN NULL ELSE now() END,
-		    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END,
-		    first_foreign_attempt_at = CASE WHEN $7 THEN coalesce(first_foreign_attempt_at, now())
-		                                    ELSE first_foreign_attempt_at END,
-		    resource_id    = CASE WHEN $9::text IS NULL THEN resource_id ELSE nextval($9::text::regclass) END,
-		    attention_reason = NULL,
-		    steps = (CASE WHEN jsonb_array_length(steps) < 100 THEN steps
-		             ELSE jsonb_build_array(steps -> 0) || jsonb_path_query_array(steps, '$[last - 97 to last]') END)
-		         || jsonb_build_object('at', clock_timestamp(), 'event', 'reached'::text,
-		                               'recovery_point', $4::text, 'actor', $8::text, 'attempt', claims)` +
-	moveIsThePhases + `
-		RETURNING response_body, first_foreign_attempt_at
-	)
-	SELECT response_body, first_foreign_attempt_at FROM moved
-	UNION ALL
-	SELECT NULL, NULL FROM (` + refuseUnlessMoved + `) refused`
+	UPDATE idempotency_keys
+	SET recovery_point = $4::text,
+	    response_code  = $5,
+	    response_body  = $6,
+	    locked_at      = CASE WHEN $4 = 'finished' THEN NULL ELSE now() END,
+	    lock_token     = CASE WHEN $4 = 'finished' THEN NULL ELSE lock_token END,
+	    first_foreign_attempt_at = CASE WHEN $7 THEN coalesce(first_foreign_attempt_at, now())
+	                                    ELSE first_foreign_attempt_at END,
+	    resource_id    = CASE WHEN $9::text IS NULL THEN resource_id ELSE nextval($9::text::regclass) END,
+	    attention_reason = NULL,
+	    steps = (CASE WHEN jsonb_array_length(steps) < 100 THEN steps
+	             ELSE jsonb_build_array(steps -> 0) || jsonb_path_query_array(steps, '$[last - 97 to last]') END)
+	         || jsonb_build_object('at', clock_timestamp(), 'event', 'reached'::text,
+	                               'recovery_point', $4::text, 'actor', $8::text, 'attempt', claims)
+	WHERE id = $1 AND lock_token = $2 AND recovery_point = $3::text
+	RETURNING response_body, first_foreign_attempt_at`
 
 // queueAdvance records out on key: its next recovery point, or its
 // response.
@@ -145,7 +140,7 @@ func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from Recover
 		stored                []byte
 		firstForeignAttemptAt *time.Time
 	)
-	move, first := tx.queueFencingMove(advanceSQL,
+	move, first := tx.queueFencingMove(fencedAdvanceSQL,
 		key.ID, key.lockToken(), from, out.next, code, body, out.foreignCall, s.actor, out.createdFrom)
 	if out.createdFrom != nil && !first {
 		return nil, fmt.Errorf("bug: phase at %s for key %d creates from %s but read on the way, so its move cannot go first",
