@@ -10,11 +10,12 @@
 // Most phases end by moving the key, and then the move is the fence: the
 // phase's writes are queued first, as the phase function reads, but the
 // move goes to Postgres ahead of them, right after BEGIN (advanceSQL in
-// phase.go, as fencing makes it the fence: a statement fewer per phase;
-// docs/scaling.md, "Postgres's cost per ride"). A phase that needs an answer on the way (Flush), or that
-// ends by setting the key aside or reopening it, cannot know its move
-// when its first statement goes out; it opens with a lock of the key's
-// row instead (fenceSQL), and its outcome's statement comes last.
+// phase.go, made the fence by fencedAdvanceSQL: a statement fewer per
+// phase; docs/scaling.md, "Postgres's cost per ride"). A phase that needs
+// an answer on the way (Flush), or that ends by setting the key aside or
+// reopening it, cannot know its move when its first statement goes out;
+// it opens with a lock of the key's row instead (fenceSQL), and its
+// outcome's statement comes last.
 //
 // From started, the fence also makes sure the key has no reaped
 // predecessor. A claim whose insert ran in the very instant the reaper
@@ -52,18 +53,14 @@ const fenceSQL = `
 	            FOR UPDATE) k) f
 	WHERE f.held = 0 OR f.reaped`
 
-// fencedAdvanceSQL is advanceSQL as a phase's fence (fencing).
-var fencedAdvanceSQL = fencing(advanceSQL)
-
-// fencing makes move, an UPDATE of key $1 under lock token $2 from
-// recovery point $3 that returns a row when it moved the key, refuse its
-// phase when it is not the phase's: when it changed no row, or, from
-// started, when the key has a reaped predecessor. The refusal raises, so
-// the move itself rolls back with the rest; the reaped_keys probe runs
-// only from started.
-func fencing(move string) string {
-	return `
-	WITH moved AS (` + move + `)
+// fencedAdvanceSQL is advanceSQL, the move of key $1 under lock token $2
+// from recovery point $3, as the phase's fence: it refuses the phase when
+// the move is not the phase's, when it changed no row or, from started,
+// when the key has a reaped predecessor. The refusal raises, so the move
+// itself rolls back with the rest; the reaped_keys probe runs only from
+// started.
+const fencedAdvanceSQL = `
+	WITH moved AS (` + advanceSQL + `)
 	SELECT * FROM moved
 	UNION ALL
 	SELECT moved.* FROM (
@@ -75,7 +72,6 @@ func fencing(move string) string {
 		      FROM moved) f
 		WHERE f.held = 0 OR f.reaped
 	) refused LEFT JOIN moved ON false`
-}
 
 // openFence marks where, right after the phase's BEGIN, its fence goes
 // once the phase function has said how the phase ends: its move
@@ -105,18 +101,22 @@ func (tx *Tx) lockFirst() {
 		&pgx.QueuedQuery{SQL: fenceSQL, Arguments: []any{f.key.ID, f.key.lockToken(), string(f.from)}})
 }
 
+// lockedFirst reports whether the phase opened with a lock of the key's
+// row (lockFirst), so that its move can only come last.
+func (tx *Tx) lockedFirst() bool { return tx.fence == nil }
+
 // queueFencingMove queues a phase's move, sql with args: as its fence,
 // ahead of the phase's writes, when the fence is still pending, and
-// otherwise last, behind the lock that fenced the phase. It reports which.
-func (tx *Tx) queueFencingMove(sql string, args ...any) (*pgx.QueuedQuery, bool) {
+// otherwise last, behind the lock that fenced the phase.
+func (tx *Tx) queueFencingMove(sql string, args ...any) *pgx.QueuedQuery {
 	f := tx.fence
 	if f == nil {
-		return tx.Queue(sql, args...), false
+		return tx.Queue(sql, args...)
 	}
 	tx.fence = nil
 	q := &pgx.QueuedQuery{SQL: sql, Arguments: args}
 	tx.batch.QueuedQueries = slices.Insert(tx.batch.QueuedQueries, f.at, q)
-	return q, true
+	return q
 }
 
 // The SQLSTATEs of the schema's plpgsql: the fence's, and a phase's own check.

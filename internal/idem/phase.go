@@ -99,9 +99,8 @@ func (s *Store) queuePhase(ctx context.Context, tx *Tx, key *Key, from RecoveryP
 
 // advanceSQL moves a key ($1, held under lock token $2 at recovery point
 // $3) to its next recovery point $4, or finishes it with the response $5,
-// $6. It goes first and is the phase's fence: fence.go wraps it
-// (fencedAdvanceSQL) so that, should it change no row, it refuses the
-// phase. Intermediate phases refresh locked_at as a heartbeat; finishing
+// $6. It goes first and is the phase's fence: fencedAdvanceSQL (fence.go)
+// wraps it so that, should it change no row, it refuses the phase. Intermediate phases refresh locked_at as a heartbeat; finishing
 // releases the lock.
 //
 // The same statement records what the extensions need: the first foreign
@@ -140,13 +139,13 @@ func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from Recover
 		stored                []byte
 		firstForeignAttemptAt *time.Time
 	)
-	move, first := tx.queueFencingMove(fencedAdvanceSQL,
-		key.ID, key.lockToken(), from, out.next, code, body, out.foreignCall, s.actor, out.createdFrom)
-	if out.createdFrom != nil && !first {
+	if out.createdFrom != nil && tx.lockedFirst() {
 		return nil, fmt.Errorf("bug: phase at %s for key %d creates from %s but read on the way, so its move cannot go first",
 			from, key.ID, *out.createdFrom)
 	}
-	move.QueryRow(func(row pgx.Row) error {
+	tx.queueFencingMove(fencedAdvanceSQL,
+		key.ID, key.lockToken(), from, out.next, code, body, out.foreignCall, s.actor, out.createdFrom,
+	).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&stored, &firstForeignAttemptAt); err != nil {
 			return fmt.Errorf("advance key %d from %s to %s: %w", key.ID, from, out.next, err)
 		}

@@ -30,8 +30,8 @@ var ErrContention = errors.New("database contention")
 // Tx is the transaction of one atomic phase, pipelined. Statements are
 // queued and go to Postgres together, in order, when the phase needs an
 // answer (Flush) and at commit, so a phase costs as few round trips as its
-// data dependencies allow: one for each phase of a ride (BEGIN, the
-// fence, the writes, the new recovery point and COMMIT), where a
+// data dependencies allow: one for each phase of a ride (BEGIN, the new
+// recovery point, which is the fence, the writes and COMMIT), where a
 // statement-at-a-time transaction costs four or five. Each statement's
 // result reaches the callback set on its QueuedQuery; the first error
 // aborts the phase and rolls it back.

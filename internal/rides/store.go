@@ -85,10 +85,10 @@ func insertRide(tx *idem.Tx, keyID, userID int64, p Params, stored func(*Ride)) 
 	tx.Queue(`
 		INSERT INTO rides (id, idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
 		                   amount, currency, user_id, status)
-		VALUES (currval('rides_id_seq'), $1, $2, $3, $4, $5, $6, $7, $8, 'pending')
+		VALUES (currval($9::text::regclass), $1, $2, $3, $4, $5, $6, $7, $8, 'pending')
 		RETURNING id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
 		          target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id`,
-		keyID, p.OriginLat, p.OriginLon, p.TargetLat, p.TargetLon, Price, Currency, userID,
+		keyID, p.OriginLat, p.OriginLon, p.TargetLat, p.TargetLon, Price, Currency, userID, rideSequence,
 	).Query(func(rows pgx.Rows) error {
 		ride, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Ride])
 		if err != nil {
