@@ -115,8 +115,8 @@ func New(config *Config) (*Limiter, error) {
 		failedAuth: config.FailedAuth,
 		logger:     cmp.Or(config.Logger, slog.Default()),
 		now:        now,
-		tokens:     newView(config.Token, SyncEvery, maxSubjects),
-		addresses:  newView(config.FailedAuth, SyncEvery, maxSubjects),
+		tokens:     newView(config.Token, maxSubjects),
+		addresses:  newView(config.FailedAuth, maxSubjects),
 	}, nil
 }
 

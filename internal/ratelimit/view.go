@@ -27,7 +27,6 @@ const maxSubjects = 10_000
 // half the quota on, every hit is added, and decided, in Postgres.
 type view struct {
 	policy   Policy
-	every    time.Duration // SyncEvery
 	mu       sync.Mutex
 	max      int
 	subjects map[string]*tally
@@ -41,8 +40,8 @@ type tally struct {
 	syncedAt time.Time // when last synced or read; zero: never
 }
 
-func newView(p Policy, every time.Duration, max int) *view {
-	return &view{policy: p, every: every, max: max, subjects: map[string]*tally{}}
+func newView(p Policy, max int) *view {
+	return &view{policy: p, max: max, subjects: map[string]*tally{}}
 }
 
 // tally returns subject's tally, a fresh one that is not kept when the
@@ -100,7 +99,7 @@ func (v *view) hit(subject string, now time.Time) (send int64) {
 	t := v.tally(subject, now)
 	t.pending++
 	half := (int64(v.policy.Quota) + 1) / 2
-	if !t.syncedAt.IsZero() && now.Sub(t.syncedAt) < v.every && !t.endsAt.IsZero() && t.shared+t.pending < half {
+	if !t.syncedAt.IsZero() && now.Sub(t.syncedAt) < SyncEvery && !t.endsAt.IsZero() && t.shared+t.pending < half {
 		return 0
 	}
 	send, t.pending, t.syncedAt = t.pending, 0, now
@@ -114,7 +113,7 @@ func (v *view) stale(subject string, now time.Time) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	t := v.tally(subject, now)
-	if !t.syncedAt.IsZero() && now.Sub(t.syncedAt) < v.every {
+	if !t.syncedAt.IsZero() && now.Sub(t.syncedAt) < SyncEvery {
 		return false
 	}
 	t.syncedAt = now

@@ -17,7 +17,7 @@ func TestView(t *testing.T) {
 	// refusal is decided on the count every instance adds to.
 	t.Run("SyncsEveryHitFromHalfTheQuota", func(t *testing.T) {
 		t.Parallel()
-		v := newView(p, SyncEvery, 10)
+		v := newView(p, 10)
 		require.Equal(t, int64(1), v.hit("s", now), "a subject never synced")
 		_ = v.synced("s", window{Hits: 3, RetryAfter: 60}, now, over)
 		require.Zero(t, v.hit("s", now), "3 + 1, below half")
@@ -29,7 +29,7 @@ func TestView(t *testing.T) {
 
 	t.Run("StartsOverWhenTheWindowEnds", func(t *testing.T) {
 		t.Parallel()
-		v := newView(p, SyncEvery, 10)
+		v := newView(p, 10)
 		v.hit("s", now)
 		_ = v.synced("s", window{Hits: 11, RetryAfter: 2}, now, over)
 		refused := v.refusal("s", now.Add(500*time.Millisecond), over)
@@ -43,7 +43,7 @@ func TestView(t *testing.T) {
 	// without end.
 	t.Run("IsBounded", func(t *testing.T) {
 		t.Parallel()
-		v := newView(p, SyncEvery, 2)
+		v := newView(p, 2)
 		_ = v.synced("a", window{Hits: 1, RetryAfter: 1}, now, over)
 		_ = v.synced("b", window{Hits: 1, RetryAfter: 60}, now, over)
 		_ = v.synced("c", window{Hits: 1, RetryAfter: 60}, now, over)
