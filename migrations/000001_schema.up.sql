@@ -140,13 +140,13 @@ CREATE INDEX idempotency_keys_unfinished_last_run_at
 -- The reaper removes keys by age.
 CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at);
 
--- The fence opens every atomic phase: a plain SELECT (package idem,
--- fence.go) locks the key's row if the key still carries the phase's lock
--- token and recovery point, and calls this function, which raises, if not
--- (RR001; RR002 for a key claimed as its predecessor was reaped).
--- Raising, not answering, is what lets a phase send BEGIN to COMMIT in one
--- round trip: nothing after a failed fence commits. The function runs only
--- to refuse, so a phase whose key is still its own calls no plpgsql.
+-- The fence opens every atomic phase (package idem, fence.go): most often
+-- the phase's move of the key, else a lock of the key's row. It goes on
+-- only if the key still carries the phase's lock token and recovery point,
+-- and calls this function, which raises, if not (RR001; RR002 for a key
+-- claimed as its predecessor was reaped). Raising, not answering, lets a
+-- phase send BEGIN to COMMIT in one round trip: nothing after a failed
+-- fence commits. The function runs only to refuse.
 CREATE FUNCTION idempotency_key_fence_refuse(key_id BIGINT, point TEXT, reaped BOOLEAN) RETURNS VOID
 LANGUAGE plpgsql AS $$
 BEGIN
