@@ -45,4 +45,27 @@ func TestWhy(t *testing.T) {
 		}
 		require.Contains(t, why(reached(idem.Finished), status(http.StatusPaymentRequired)).Text, "declined")
 	})
+
+	// The answer-lost lab says who resumed the released key: the client's
+	// retry, or the completer when it found the key first, in which case
+	// the retry's own window at the fake may hold no request at all.
+	t.Run("AnswerLostNamesWhoResumed", func(t *testing.T) {
+		t.Parallel()
+		const stripeKey = "rocket-rides-7-0b7e0e6c-6c3e-4a52-9a3e-6f1f1b1f3d1e"
+		total := stripeCounts{Charges: 1, ChargeRequests: 4, Replays: 3, DroppedAnswers: 3}
+		retry := stripeCounts{ChargeRequests: 1, Replays: 1}
+
+		w := answerLostWhy(idem.DefaultActor, retry, total, stripeKey)
+		require.Contains(t, w.Text, "The retry resumed at ride_created")
+		require.Contains(t, w.Text, "same Stripe idempotency key, "+stripeKey)
+
+		w = answerLostWhy("completer", stripeCounts{}, total, stripeKey)
+		require.Contains(t, w.Text, "The completer found the released key before the client's retry did")
+		require.Contains(t, w.Text, "same Stripe idempotency key, "+stripeKey)
+		require.Contains(t, w.Text, "the retry got the stored answer")
+
+		require.Equal(t, "2 charges made while this ride ran.", answerLostWhy("completer", retry, stripeCounts{Charges: 2, Replays: 1}, stripeKey).Text)
+		require.Equal(t, "1 charge made while this ride ran.", answerLostWhy(idem.DefaultActor, stripeCounts{}, total, stripeKey).Text,
+			"a retry the fake never heard explains nothing")
+	})
 }
