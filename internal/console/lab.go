@@ -319,7 +319,8 @@ func (c *Console) labAnswerLost(ctx context.Context, run *labRun, setFaults func
 		"The Stripe fake will carry out every charge request it gets and drop the connection instead of answering, until the api has answered the client.")
 	resp := c.labSend(ctx, run, "client", 1, 1, labPatience, false)
 	setFaults(`{"drop_answer_next":0}`, "The Stripe fake answers again.")
-	stripeKey := c.labStripeKey(ctx, run)
+	key := c.labKey(ctx, run) // read once: the retry resumes this same key
+	stripeKey := labStripeKey(key)
 	lost, lostErr := c.labStripeCounts(ctx)
 	if err := errors.Join(startErr, lostErr); err != nil {
 		run.add("lab", "The Stripe fake's counts could not be read.", "refused: "+err.Error(), Why{})
@@ -348,7 +349,7 @@ func (c *Console) labAnswerLost(ctx context.Context, run *labRun, setFaults func
 	d, total := end.minus(lost), end.minus(start)
 	what := fmt.Sprintf("Its record of the retry: %s, %s made, %s.",
 		plural(d.ChargeRequests, "charge request"), plural(d.Charges, "charge"), plural(d.Replays, "replay"))
-	run.add("Stripe fake", what, "", answerLostWhy(c.labResumedBy(ctx, run), d, total, stripeKey))
+	run.add("Stripe fake", what, "", answerLostWhy(c.labResumedBy(ctx, key), d, total, stripeKey))
 }
 
 // answerLostWhy says what the fake's counts over the retry (retry) and
@@ -375,10 +376,9 @@ func answerLostWhy(by string, retry, total stripeCounts, stripeKey string) Why {
 }
 
 // labResumedBy is the process (idem.Config.Actor) that last resumed or
-// took over run's key, as its steps record; empty if none did or the
-// steps cannot be read.
-func (c *Console) labResumedBy(ctx context.Context, run *labRun) string {
-	key := c.labKey(ctx, run)
+// took over key, as its steps record; empty if none did, or if the key or
+// its steps could not be read (key nil).
+func (c *Console) labResumedBy(ctx context.Context, key *idem.Key) string {
 	if key == nil {
 		return ""
 	}
@@ -395,10 +395,10 @@ func (c *Console) labResumedBy(ctx context.Context, run *labRun) string {
 	return by
 }
 
-// labStripeKey is the Stripe idempotency key of run's request, or its
-// pattern if the key cannot be read.
-func (c *Console) labStripeKey(ctx context.Context, run *labRun) string {
-	if key := c.labKey(ctx, run); key != nil {
+// labStripeKey is the Stripe idempotency key of key's request, or its
+// pattern if the key could not be read (nil).
+func labStripeKey(key *idem.Key) string {
+	if key != nil {
 		return rides.StripeKey(key)
 	}
 	return "rocket-rides-<key id>-<key identity>"
