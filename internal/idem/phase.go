@@ -100,8 +100,9 @@ func (s *Store) queuePhase(ctx context.Context, tx *Tx, key *Key, from RecoveryP
 // advanceSQL moves a key ($1, held under lock token $2 at recovery point
 // $3) to its next recovery point $4, or finishes it with the response $5,
 // $6. It goes first and is the phase's fence: fencedAdvanceSQL (fence.go)
-// wraps it so that, should it change no row, it refuses the phase. Intermediate phases refresh locked_at as a heartbeat; finishing
-// releases the lock.
+// wraps it so that, should it change no row, it refuses the phase.
+// Intermediate phases refresh locked_at as a heartbeat; finishing releases
+// the lock.
 //
 // The same statement records what the extensions need: the first foreign
 // call's time ($7, attention.go), the id of what the phase creates, drawn
