@@ -32,6 +32,7 @@ func run() int {
 	profile := flag.String("profile", "", "write a CPU profile of the api over new rides at 32 clients to this file (go tool pprof)")
 	limits := flag.Bool("limits", false, "run the api with every rate limit on, each too high to be reached (default RATE_LIMITS=off): what counting costs")
 	floor := flag.Bool("floor", false, "serve the api's I/O floor on $HOST:$PORT until stopped; the new step runs it (internal/proof/bench/floor.go)")
+	minimalAPI := flag.Bool("minimal-api", false, "serve the minimal design's api on $HOST:$PORT until stopped; the new step runs it (internal/proof/bench/minimal.go)")
 	flag.Parse()
 	if err := checkFlags(*profile, *jsonPath, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -39,12 +40,18 @@ func run() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if *floor {
-		if err := bench.ServeFloor(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "bench -floor:", err)
-			return 1
+	for _, ref := range []struct {
+		on    bool
+		flag  string
+		serve func(context.Context) error
+	}{{*floor, "-floor", bench.ServeFloor}, {*minimalAPI, "-minimal-api", bench.ServeMinimalAPI}} {
+		if ref.on {
+			if err := ref.serve(ctx); err != nil {
+				fmt.Fprintln(os.Stderr, "bench "+ref.flag+":", err)
+				return 1
+			}
+			return 0
 		}
-		return 0
 	}
 	root, err := project.Root()
 	var report *bench.Report

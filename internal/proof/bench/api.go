@@ -130,6 +130,9 @@ func (r *run) stepNew(ctx context.Context) error {
 			if err := r.floorAt(ctx, res.Rate); err != nil {
 				return fmt.Errorf("the api's I/O floor: %w", err)
 			}
+			if err := r.minimalAPIAt(ctx, res.Rate); err != nil {
+				return fmt.Errorf("the minimal design's api: %w", err)
+			}
 		}
 	}
 	r.peakRSS = procInt(fmt.Sprintf("/proc/%d/status", r.apis[0].Pid()), "VmHWM:") << 10
@@ -211,39 +214,83 @@ func (r *run) cpuFigures(before, after cpuUse) error {
 // floorAt measures the api's I/O floor (floor.go) at rate rides a
 // second from 32 clients, the api's own rate just measured, and adds its
 // CPU per ride beside the api's.
-func (r *run) floorAt(ctx context.Context, rate float64) error {
-	p, err := r.fleet.StartArgs(ctx, "bench", []string{"-floor"})
+func (r *run) floorAt(ctx context.Context, rate float64) (err error) {
+	r.floorCPU, err = r.referenceAt(ctx, rate, "-floor", "the api's I/O alone, CPU per ride",
+		"a server making a new ride's exchanges and nothing else (floor.go)")
+	return err
+}
+
+// minimalAPIDB is the minimal design's api's database: cost.go's schema,
+// its rider a customer the Stripe fake knows.
+const minimalAPIDB = "bench_minimal_api"
+
+// minimalAPIAt measures the minimal design's api (minimal.go) as floorAt
+// measures the floor, on a database of its own made afresh.
+func (r *run) minimalAPIAt(ctx context.Context, rate float64) (err error) {
+	c, err := r.db.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = p.Stop(context.WithoutCancel(ctx)) }()
-	l := Load{Clients: 32, Warmup: r.sz.warmup / 2, Duration: r.sz.step, Rate: rate, Check: created,
-		Request: func(c, n int) (*http.Request, error) { return newRide(p.URL, "floor") }}
-	// Its CPU over the rides it made, warm-up included, both counted by
-	// the process itself (GET /healthz answers its rides so far).
-	cpu0, rides0, err := floorUse(ctx, p)
+	_, err = r.createMinimal(ctx, c.Conn(), minimalAPIDB)
+	c.Release()
 	if err != nil {
 		return err
+	}
+	var customer string
+	if err := r.db.QueryRow(ctx, floorCustomerSQL).Scan(&customer); err != nil {
+		return fmt.Errorf("the seeded rider's customer: %w", err)
+	}
+	conn, err := pgx.Connect(ctx, r.cluster.DatabaseURL(minimalAPIDB))
+	if err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, `UPDATE users SET stripe_customer_id = $1`, customer)
+	_ = conn.Close(ctx)
+	if err != nil {
+		return err
+	}
+	r.minimalAPICPU, err = r.referenceAt(ctx, rate, "-minimal-api", "the minimal design's api, CPU per ride",
+		"the article's four phases with the same libraries and nothing else (minimal.go)",
+		"DATABASE_URL="+r.cluster.DatabaseURL(minimalAPIDB))
+	return err
+}
+
+// referenceAt runs bench with arg, a server the api's CPU is read
+// against, at rate new rides a second from 32 clients, each with a key of
+// its own, and adds its CPU per ride as the figure name.
+func (r *run) referenceAt(ctx context.Context, rate float64, arg, name, what string, env ...string) (time.Duration, error) {
+	p, err := r.fleet.StartArgs(ctx, "bench", []string{arg}, env...)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = p.Stop(context.WithoutCancel(ctx)) }()
+	l := r.rideLoad("ref"+strings.TrimLeft(arg, "-"), 32, []*fleet.Process{p})
+	l.Warmup, l.Rate = r.sz.warmup/2, rate
+	// Its CPU over the rides it made, warm-up included, both counted by
+	// the process itself (GET /healthz answers its rides so far).
+	cpu0, rides0, err := referenceUse(ctx, p)
+	if err != nil {
+		return 0, err
 	}
 	res, err := l.Run(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if res.OK == 0 {
-		return fmt.Errorf("no rides, %d errors (%s)", res.Errors, errorNote(res.ErrorKinds))
+		return 0, fmt.Errorf("%s: no rides, %d errors (%s)", arg, res.Errors, errorNote(res.ErrorKinds))
 	}
-	cpu1, rides1, err := floorUse(ctx, p)
+	cpu1, rides1, err := referenceUse(ctx, p)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	per := (cpu1 - cpu0) / time.Duration(rides1-rides0)
-	r.add(Figure{Step: "2 new rides", Name: "the api's I/O alone, CPU per ride", Clients: 32, Value: ms(per), Unit: "ms", Errors: res.Errors,
-		Note: joinNotes(errorNote(res.ErrorKinds), fmt.Sprintf("a server making a new ride's exchanges and nothing else (floor.go), at the api's %.0f rides/s; %.0f/s reached", rate, res.Rate))})
-	return nil
+	r.add(Figure{Step: "2 new rides", Name: name, Clients: 32, Value: ms(per), Unit: "ms", Errors: res.Errors,
+		Note: joinNotes(errorNote(res.ErrorKinds), fmt.Sprintf("%s, at the api's %.0f rides/s; %.0f/s reached", what, rate, res.Rate))})
+	return per, nil
 }
 
-// floorUse is the floor process's CPU time and its rides so far.
-func floorUse(ctx context.Context, p *fleet.Process) (time.Duration, int64, error) {
+// referenceUse is a reference server's CPU time and its rides so far.
+func referenceUse(ctx context.Context, p *fleet.Process) (time.Duration, int64, error) {
 	user, system, _ := procCPU(p.Pid())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/healthz", nil)
 	if err != nil {
@@ -256,7 +303,7 @@ func floorUse(ctx context.Context, p *fleet.Process) (time.Duration, int64, erro
 	defer resp.Body.Close()
 	var rides int64
 	if _, err := fmt.Fscan(resp.Body, &rides); err != nil {
-		return 0, 0, fmt.Errorf("the floor's count of rides: %w", err)
+		return 0, 0, fmt.Errorf("the count of its rides: %w", err)
 	}
 	return user + system, rides, nil
 }

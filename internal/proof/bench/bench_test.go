@@ -340,6 +340,28 @@ func TestNewRidesAgainstTheCeiling(t *testing.T) {
 	require.False(t, *got.Met, "held to the limit step's best")
 }
 
+// TestAPICPUAgainstItsReferences: the api's CPU per ride is judged
+// against its target alone, and shown beside the minimal design's api and
+// the I/O floor wherever those were measured.
+func TestAPICPUAgainstItsReferences(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		minimalAPI, floor time.Duration
+		want              string
+	}{
+		{620 * time.Microsecond, 300 * time.Microsecond, "0.79 ms (minimal design's api 0.62, I/O alone 0.30)"},
+		{0, 300 * time.Microsecond, "0.79 ms (I/O alone 0.30)"},
+		{0, 0, "0.79 ms"},
+	} {
+		r := &run{report: &Report{}, apiCPU: 790 * time.Microsecond, minimalAPICPU: c.minimalAPI, floorCPU: c.floor}
+		r.targets()
+		i := slices.IndexFunc(r.report.Targets, func(t Target) bool { return t.Name == "api CPU per new ride at 32 clients" })
+		require.GreaterOrEqual(t, i, 0)
+		require.Equal(t, c.want, r.report.Targets[i].Got)
+		require.False(t, *r.report.Targets[i].Met)
+	}
+}
+
 func TestCount(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "5M", count(5_000_000))

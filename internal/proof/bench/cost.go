@@ -121,16 +121,16 @@ COMMIT;
 \endpipeline
 `
 
-// createMinimal creates the minimal design's database afresh and returns
-// its user's id.
-func (r *run) createMinimal(ctx context.Context, conn *pgx.Conn) (int64, error) {
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+minimalDB+" WITH (FORCE)"); err != nil {
+// createMinimal creates a database of the minimal design's, name, afresh
+// and returns its user's id.
+func (r *run) createMinimal(ctx context.Context, conn *pgx.Conn, name string) (int64, error) {
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
 		return 0, err
 	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+minimalDB); err != nil {
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		return 0, err
 	}
-	db, err := pgx.Connect(ctx, r.cluster.DatabaseURL(minimalDB))
+	db, err := pgx.Connect(ctx, r.cluster.DatabaseURL(name))
 	if err != nil {
 		return 0, err
 	}

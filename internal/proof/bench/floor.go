@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/rocketrides/rocketrides/internal/api"
+	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
 )
 
@@ -124,26 +127,58 @@ func (f *Floor) ride(ctx context.Context) (string, error) {
 	return charge.ID, f.trip(ctx)
 }
 
-// ServeFloor serves the floor on $HOST:$PORT until ctx is done, with
-// the api's own settings for Postgres and Stripe: DATABASE_URL, opened as
-// the api opens it (db.Open, the pool of the api's default size),
-// STRIPE_API_BASE and STRIPE_API_KEY.
+// ServeFloor serves the floor on $HOST:$PORT until ctx is done (see
+// serveReference), charging the seeded rider.
 func ServeFloor(ctx context.Context) error {
+	return serveReference(ctx, func(pool *pgxpool.Pool, base, key string) (http.Handler, error) {
+		var customer string
+		if err := pool.QueryRow(ctx, floorCustomerSQL).Scan(&customer); err != nil {
+			return nil, fmt.Errorf("the seeded rider's customer: %w", err)
+		}
+		return NewFloor(pool, base, key, customer), nil
+	})
+}
+
+// ServeMinimalAPI serves the minimal design's api (minimal.go) on
+// $HOST:$PORT until ctx is done (see serveReference), on a database that
+// holds cost.go's schema, through the project's Stripe client with the
+// api's defaults.
+func ServeMinimalAPI(ctx context.Context) error {
+	return serveReference(ctx, func(pool *pgxpool.Pool, base, key string) (http.Handler, error) {
+		gateway, err := payment.New(&payment.Config{APIKey: key, BaseURL: base})
+		if err != nil {
+			return nil, err
+		}
+		return NewMinimalAPI(ctx, pool, gateway)
+	})
+}
+
+// serveReference serves the handler newHandler makes, a server the api's
+// CPU is read against, on $HOST:$PORT until ctx is done, with the api's
+// own settings for Postgres and Stripe: DATABASE_URL, opened as the api
+// opens it (db.Open, the pool of the api's default size),
+// STRIPE_API_BASE and STRIPE_API_KEY; and with the api's default GC
+// target, which saves the api a tenth of its CPU.
+func serveReference(ctx context.Context, newHandler func(pool *pgxpool.Pool, base, key string) (http.Handler, error)) error {
+	gc, err := api.GCPercent(api.DefaultGCPercent)
+	if err != nil {
+		return err
+	}
+	debug.SetGCPercent(gc)
 	pool, err := db.Open(ctx, os.Getenv("DATABASE_URL"), 0)
 	if err != nil {
-		return fmt.Errorf("floor: %w", err)
+		return err
 	}
 	defer pool.Close()
-	var customer string
-	if err := pool.QueryRow(ctx, floorCustomerSQL).Scan(&customer); err != nil {
-		return fmt.Errorf("floor: the seeded rider's customer: %w", err)
+	h, err := newHandler(pool, os.Getenv("STRIPE_API_BASE"), os.Getenv("STRIPE_API_KEY"))
+	if err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(os.Getenv("HOST"), os.Getenv("PORT")))
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: NewFloor(pool, os.Getenv("STRIPE_API_BASE"), os.Getenv("STRIPE_API_KEY"), customer),
-		ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()

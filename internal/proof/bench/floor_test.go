@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
 
@@ -25,16 +26,14 @@ import (
 func TestFloor(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	fake, fakeURL := fakestripetest.Start(t, &fakestripe.Config{})
-	customer, err := fakestripetest.NewClient(fakeURL, "sk_test_floor").Customers.New(&stripe.CustomerParams{Source: stripe.String("tok_visa")})
-	require.NoError(t, err)
-	pool, trips := dbtest.NewCounted(t, 4)
-	_, err = pool.Exec(ctx, `INSERT INTO users (email, stripe_customer_id, api_token_hash)
-		VALUES ('user@example.com', $1, sha256('token'))`, customer.ID)
+	s := newReferenceStack(t)
+	fake, fakeURL, pool, trips := s.fake, s.fakeURL, s.pool, s.trips
+	_, err := pool.Exec(ctx, `INSERT INTO users (email, stripe_customer_id, api_token_hash)
+		VALUES ('user@example.com', $1, sha256('token'))`, s.customer)
 	require.NoError(t, err)
 	var seeded string
 	require.NoError(t, pool.QueryRow(ctx, floorCustomerSQL).Scan(&seeded))
-	srv := httptest.NewServer(NewFloor(pool, fakeURL, "sk_test_floor", seeded))
+	srv := httptest.NewServer(NewFloor(pool, fakeURL, referenceKey, seeded))
 	t.Cleanup(srv.Close)
 
 	trips.Reset()
@@ -58,10 +57,39 @@ func TestFloor(t *testing.T) {
 	require.Equal(t, int64(2*floorTrips), trips.Total(), "round trips for two rides")
 	require.Equal(t, 2, fake.Stats().ChargeRequests, "charges for two rides")
 
-	resp, err := http.Get(srv.URL + "/healthz")
+	require.Equal(t, "2\n", ridesSoFar(t, srv.URL))
+}
+
+// referenceKey is the Stripe key of a referenceStack's fake.
+const referenceKey = "sk_test_reference"
+
+// referenceStack is what a server the api is measured against needs in
+// a test: the Stripe fake, a customer it knows, and a fresh database
+// whose round trips are counted.
+type referenceStack struct {
+	fake     *fakestripe.Server
+	fakeURL  string
+	customer string
+	pool     *pgxpool.Pool
+	trips    *dbtest.RoundTrips
+}
+
+func newReferenceStack(t *testing.T) referenceStack {
+	var s referenceStack
+	s.fake, s.fakeURL = fakestripetest.Start(t, &fakestripe.Config{})
+	customer, err := fakestripetest.NewClient(s.fakeURL, referenceKey).Customers.New(&stripe.CustomerParams{Source: stripe.String("tok_visa")})
 	require.NoError(t, err)
+	s.customer = customer.ID
+	s.pool, s.trips = dbtest.NewCounted(t, 4)
+	return s
+}
+
+// ridesSoFar is a reference server's GET /healthz: its count of rides.
+func ridesSoFar(t *testing.T, base string) string {
+	resp, err := http.Get(base + "/healthz")
+	require.NoError(t, err)
+	defer resp.Body.Close()
 	count, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	require.NoError(t, err)
-	require.Equal(t, "2\n", string(count))
+	return string(count)
 }

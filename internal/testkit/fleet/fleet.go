@@ -262,7 +262,7 @@ var readyPaths = map[string]string{
 	"api":        "/healthz",
 	"fakestripe": "/_fake/stats",
 	"console":    "/login",
-	"bench":      "/healthz", // started only as the api's I/O floor: bench -floor
+	"bench":      "/healthz", // started only as a server the api is measured against: bench -floor, bench -minimal-api
 }
 
 // readyTimeout bounds a start: a binary that is not serving by then is
