@@ -227,25 +227,16 @@ const minimalAPIDB = "bench_minimal_api"
 // minimalAPIAt measures the minimal design's api (minimal.go) as floorAt
 // measures the floor, on a database of its own made afresh.
 func (r *run) minimalAPIAt(ctx context.Context, rate float64) (err error) {
-	c, err := r.db.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	_, err = r.createMinimal(ctx, c.Conn(), minimalAPIDB)
-	c.Release()
-	if err != nil {
-		return err
-	}
 	var customer string
 	if err := r.db.QueryRow(ctx, floorCustomerSQL).Scan(&customer); err != nil {
 		return fmt.Errorf("the seeded rider's customer: %w", err)
 	}
-	conn, err := pgx.Connect(ctx, r.cluster.DatabaseURL(minimalAPIDB))
+	c, err := r.db.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	_, err = conn.Exec(ctx, `UPDATE users SET stripe_customer_id = $1`, customer)
-	_ = conn.Close(ctx)
+	_, err = r.createMinimal(ctx, c.Conn(), minimalAPIDB, customer)
+	c.Release()
 	if err != nil {
 		return err
 	}

@@ -385,7 +385,7 @@ func (r *run) stepLimit(ctx context.Context) error {
 		return err
 	}
 	r.limitUID = uid
-	minimalUID, err := r.createMinimal(ctx, conn, minimalDB)
+	minimalUID, err := r.createMinimal(ctx, conn, minimalDB, "")
 	if err != nil {
 		return err
 	}

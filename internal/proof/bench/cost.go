@@ -122,8 +122,9 @@ COMMIT;
 `
 
 // createMinimal creates a database of the minimal design's, name, afresh
-// and returns its user's id.
-func (r *run) createMinimal(ctx context.Context, conn *pgx.Conn, name string) (int64, error) {
+// and returns its user's id. A customer other than "" becomes the user's
+// Stripe customer, for a database whose rides are charged.
+func (r *run) createMinimal(ctx context.Context, conn *pgx.Conn, name, customer string) (int64, error) {
 	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
 		return 0, err
 	}
@@ -137,6 +138,11 @@ func (r *run) createMinimal(ctx context.Context, conn *pgx.Conn, name string) (i
 	defer db.Close(context.WithoutCancel(ctx))
 	if _, err := db.Exec(ctx, minimalSchema); err != nil {
 		return 0, fmt.Errorf("create the minimal design's schema: %w", err)
+	}
+	if customer != "" {
+		if _, err := db.Exec(ctx, `UPDATE users SET stripe_customer_id = $1`, customer); err != nil {
+			return 0, err
+		}
 	}
 	var uid int64
 	return uid, db.QueryRow(ctx, `SELECT id FROM users`).Scan(&uid)

@@ -38,14 +38,8 @@ func TestFloor(t *testing.T) {
 
 	trips.Reset()
 	for n := range 2 {
-		req, err := newRide(srv.URL, "floor-test")
-		require.NoError(t, err)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		require.NoError(t, err)
-		require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
+		status, body := postRide(t, srv.URL, "floor-test")
+		require.Equal(t, http.StatusCreated, status, "%s", body)
 		var ride struct {
 			ID       int64  `json:"id"`
 			ChargeID string `json:"stripe_charge_id"`
@@ -82,6 +76,19 @@ func newReferenceStack(t *testing.T) referenceStack {
 	s.customer = customer.ID
 	s.pool, s.trips = dbtest.NewCounted(t, 4)
 	return s
+}
+
+// postRide is a POST /rides under key to a reference server, and its
+// status and body.
+func postRide(t *testing.T, base, key string) (int, []byte) {
+	req, err := newRide(base, key)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, body
 }
 
 // ridesSoFar is a reference server's GET /healthz: its count of rides.

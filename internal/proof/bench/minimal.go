@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -21,7 +22,7 @@ import (
 // api's three round trips, and charges through the project's Stripe client
 // (payment.Gateway, on stripe-go) between the second and the third. It
 // does not authenticate, log, count, fence, record steps or replay: it
-// makes new rides only. The new step runs it as a process of its own
+// makes new rides only, and answers 409 to a key used before. The new step runs it as a process of its own
 // (bench -minimal-api) at the api's measured rate, beside the I/O floor
 // (floor.go), so that the api's CPU per ride reads against both: what the
 // exchanges alone cost, and what the article's design costs when built on
@@ -42,6 +43,10 @@ VALUES ($1, 'ride.created', 'ride', currval('rides_id_seq'), '127.0.0.1', $2)`
 	minimalFinishSQL = `UPDATE idempotency_keys SET locked_at = NULL, recovery_point = 'finished', response_code = 201,
        response_body = $2 WHERE id = $1 AND recovery_point = 'charge_created'`
 )
+
+// uniqueViolation is the SQLSTATE of the key's insert for a key the
+// rider used before.
+const uniqueViolation = "23505"
 
 // minimalUserSQL is the minimal design's one rider (cost.go's schema).
 const minimalUserSQL = `SELECT id, stripe_customer_id FROM users WHERE email = 'minimal@example.com'`
@@ -85,13 +90,22 @@ func (m *MinimalAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
+	if key == "" {
+		http.Error(w, "an Idempotency-Key header is required", http.StatusBadRequest)
+		return
+	}
 	var ride minimalRide
-	if err := json.NewDecoder(r.Body).Decode(&ride); err != nil || key == "" {
-		http.Error(w, fmt.Sprintf("a JSON body and an Idempotency-Key are required (%v)", err), http.StatusBadRequest)
+	if err := json.NewDecoder(r.Body).Decode(&ride); err != nil {
+		http.Error(w, "the body is not a ride's JSON: "+err.Error(), http.StatusBadRequest)
 		return
 	}
 	answer, err := m.create(r.Context(), key, ride)
-	if err != nil {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == uniqueViolation:
+		http.Error(w, fmt.Sprintf("Idempotency-Key %q was used before: this api makes new rides only", key), http.StatusConflict)
+		return
+	case err != nil:
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
@@ -109,7 +123,7 @@ func (m *MinimalAPI) create(ctx context.Context, key string, ride minimalRide) (
 	// started: the key's insert, a transaction of its own.
 	var keyID int64
 	if err := m.pool.QueryRow(ctx, minimalKeySQL, m.user, key, params).Scan(&keyID); err != nil {
-		return nil, fmt.Errorf("started (a key seen before is refused: this api makes new rides only): %w", err)
+		return nil, fmt.Errorf("started: %w", err)
 	}
 	// ride_created: the ride, its audit record and the key's move.
 	b := &pgx.Batch{}

@@ -17,8 +17,8 @@ import (
 // TestMinimalAPI: the minimal design's api makes whole rides in the api's
 // three round trips and one charge each, with the minimal design's rows
 // (each key finished with the answer it gave, its ride charged, an audit
-// record and a staged job), and refuses a key seen before without
-// charging again or writing anything.
+// record and a staged job), and refuses a key seen before with a 409,
+// without charging again or writing anything.
 func TestMinimalAPI(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -34,16 +34,7 @@ func TestMinimalAPI(t *testing.T) {
 	require.NoError(t, err)
 	srv := httptest.NewServer(m)
 	t.Cleanup(srv.Close)
-	post := func(key string) (int, []byte) {
-		req, err := newRide(srv.URL, key)
-		require.NoError(t, err)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, body
-	}
+	post := func(key string) (int, []byte) { return postRide(t, srv.URL, key) }
 
 	trips.Reset()
 	answers := map[string]string{}
@@ -78,10 +69,27 @@ func TestMinimalAPI(t *testing.T) {
 	}
 
 	status, body := post("minimal-1")
-	require.Equal(t, http.StatusInternalServerError, status, "%s", body)
-	require.Contains(t, string(body), "this api makes new rides only")
+	require.Equal(t, http.StatusConflict, status, "%s", body)
+	require.Contains(t, string(body), `Idempotency-Key "minimal-1" was used before: this api makes new rides only`)
 	require.Equal(t, 2, fake.Stats().ChargeRequests, "no charge for a key seen before")
 	require.Equal(t, []int64{2, 2, 2, 2, 2}, rows(), "nothing written for a key seen before")
+
+	// Garbage is refused before anything is written or charged.
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/rides", strings.NewReader(`{"origin_lat": "north"`))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", "minimal-3")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "a body that is not a ride")
+	require.Contains(t, string(body), "the body is not a ride's JSON")
+	status, body = postRide(t, srv.URL, "")
+	require.Equal(t, http.StatusBadRequest, status, "no Idempotency-Key")
+	require.Contains(t, string(body), "an Idempotency-Key header is required")
+	require.Equal(t, 2, fake.Stats().ChargeRequests, "no charge for garbage")
+	require.Equal(t, []int64{2, 2, 2, 2, 2}, rows(), "nothing written for garbage")
 
 	require.Equal(t, "2\n", ridesSoFar(t, srv.URL))
 }
