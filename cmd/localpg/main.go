@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -29,21 +30,32 @@ commands:
   restart        restart the cluster in fast mode, starting it if stopped
   status         print whether the cluster is running; exit status 3 if not
 
-  ha start [-async]        etcd and two PostgreSQL nodes managed by Patroni
+  ha start [-strict|-relaxed|-async]
+                           etcd and two PostgreSQL nodes managed by Patroni
                            under .data/ha, on LOCALPG_PORT+4 to +9 (etcd's
                            client and peer ports, then each node's Postgres
-                           and REST API ports); synchronous mode unless
-                           created with -async. Patroni alone decides which
-                           node leads
-  ha url [dbname]          start the cluster if needed, create dbname on the
-                           leader and print a multi-host URL that reaches
-                           whichever node leads (target_session_attrs=read-write)
+                           and REST API ports). Patroni alone decides which
+                           node leads. The mode is set when the cluster is
+                           created, strict unless asked otherwise, and kept:
+                           -strict  no commit returns until the standby has
+                                    it; while either node is down, no write
+                                    is taken
+                           -relaxed the same, but with the standby down
+                                    writes go on, confirmed by the leader
+                                    alone
+                           -async   the leader confirms commits alone
+                           A flag the cluster was not created with is refused
+  ha url [dbname]          start the cluster if needed (strict when it is
+                           created), create dbname on the leader and print a
+                           multi-host URL that reaches whichever node leads
+                           (target_session_attrs=read-write)
   ha status                print each node's role and state as Patroni sees
                            them; exit status 3 if the cluster is not running
   ha kill-leader           SIGKILL the leader's Patroni and its Postgres, as
                            a machine that dies; the other node takes over
-                           once the leader lock expires, and ha start
-                           brings the killed one back: it rewinds and
+                           once the leader lock expires (strict: it takes
+                           no writes until the killed one is back), and ha
+                           start brings the killed one back: it rewinds and
                            rejoins as a standby by itself
   ha stop                  stop both nodes and etcd
 
@@ -62,7 +74,7 @@ const notRunning = 3
 var errNotRunning = errors.New("not running")
 
 // A command is one of localpg's commands, with what it takes after its
-// name: up to names database names and the flags listed.
+// name: up to names database names and at most one of the flags listed.
 type command struct {
 	name  string
 	names int
@@ -85,7 +97,7 @@ var commands = []command{
 	{name: "restart", run: withCluster(func(ctx context.Context, c localpg.Cluster) error { return c.Restart(ctx) })},
 	{name: "status", run: withCluster(status)},
 
-	{name: "ha start", flags: []string{"-async"}, run: withHA(haStart)},
+	{name: "ha start", flags: haModeFlags, run: withHA(haStart)},
 	{name: "ha url", names: 1, run: withHA(haURL)},
 	{name: "ha status", run: withHA(haStatus)},
 	{name: "ha kill-leader", run: withHA(haKillLeader)},
@@ -146,6 +158,9 @@ func parse(args []string) (command, arguments, error) {
 	}
 	if len(unexpected) > 0 {
 		return command{}, arguments{}, fmt.Errorf("localpg %s: unexpected arguments %q", name, unexpected)
+	}
+	if len(a.flags) > 1 {
+		return command{}, arguments{}, fmt.Errorf("localpg %s: %s exclude each other", name, strings.Join(slices.Sorted(maps.Keys(a.flags)), " and "))
 	}
 	if len(names) > 0 {
 		if names[0] == "" {
@@ -215,13 +230,27 @@ func withCluster(fn func(context.Context, localpg.Cluster) error) func(context.C
 	}
 }
 
-// withHA runs fn on the project's replicated cluster, asynchronous with
-// -async.
+// haModeFlags are ha start's flags, each a mode (localpg.HAMode).
+var haModeFlags = []string{"-strict", "-relaxed", "-async"}
+
+// withHA runs fn on the project's replicated cluster, in the mode a flag
+// asks for. Without one, a cluster that exists keeps the mode it was
+// created in, and a new one is strict: the project's cluster never
+// acknowledges a ride that only one machine has.
 func withHA(fn func(context.Context, *localpg.HA, arguments) error) func(context.Context, arguments) error {
 	return func(ctx context.Context, a arguments) error {
-		h, err := localpg.NewHA(localpg.HAOptions{Async: a.flags["-async"]})
+		var mode localpg.HAMode
+		for _, flag := range haModeFlags {
+			if a.flags[flag] {
+				mode = localpg.HAMode(strings.TrimPrefix(flag, "-"))
+			}
+		}
+		h, err := localpg.NewHA(localpg.HAOptions{Mode: mode})
 		if err != nil {
 			return err
+		}
+		if mode == "" && !h.Created() {
+			h.Mode = localpg.HAStrict
 		}
 		return fn(ctx, h, a)
 	}
@@ -235,8 +264,8 @@ func haStart(ctx context.Context, h *localpg.HA, _ arguments) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "localpg: leader %s at %s, standby %s (logs %s, %s)\n",
-		leader.Name, leader.URL(), h.Other(leader).Name, h.Nodes[0].LogFile, h.Nodes[1].LogFile)
+	fmt.Fprintf(os.Stderr, "localpg: leader %s at %s, standby %s, %s (logs %s, %s)\n",
+		leader.Name, leader.URL(), h.Other(leader).Name, h.Mode, h.Nodes[0].LogFile, h.Nodes[1].LogFile)
 	return nil
 }
 
@@ -271,7 +300,7 @@ func haKillLeader(ctx context.Context, h *localpg.HA, _ arguments) error {
 	if err := leader.Kill(); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "localpg: killed %s; bring it back with: go run ./cmd/localpg ha start\n", leader.Name)
+	fmt.Fprintf(os.Stderr, "localpg: killed %s; bring it back with: go run ./cmd/localpg ha start (a strict cluster takes no writes until then)\n", leader.Name)
 	return nil
 }
 

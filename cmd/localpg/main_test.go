@@ -1,6 +1,8 @@
 package main
 
 import (
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,24 +19,30 @@ func TestParse(t *testing.T) {
 			args   []string
 			name   string
 			dbname string
-			async  bool
+			flag   string
 		}{
-			{[]string{"start"}, "start", "postgres", false},
-			{[]string{"url", "rocketrides"}, "url", "rocketrides", false},
-			{[]string{"status"}, "status", "postgres", false},
-			{[]string{"ha", "start"}, "ha start", "postgres", false},
-			{[]string{"ha", "start", "-async"}, "ha start", "postgres", true},
-			{[]string{"ha", "url", "drill"}, "ha url", "drill", false},
-			{[]string{"ha", "kill-leader"}, "ha kill-leader", "postgres", false},
-			{[]string{"ha", "status"}, "ha status", "postgres", false},
-			{[]string{"pooler", "url", "pooled"}, "pooler url", "pooled", false},
-			{[]string{"pooler", "stop"}, "pooler stop", "postgres", false},
+			{[]string{"start"}, "start", "postgres", ""},
+			{[]string{"url", "rocketrides"}, "url", "rocketrides", ""},
+			{[]string{"status"}, "status", "postgres", ""},
+			{[]string{"ha", "start"}, "ha start", "postgres", ""},
+			{[]string{"ha", "start", "-strict"}, "ha start", "postgres", "-strict"},
+			{[]string{"ha", "start", "-relaxed"}, "ha start", "postgres", "-relaxed"},
+			{[]string{"ha", "start", "-async"}, "ha start", "postgres", "-async"},
+			{[]string{"ha", "url", "drill"}, "ha url", "drill", ""},
+			{[]string{"ha", "kill-leader"}, "ha kill-leader", "postgres", ""},
+			{[]string{"ha", "status"}, "ha status", "postgres", ""},
+			{[]string{"pooler", "url", "pooled"}, "pooler url", "pooled", ""},
+			{[]string{"pooler", "stop"}, "pooler stop", "postgres", ""},
 		} {
 			c, a, err := parse(tc.args)
 			require.NoError(t, err, "%q", tc.args)
 			require.Equal(t, tc.name, c.name)
 			require.Equal(t, tc.dbname, a.dbname)
-			require.Equal(t, tc.async, a.flags["-async"])
+			var flags []string
+			if tc.flag != "" {
+				flags = []string{tc.flag}
+			}
+			require.ElementsMatch(t, flags, slices.Collect(maps.Keys(a.flags)), "%q", tc.args)
 		}
 	})
 
@@ -54,6 +62,8 @@ func TestParse(t *testing.T) {
 			{[]string{"pooler", "url", ""}, `localpg pooler url: the database name is empty`},
 			{[]string{"ha", "url", "-async"}, `localpg ha url: unexpected arguments ["-async"]`},
 			{[]string{"ha", "start", "-async", "-async"}, `localpg ha start: unexpected arguments ["-async"]`},
+			{[]string{"ha", "start", "-strict", "-relaxed"}, `localpg ha start: -relaxed and -strict exclude each other`},
+			{[]string{"ha", "url", "-strict"}, `localpg ha url: unexpected arguments ["-strict"]`},
 			{[]string{"pooler", "start", "x"}, `localpg pooler start: unexpected arguments ["x"]`},
 		} {
 			_, _, err := parse(tc.args)

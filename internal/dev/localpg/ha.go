@@ -2,6 +2,7 @@ package localpg
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,8 +65,48 @@ const haUser = "postgres"
 // ports stay free for the node that owns them.
 const haHost = "127.0.0.2"
 
-// HAOptions configure a replicated cluster. The zero value is the
-// project's: synchronous, under .data/ha, on the ports from LOCALPG_PORT+4.
+// HAMode is how a replicated cluster's leader confirms a commit:
+// Patroni's synchronous_mode and synchronous_mode_strict. It is set when
+// the cluster is created and kept in etcd, in Patroni's dynamic
+// configuration.
+type HAMode string
+
+const (
+	// HAStrict is synchronous mode, strict: a commit returns once the
+	// synchronous standby has flushed it, and while no standby is there
+	// no commit returns at all. No failover loses an acknowledged commit,
+	// and the leader Patroni lost track of cannot acknowledge one either.
+	// The price, with two nodes: while either node is down, the leader,
+	// promoted or not, takes no writes. It is the project's cluster's
+	// mode (cmd/localpg ha).
+	HAStrict HAMode = "strict"
+	// HARelaxed is synchronous mode, not strict: a commit returns once the
+	// synchronous standby has flushed it, but while no standby is there
+	// Patroni empties synchronous_standby_names so that writes go on,
+	// confirmed by the leader alone, until one is back.
+	HARelaxed HAMode = "relaxed"
+	// HAAsync is synchronous mode off: the leader acknowledges a commit
+	// before any standby has it, and a failover loses the commits still
+	// in flight.
+	HAAsync HAMode = "async"
+)
+
+// settings are the mode's Patroni settings, for an error that names them.
+func (m HAMode) settings() string {
+	switch m {
+	case HAStrict:
+		return "synchronous_mode and synchronous_mode_strict on"
+	case HARelaxed:
+		return "synchronous_mode on, synchronous_mode_strict off"
+	default:
+		return "synchronous_mode off"
+	}
+}
+
+// HAOptions configure a replicated cluster. The zero value is a relaxed
+// synchronous cluster (HARelaxed), as the tests' scratch clusters want,
+// under .data/ha, on the ports from LOCALPG_PORT+4; cmd/localpg creates
+// the project's strict.
 type HAOptions struct {
 	// Dir holds etcd's data, each node's directory (data, Patroni's
 	// configuration) and the logs. Default: .data/ha in the project root.
@@ -75,15 +116,11 @@ type HAOptions struct {
 	// ports. Default: LOCALPG_PORT+4 (DefaultPort+4 without it), so that
 	// the cluster takes +4 to +9.
 	Port int
-	// Async creates the cluster with Patroni's synchronous_mode off: the
-	// leader acknowledges a commit before any standby has it, and a
-	// failover loses the commits still in flight. Default: synchronous
-	// mode, not strict: a commit returns once the synchronous standby has
-	// flushed it, and while no standby is there Patroni empties
-	// synchronous_standby_names so that writes go on. The mode is set
-	// when the cluster is created and kept in etcd; Async on a
-	// synchronous cluster is refused.
-	Async bool
+	// Mode is the cluster's: HAStrict, HARelaxed or HAAsync. Start creates
+	// a new cluster in it and refuses a cluster created in another.
+	// Default: whatever mode the cluster was created in, and HARelaxed
+	// for a new one.
+	Mode HAMode
 	// BinDir holds the PostgreSQL server binaries, as in Options.
 	BinDir string
 }
@@ -94,8 +131,9 @@ type HA struct {
 	Dir string
 	// Nodes are node-a and node-b.
 	Nodes [2]*HANode
-	// Async is how the cluster was asked for (HAOptions.Async).
-	Async bool
+	// Mode is the cluster's mode as asked for (HAOptions.Mode), and once
+	// Start has run, as the cluster was created.
+	Mode HAMode
 
 	etcdClientPort, etcdPeerPort int
 	etcdDir, etcdLog             string
@@ -142,6 +180,11 @@ func NewHA(opts HAOptions) (*HA, error) {
 			return nil, err
 		}
 	}
+	switch opts.Mode {
+	case "", HAStrict, HARelaxed, HAAsync:
+	default:
+		return nil, fmt.Errorf("HAOptions.Mode %q: want %s, %s or %s", opts.Mode, HAStrict, HARelaxed, HAAsync)
+	}
 	if port+5 > 65535 {
 		return nil, fmt.Errorf("HAOptions.Port %d: the cluster takes six ports from it", port)
 	}
@@ -152,7 +195,7 @@ func NewHA(opts HAOptions) (*HA, error) {
 		}
 	}
 	h := &HA{
-		Dir: dir, Async: opts.Async,
+		Dir: dir, Mode: opts.Mode,
 		etcdClientPort: port, etcdPeerPort: port + 1,
 		etcdDir: filepath.Join(dir, "etcd"), etcdLog: filepath.Join(dir, "etcd.log"),
 		binDir: binDir, lockFile: filepath.Join(dir, "ha.lock"),
@@ -187,9 +230,10 @@ func EnsureHA(ctx context.Context, opts HAOptions) (*HA, error) {
 
 // Start starts etcd and each node's Patroni unless they run, then waits
 // for a leader and, in synchronous mode, for a synchronous standby: until
-// one is there, the cluster would acknowledge commits no other node has.
-// The first start creates the cluster: one node initialises it, the other
-// copies it.
+// one is there, a relaxed cluster would acknowledge commits no other node
+// has, and a strict one would take none. The first start creates the
+// cluster in h.Mode: one node initialises it, the other copies it. A
+// cluster created in another mode than h.Mode is refused.
 func (h *HA) Start(ctx context.Context) error {
 	unlock, err := h.lock(ctx)
 	if err != nil {
@@ -208,15 +252,16 @@ func (h *HA) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sync, err := leader.synchronousMode(ctx)
+	mode, err := leader.mode(ctx)
 	if err != nil {
 		return err
 	}
-	if h.Async && sync {
-		return fmt.Errorf("the cluster in %s was created in synchronous mode, not asynchronous: to change its mode, stop it and remove %s", h.Dir, h.Dir)
+	if h.Mode != "" && h.Mode != mode {
+		return fmt.Errorf("the cluster in %s was created %s (%s), not %s (%s): to change its mode, stop it and remove %s",
+			h.Dir, mode, mode.settings(), h.Mode, h.Mode.settings(), h.Dir)
 	}
-	h.Async = !sync
-	if h.Async {
+	h.Mode = mode
+	if h.Mode == HAAsync {
 		return h.awaitStandby(ctx, "/replica", "streaming standby")
 	}
 	return h.awaitStandby(ctx, "/sync", "synchronous standby")
@@ -554,20 +599,33 @@ func (n *HANode) writable(ctx context.Context) bool {
 	return conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovering) == nil && !recovering
 }
 
-// synchronousMode reads synchronous_mode from the cluster's dynamic
-// configuration.
-func (n *HANode) synchronousMode(ctx context.Context) (bool, error) {
+// mode reads the cluster's mode from its dynamic configuration.
+func (n *HANode) mode(ctx context.Context) (HAMode, error) {
 	status, body, err := n.rest(ctx, http.MethodGet, "/config", nil)
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	var cfg struct {
-		SynchronousMode bool `json:"synchronous_mode"`
+		SynchronousMode       bool `json:"synchronous_mode"`
+		SynchronousModeStrict bool `json:"synchronous_mode_strict"`
 	}
 	if status != http.StatusOK || json.Unmarshal(body, &cfg) != nil {
-		return false, fmt.Errorf("GET /config on %s: status %d: %s", n.Name, status, body)
+		return "", fmt.Errorf("GET /config on %s: status %d: %s", n.Name, status, body)
 	}
-	return cfg.SynchronousMode, nil
+	switch {
+	case !cfg.SynchronousMode:
+		return HAAsync, nil
+	case cfg.SynchronousModeStrict:
+		return HAStrict, nil
+	}
+	return HARelaxed, nil
+}
+
+// Created reports whether the cluster has been created: etcd, which
+// keeps its mode, has data. Until then, Start creates it in Mode.
+func (h *HA) Created() bool {
+	_, err := os.Stat(filepath.Join(h.etcdDir, "member"))
+	return err == nil
 }
 
 // start writes the node's configuration and starts its Patroni unless it
@@ -610,6 +668,9 @@ func (n *HANode) config() map[string]any {
 	local := fmt.Sprintf("%s:%d", haHost, n.Port)
 	rest := fmt.Sprintf("%s:%d", haHost, n.RESTPort)
 	user := map[string]any{"username": Superuser}
+	// The mode a new cluster is created in; an existing one keeps its
+	// own, whatever its nodes' bootstrap section says.
+	mode := cmp.Or(h.Mode, HARelaxed)
 	return map[string]any{
 		"scope": "rocketrides",
 		"name":  n.Name,
@@ -624,11 +685,12 @@ func (n *HANode) config() map[string]any {
 				"loop_wait":     int(haLoopWait.Seconds()),
 				"retry_timeout": int(haRetryTimeout.Seconds()),
 				// A commit returns once the synchronous standby has it, and
-				// only that standby may be promoted. Not strict: with the
-				// standby gone, Patroni empties synchronous_standby_names
-				// and writes go on, on one machine, until it is back.
-				"synchronous_mode":        !h.Async,
-				"synchronous_mode_strict": false,
+				// only that standby may be promoted. Strict, with the
+				// standby gone no commit returns until it is back; relaxed,
+				// Patroni empties synchronous_standby_names and writes go
+				// on, on one machine (HAMode).
+				"synchronous_mode":        mode != HAAsync,
+				"synchronous_mode_strict": mode == HAStrict,
 				"postgresql": map[string]any{
 					"use_pg_rewind": true,
 					"use_slots":     true,

@@ -77,8 +77,12 @@ func (s *soak) startDatabase(ctx context.Context, dbName string) error {
 			mode = "asynchronous"
 		}
 		s.progress("starting etcd and two Patroni nodes (%s, ttl %s) in %s", mode, localpg.HATTL, s.dir)
+		replication := localpg.HARelaxed
+		if s.cfg.AsyncReplication {
+			replication = localpg.HAAsync
+		}
 		h, err := localpg.NewHA(localpg.HAOptions{
-			Dir: filepath.Join(s.dir, "ha"), Port: s.cfg.HAPort, Async: s.cfg.AsyncReplication,
+			Dir: filepath.Join(s.dir, "ha"), Port: s.cfg.HAPort, Mode: replication,
 		})
 		if err != nil {
 			return err
