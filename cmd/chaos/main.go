@@ -9,6 +9,7 @@
 //	go run ./cmd/chaos -failover -drill leader       # the failover drill on Patroni
 //	go run ./cmd/chaos -failover -drill standby      # standby loss and return
 //	go run ./cmd/chaos -failover -drill agent        # the leader's Patroni dies, its Postgres lives
+//	go run ./cmd/chaos -failover -drill standby -replication strict   # writes wait for the standby
 //	go run ./cmd/chaos -pooler                       # through PgBouncer
 package main
 
@@ -19,9 +20,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/rocketrides/rocketrides/internal/dev/localpg"
 	"github.com/rocketrides/rocketrides/internal/proof/chaos"
 )
 
@@ -35,7 +39,8 @@ func run() int {
 	failover := flag.Bool("failover", false, "run against a Patroni cluster (etcd and two nodes), and run -drill instead of restarting Postgres")
 	drill := flag.String("drill", "leader", "with -failover: leader (the leader dies), standby (the standby dies and returns) or agent (the leader's Patroni dies, its Postgres lives)")
 	kills := flag.Int("kills", 3, "with -failover: the drill's rounds; the chaos lasts until they are done")
-	replication := flag.String("replication", "sync", "with -failover: the standby's replication, sync or async")
+	replication := flag.String("replication", "sync", "with -failover: the standby's replication: strict or relaxed synchronous mode (Patroni's synchronous_mode_strict on or off), "+
+		"async, or sync: the drill's synchronous mode, strict for -drill agent (the project's cluster's), relaxed for leader and standby")
 	pooler := flag.Bool("pooler", false, "put PgBouncer (transaction mode) between Postgres and the api instances and completers")
 	flag.Parse()
 	set := map[string]bool{}
@@ -59,11 +64,11 @@ func run() int {
 		Keep:     *keep,
 		Progress: os.Stderr,
 
-		Failover:         *failover,
-		Drill:            drillIf(*failover, *drill),
-		Kills:            killsIf(*failover, *kills),
-		AsyncReplication: *replication == "async",
-		Pooler:           *pooler,
+		Failover:    *failover,
+		Drill:       drillIf(*failover, *drill),
+		Kills:       killsIf(*failover, *kills),
+		Replication: replicationIf(*failover, *replication),
+		Pooler:      *pooler,
 	})
 	fmt.Print(summary)
 	switch {
@@ -88,8 +93,8 @@ func checkFlags(set map[string]bool, duration time.Duration, clients int, failov
 		return fmt.Errorf("-duration %s: want a positive duration", duration)
 	case clients <= 0:
 		return fmt.Errorf("-clients %d: want at least one client", clients)
-	case replication != "sync" && replication != "async":
-		return fmt.Errorf("-replication %q: want sync or async", replication)
+	case !slices.Contains(replications, replication):
+		return fmt.Errorf("-replication %q: want %s", replication, strings.Join(replications, ", "))
 	case set["replication"] && !failover:
 		return fmt.Errorf("-replication %s needs -failover: only the failover drill runs a standby", replication)
 	case pooler && failover:
@@ -110,6 +115,18 @@ func checkDrillFlags(set map[string]bool, failover bool, kills int) error {
 		return fmt.Errorf("-kills %d: want at least one round", kills)
 	}
 	return nil
+}
+
+// replications are -replication's values.
+var replications = []string{"sync", string(localpg.HAStrict), string(localpg.HARelaxed), string(localpg.HAAsync)}
+
+// replicationIf is the Config's Replication for -replication: sync is
+// the drill's own synchronous mode, chosen by chaos.Run.
+func replicationIf(failover bool, replication string) localpg.HAMode {
+	if !failover || replication == "sync" {
+		return ""
+	}
+	return localpg.HAMode(replication)
 }
 
 func drillIf(failover bool, drill string) string {

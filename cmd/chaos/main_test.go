@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rocketrides/rocketrides/internal/dev/localpg"
 )
 
 func TestCheckFlags(t *testing.T) {
@@ -22,6 +24,8 @@ func TestCheckFlags(t *testing.T) {
 		require.NoError(t, checkFlags(set(), time.Minute, 16, false, false, "sync", nil))
 		require.NoError(t, checkFlags(set("failover", "replication"), time.Minute, 16, true, false, "async", nil))
 		require.NoError(t, checkFlags(set("failover", "replication"), time.Minute, 16, true, false, "sync", nil))
+		require.NoError(t, checkFlags(set("failover", "replication"), time.Minute, 16, true, false, "strict", nil))
+		require.NoError(t, checkFlags(set("failover", "replication"), time.Minute, 16, true, false, "relaxed", nil))
 		require.NoError(t, checkFlags(set("pooler"), time.Minute, 16, false, true, "sync", nil))
 	})
 
@@ -40,6 +44,15 @@ func TestCheckFlags(t *testing.T) {
 		require.EqualError(t, checkDrillFlags(set("failover", "kills"), true, 0), "-kills 0: want at least one round")
 	})
 
+	t.Run("LeavesSyncToTheDrill", func(t *testing.T) {
+		t.Parallel()
+		require.Equal(t, localpg.HAMode(""), replicationIf(true, "sync"))
+		require.Equal(t, localpg.HAStrict, replicationIf(true, "strict"))
+		require.Equal(t, localpg.HARelaxed, replicationIf(true, "relaxed"))
+		require.Equal(t, localpg.HAAsync, replicationIf(true, "async"))
+		require.Equal(t, localpg.HAMode(""), replicationIf(false, "sync"))
+	})
+
 	t.Run("RefusesPoolerWithFailover", func(t *testing.T) {
 		t.Parallel()
 		require.ErrorContains(t, checkFlags(set("pooler", "failover"), time.Minute, 16, true, true, "sync", nil), "-pooler and -failover do not go together")
@@ -55,7 +68,7 @@ func TestCheckFlags(t *testing.T) {
 
 	t.Run("RefusesUnknownReplicationAndArguments", func(t *testing.T) {
 		t.Parallel()
-		require.EqualError(t, checkFlags(set("failover", "replication"), time.Minute, 16, true, false, "quorum", nil), `-replication "quorum": want sync or async`)
+		require.EqualError(t, checkFlags(set("failover", "replication"), time.Minute, 16, true, false, "quorum", nil), `-replication "quorum": want sync, strict, relaxed, async`)
 		require.EqualError(t, checkFlags(set(), time.Minute, 16, false, false, "sync", []string{"60s"}), `unexpected arguments ["60s"]`)
 	})
 }

@@ -3,10 +3,11 @@
 // fleet of clients that retry like good clients, while the soak SIGKILLs
 // and restarts api instances and completers, restarts Postgres and makes
 // Stripe fail, stall and drop its answers after charging. Then the faults
-// stop, the clients and completers finish what is left, and the result is
-// judged against the design's promise (package invariant): one charge per
-// ride, no charge without a ride, no request wedged, one receipt per paid
-// ride.
+// stop, the clients and completers finish what is left, the reconciler
+// runs once, and what is left is judged against the design's promise
+// (package invariant): one charge per ride, no charge without a ride, no
+// request wedged, one receipt per paid ride, and every ride a client was
+// told about still there.
 //
 // It runs against a Postgres cluster of its own under .data/, because it
 // restarts it; cmd/chaos is its command line, and the package's test runs
@@ -22,6 +23,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -71,10 +73,14 @@ type Config struct {
 	// HAPort is the first of the drill's cluster's six ports. Default:
 	// a block of scratch ports of its own (localpg.HAScratchPort(3)).
 	HAPort int
-	// AsyncReplication creates the Patroni cluster asynchronous (synchronous_mode off), and lets
-	// the api and the completer start against it
-	// (DATABASE_ALLOW_ASYNC_REPLICATION). Only with Failover.
-	AsyncReplication bool
+	// Replication is the Patroni cluster's mode: localpg.HAStrict,
+	// localpg.HARelaxed, or localpg.HAAsync, which also lets the api and
+	// the completer start against it (DATABASE_ALLOW_ASYNC_REPLICATION).
+	// Default: the drill's, strict for DrillAgent (the project's cluster's
+	// mode), relaxed for DrillLeader and DrillStandby, whose promise that
+	// writes go on while a node is down only relaxed mode keeps. Only
+	// with Failover.
+	Replication localpg.HAMode
 	// Pooler puts PgBouncer in transaction mode between Postgres and the
 	// api instances and completers. The enqueuers (LISTEN) and the worker
 	// (River's listener) connect directly, as they must.
@@ -119,6 +125,12 @@ func Run(ctx context.Context, cfg Config) (summary Summary, err error) {
 	if cfg.Failover {
 		cfg.Drill = cmp.Or(cfg.Drill, DrillLeader)
 		cfg.Kills = cmp.Or(cfg.Kills, 3)
+		if cfg.Replication == "" {
+			cfg.Replication = localpg.HARelaxed
+			if cfg.Drill == DrillAgent {
+				cfg.Replication = localpg.HAStrict
+			}
+		}
 		if cfg.HAPort == 0 {
 			if cfg.HAPort, err = localpg.HAScratchPort(3); err != nil {
 				return Summary{}, err
@@ -132,7 +144,7 @@ func Run(ctx context.Context, cfg Config) (summary Summary, err error) {
 	defer abort(nil)
 	s := &soak{cfg: cfg, start: time.Now(), traffic: newTraffic(), faults: newFaults(), abort: abort}
 	s.summary = Summary{Duration: cfg.Duration, Clients: cfg.Clients, Seed: cfg.Seed,
-		Failover: cfg.Failover, Drill: cfg.Drill, AsyncReplication: cfg.AsyncReplication, Pooler: cfg.Pooler}
+		Failover: cfg.Failover, Drill: cfg.Drill, Replication: cfg.Replication, Pooler: cfg.Pooler}
 	defer func() {
 		s.collect()
 		s.teardown()
@@ -164,8 +176,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("chaos: DrainTimeout %s is negative", c.DrainTimeout)
 	case c.Kills < 0:
 		return fmt.Errorf("chaos: Kills %d is negative", c.Kills)
-	case c.AsyncReplication && !c.Failover:
-		return errors.New("chaos: asynchronous replication needs the failover drill")
+	case c.Replication != "" && !c.Failover:
+		return errors.New("chaos: Replication needs the failover drill")
+	case c.Replication != "" && c.Replication != localpg.HAStrict && c.Replication != localpg.HARelaxed && c.Replication != localpg.HAAsync:
+		return fmt.Errorf("chaos: Replication %q: want %s, %s or %s", c.Replication, localpg.HAStrict, localpg.HARelaxed, localpg.HAAsync)
 	case (c.Drill != "" || c.Kills != 0) && !c.Failover:
 		return errors.New("chaos: Drill and Kills need the failover drill")
 	case c.Drill != "" && c.Drill != DrillLeader && c.Drill != DrillStandby && c.Drill != DrillAgent:
@@ -260,7 +274,7 @@ func (s *soak) setUp(ctx context.Context) error {
 	// pooler when there is one; with asynchronous replication they must
 	// be told that the loss it risks is accepted, or they refuse to start.
 	productEnv := []string{"DATABASE_URL=" + s.pooledURL}
-	if s.cfg.AsyncReplication {
+	if s.cfg.Replication == localpg.HAAsync {
 		productEnv = append(productEnv, "DATABASE_ALLOW_ASYNC_REPLICATION=true")
 	}
 	for i := range 3 {
@@ -362,7 +376,7 @@ func (s *soak) chaos(ctx context.Context) {
 		monkeys.Go(func() {
 			defer close(drilled)
 			m := newMonkey(3)
-			m.async = s.cfg.AsyncReplication
+			m.mode = s.cfg.Replication
 			m.drill(ctx, s.cfg, s.ha, s.traffic, s.abort)
 		})
 		monkeys.Go(func() { monitorSync(ctx, stopChaos, s.ha, s.faults) })
@@ -398,47 +412,71 @@ func (s *soak) chaos(ctx context.Context) {
 	}
 }
 
-// judge waits for the completers and the receipt pipeline to drain, runs
-// the reconciler and checks the invariants.
+// judge waits for the completers and the receipt pipeline to drain and
+// checks the invariants and what the clients were told; then it runs the
+// reconciler, which may restore rides the database lost, waits for the
+// receipts of what it restored, and checks again. The soak is judged on
+// the second check: what is left once the reconciler has done its work.
 func (s *soak) judge(ctx context.Context) error {
 	s.progress("draining: waiting for unfinished keys and pending receipt jobs")
 	if err := s.drain(ctx); err != nil {
 		s.faults.problem("%v", err)
 	}
-	if s.fleet.Has("reconciler") {
-		// RECONCILER_GRACE: the soak is drained, so nothing may still be
-		// in flight; 1ms because zero is refused.
-		out, err := s.fleet.Run(ctx, "reconciler", []string{"RECONCILER_GRACE=1ms", "RECONCILER_WINDOW=24h"}, "-once")
-		s.summary.Reconciler = firstLine(out)
-		s.summary.ReconcilerLines = strings.Split(strings.TrimSpace(out), "\n")
-		s.summary.ChargesWithoutRide = map[string]bool{}
-		for _, l := range s.summary.ReconcilerLines {
-			if rest, ok := strings.CutPrefix(l, "charge_without_ride charge="); ok {
-				charge, _, _ := strings.Cut(rest, ":")
-				s.summary.ChargesWithoutRide[strings.TrimSpace(charge)] = true
-			}
-		}
-		if err != nil {
-			s.summary.ReconcilerFailed = true
-			s.summary.Reconciler = fmt.Sprintf("%s (%v)", out, firstLine(err.Error()))
-		}
-	}
-	report, err := invariant.Check(ctx, s.pool, invariant.NewStripeClient(s.stripe.URL, stripeKey),
-		invariant.Options{ReceiptsDrained: true, LockTimeout: lockTimeout})
-	if err != nil {
+	var err error
+	if s.summary.ReportBefore, s.summary.AcknowledgedBefore, err = s.check(ctx); err != nil {
 		return err
 	}
-	s.summary.Report = report
+	s.summary.Report, s.summary.Acknowledged = s.summary.ReportBefore, s.summary.AcknowledgedBefore
+	if s.fleet.Has("reconciler") {
+		s.reconcile(ctx)
+		s.progress("reconciler: %s; draining again", s.summary.Reconciler)
+		if err := s.drain(ctx); err != nil {
+			s.faults.problem("after the reconciler: %v", err)
+		}
+		if s.summary.Report, s.summary.Acknowledged, err = s.check(ctx); err != nil {
+			return err
+		}
+		s.summary.Acknowledged.Restored = restored(s.summary.AcknowledgedBefore.Lost, s.summary.Acknowledged.Lost)
+	}
 	if s.cfg.Drill == DrillAgent {
-		if s.summary.ReceiptsMailed, err = s.receiptsMailed(ctx, report); err != nil {
+		if s.summary.ReceiptsMailed, err = s.receiptsMailed(ctx, s.summary.Report); err != nil {
 			return err
 		}
 	}
-	if err := s.checkAcknowledged(ctx); err != nil {
-		return err
-	}
 	s.summary.Judged = true
 	return nil
+}
+
+// check runs the invariant check and compares what the clients were told
+// with what the database holds.
+func (s *soak) check(ctx context.Context) (invariant.Report, Acknowledged, error) {
+	report, err := invariant.Check(ctx, s.pool, invariant.NewStripeClient(s.stripe.URL, stripeKey),
+		invariant.Options{ReceiptsDrained: true, LockTimeout: lockTimeout})
+	if err != nil {
+		return invariant.Report{}, Acknowledged{}, err
+	}
+	acked, err := s.checkAcknowledged(ctx)
+	if err != nil {
+		return invariant.Report{}, Acknowledged{}, err
+	}
+	return report, acked, nil
+}
+
+// reconcile runs cmd/reconciler -once: it reports what Stripe and the
+// rides table disagree on, and restores the rides the database lost
+// whose charges say what they were. Its exit status 1 is a finding, not
+// a failure: what it leaves behind is for the check after it to judge.
+func (s *soak) reconcile(ctx context.Context) {
+	// RECONCILER_GRACE: the soak is drained, so nothing may still be in
+	// flight; 1ms because zero is refused.
+	out, err := s.fleet.Run(ctx, "reconciler", []string{"RECONCILER_GRACE=1ms", "RECONCILER_WINDOW=24h"}, "-once")
+	s.summary.Reconciler = firstLine(out)
+	s.summary.ReconcilerLines = strings.Split(strings.TrimSpace(out), "\n")
+	var exit *exec.ExitError
+	if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) {
+		s.summary.ReconcilerFailed = true
+		s.summary.Reconciler = fmt.Sprintf("%s (%v)", firstLine(out), firstLine(err.Error()))
+	}
 }
 
 // drain waits until no key is unfinished (other than those set aside for

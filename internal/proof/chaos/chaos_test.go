@@ -53,7 +53,9 @@ func TestSoak(t *testing.T) {
 	// replication is held back and charges wait between Stripe and the
 	// database; Patroni promotes the synchronous standby, and the killed
 	// node rejoins as the synchronous standby. Nothing a client was told
-	// may be lost, and no Stripe key may serve two requests.
+	// may be lost, and no Stripe key may serve two requests. Relaxed, the
+	// drill's default, so that the promoted leader writes on alone and
+	// /readyz says so.
 	t.Run("FailsOverWithoutLosingAcknowledgedKeys", func(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -68,6 +70,7 @@ func TestSoak(t *testing.T) {
 			Progress:     t.Output(),
 			Failover:     true,
 			Kills:        1,
+			Replication:  localpg.HARelaxed,
 			HAPort:       port,
 		})
 		require.NoError(t, err)
@@ -126,8 +129,10 @@ func TestRunRefusesConfig(t *testing.T) {
 	t.Run("RefusesContradictions", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
-		_, err := chaos.Run(ctx, chaos.Config{AsyncReplication: true})
-		require.EqualError(t, err, "chaos: asynchronous replication needs the failover drill")
+		_, err := chaos.Run(ctx, chaos.Config{Replication: localpg.HAAsync})
+		require.EqualError(t, err, "chaos: Replication needs the failover drill")
+		_, err = chaos.Run(ctx, chaos.Config{Failover: true, Replication: "quorum"})
+		require.EqualError(t, err, `chaos: Replication "quorum": want strict, relaxed or async`)
 		_, err = chaos.Run(ctx, chaos.Config{Pooler: true, Failover: true})
 		require.EqualError(t, err, "chaos: the pooler fronts one host; run it without the failover drill")
 		_, err = chaos.Run(ctx, chaos.Config{Drill: chaos.DrillAgent})

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -47,8 +48,10 @@ type traffic struct {
 	// each is still in the database and that no charge was handed to two
 	// keys.
 	acknowledged map[string]ack
-	// created are the times of the 201s, to time a failover.
-	created []time.Time
+	// written are the times of the 201s that were not replays, in order:
+	// each is a request whose last phase just committed, so they time
+	// when writes went on and when they stopped.
+	written []time.Time
 }
 
 // ack is what a client was told about its key.
@@ -67,16 +70,14 @@ func (tr *traffic) acknowledge(key string, status int, chargeID string) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	tr.acknowledged[key] = ack{status: status, chargeID: chargeID}
-	if status == http.StatusCreated {
-		tr.created = append(tr.created, time.Now())
-	}
 }
 
-// firstCreatedAfter is the time of the first 201 after t, or zero.
+// firstCreatedAfter is the time of the first 201, not a replay, after t,
+// or zero.
 func (tr *traffic) firstCreatedAfter(t time.Time) time.Time {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	for _, c := range tr.created {
+	for _, c := range tr.written {
 		if c.After(t) {
 			return c
 		}
@@ -84,17 +85,25 @@ func (tr *traffic) firstCreatedAfter(t time.Time) time.Time {
 	return time.Time{}
 }
 
-// createdBetween counts the 201s received between from and to.
+// createdBetween counts the 201s, not replays, received between from
+// and to.
 func (tr *traffic) createdBetween(from, to time.Time) int {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	n := 0
-	for _, c := range tr.created {
+	for _, c := range tr.written {
 		if c.After(from) && c.Before(to) {
 			n++
 		}
 	}
 	return n
+}
+
+// writes is a copy of written.
+func (tr *traffic) writes() []time.Time {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return slices.Clone(tr.written)
 }
 
 // answerCounts is a copy of the answers so far, by status.
@@ -115,11 +124,16 @@ func diffCounts(after, before map[string]int) map[string]int {
 	return d
 }
 
+// record counts an answer: a status, the status and " replayed", or a
+// network error.
 func (tr *traffic) record(answer string) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	tr.requests++
 	tr.answers[answer]++
+	if answer == strconv.Itoa(http.StatusCreated) {
+		tr.written = append(tr.written, time.Now())
+	}
 }
 
 func (tr *traffic) finish(answer string, gaveUp bool, odd string) {

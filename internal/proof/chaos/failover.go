@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -38,14 +39,23 @@ import (
 //     standby once the leader lock expires; the killed node is started
 //     again and rewinds and rejoins by itself.
 //   - DrillStandby: the synchronous standby dies the same way and comes
-//     back a few seconds later. Writes must go on meanwhile (synchronous
-//     mode is not strict), on one machine: durability is degraded.
+//     back a few seconds later. Relaxed, writes go on meanwhile, on one
+//     machine: durability is degraded. Strict, they wait until it is
+//     back, which the round reports as the time writes were blocked.
 //   - DrillAgent: only the leader's Patroni dies; its Postgres lives on.
 //     Without a watchdog nothing stops it, the standby is promoted when
-//     the lock expires, and for a while both nodes take writes. Patroni,
+//     the lock expires, and for a while both nodes are primaries. Patroni,
 //     started again, demotes and rewinds the old leader, throwing away
-//     what it committed meanwhile; the drill passes when every
-//     acknowledged ride lost that way is reported by the reconciler.
+//     what it committed meanwhile. Relaxed, it first empties
+//     synchronous_standby_names, which releases the commits the old
+//     leader held as acknowledged; strict, it holds them until the
+//     demotion ends their sessions. The drill is judged like the others,
+//     once the reconciler has restored what it can.
+//
+// Each round times, from the fault, the first 201 after it and the
+// longest time without one, from the last 201 before the fault to the
+// first after the hurt node is back: how long writes were blocked, as
+// the clients saw it (their backoff, at most maxBackoff, included).
 //
 // One api instance pauses each request between Stripe's answer and the
 // phase that records the charge (the after_charge failpoint), so that the
@@ -72,17 +82,9 @@ const afterChargePause = 1500 * time.Millisecond
 // front with Config.Pooler.
 func (s *soak) startDatabase(ctx context.Context, dbName string) error {
 	if s.cfg.Failover {
-		mode := "synchronous mode"
-		if s.cfg.AsyncReplication {
-			mode = "asynchronous"
-		}
-		s.progress("starting etcd and two Patroni nodes (%s, ttl %s) in %s", mode, localpg.HATTL, s.dir)
-		replication := localpg.HARelaxed
-		if s.cfg.AsyncReplication {
-			replication = localpg.HAAsync
-		}
+		s.progress("starting etcd and two Patroni nodes (%s, ttl %s) in %s", s.cfg.Replication, localpg.HATTL, s.dir)
 		h, err := localpg.NewHA(localpg.HAOptions{
-			Dir: filepath.Join(s.dir, "ha"), Port: s.cfg.HAPort, Mode: replication,
+			Dir: filepath.Join(s.dir, "ha"), Port: s.cfg.HAPort, Mode: s.cfg.Replication,
 		})
 		if err != nil {
 			return err
@@ -146,12 +148,20 @@ func (s *soak) startDatabase(ctx context.Context, dbName string) error {
 // fault.
 type round struct {
 	node    string        // the node hurt
+	killed  time.Time     // the fault
 	stalled time.Duration // how long replication was held back before (DrillLeader)
+	down    time.Duration // how long the standby stayed down (DrillStandby)
 	// promoted: the other node took writes (DrillLeader, DrillAgent).
 	promoted time.Duration
 	// firstOK: the first 201 after the promotion, or after the fault
 	// with DrillStandby, where there is none.
 	firstOK time.Duration
+	// firstAfterKill: the first 201 after the fault.
+	firstAfterKill time.Duration
+	// blocked is the longest time without a 201 from the last one before
+	// the fault to the first after the rejoin: writes blocked. Its end is
+	// zero when none came within firstCreatedWait of the rejoin.
+	blocked window
 	// rejoined: the hurt node is a synchronous standby again (Patroni's
 	// REST /sync answers 200 on it).
 	rejoined time.Duration
@@ -213,6 +223,7 @@ func (m *monkey) killLeader(ctx context.Context, h *localpg.HA, tr *traffic) (ro
 		return round{}, errors.Join(err, resume())
 	}
 	killed := time.Now()
+	r.killed = killed
 	// The senders are dead; resuming them is a formality.
 	_ = resume()
 	promoted, err := h.AwaitLeader(ctx)
@@ -223,6 +234,7 @@ func (m *monkey) killLeader(ctx context.Context, h *localpg.HA, tr *traffic) (ro
 	m.progress("Patroni promoted %s %s after the kill; starting %s again", promoted.Name, r.promoted.Round(time.Millisecond), leader.Name)
 	err = m.rejoin(ctx, leader, tr, killed, &r)
 	r.firstOK = firstCreated(ctx, tr, killed, killed.Add(r.promoted))
+	measure(ctx, tr, &r)
 	return r, err
 }
 
@@ -233,16 +245,18 @@ func (m *monkey) loseStandby(ctx context.Context, h *localpg.HA, tr *traffic) (r
 		return round{}, err
 	}
 	standby := h.Other(leader)
-	r := round{node: standby.Name}
 	down := m.between(3*time.Second, 6*time.Second)
+	r := round{node: standby.Name, down: down}
 	m.progress("the standby %s dies (Patroni and Postgres, SIGKILL); back in %s", standby.Name, down.Round(time.Millisecond))
 	if err := standby.Kill(); err != nil {
 		return round{}, err
 	}
 	killed := time.Now()
+	r.killed = killed
 	sleep(ctx, nil, time.Until(killed.Add(down)))
 	err = m.rejoin(ctx, standby, tr, killed, &r)
 	r.firstOK = firstCreated(ctx, tr, killed, killed)
+	measure(ctx, tr, &r)
 	return r, err
 }
 
@@ -259,6 +273,7 @@ func (m *monkey) killAgent(ctx context.Context, h *localpg.HA, tr *traffic) (rou
 		return round{}, err
 	}
 	killed := time.Now()
+	r.killed = killed
 	promoted, err := h.AwaitLeader(ctx)
 	if err != nil {
 		return round{}, err
@@ -272,6 +287,7 @@ func (m *monkey) killAgent(ctx context.Context, h *localpg.HA, tr *traffic) (rou
 	sleep(ctx, nil, both)
 	err = m.rejoin(ctx, leader, tr, killed, &r)
 	r.firstOK = firstCreated(ctx, tr, killed, killed.Add(r.promoted))
+	measure(ctx, tr, &r)
 	r.answers = diffCounts(tr.answerCounts(), before)
 	return r, err
 }
@@ -285,7 +301,7 @@ func (m *monkey) rejoin(ctx context.Context, node *localpg.HANode, tr *traffic, 
 	}
 	// Asynchronous, a standby is never synchronous: streaming is all.
 	check, back := "/sync", "a synchronous standby"
-	if m.async {
+	if m.mode == localpg.HAAsync {
 		check, back = "/replica", "a streaming standby"
 	}
 	if err := node.Await(ctx, check); err != nil {
@@ -319,6 +335,43 @@ func firstCreated(ctx context.Context, tr *traffic, from, t time.Time) time.Dura
 	return 0
 }
 
+// measure times the round's writes once the hurt node is back: the first
+// 201 after the fault, and, once a 201 came after the rejoin, the longest
+// time without one across the round. A round whose node did not come
+// back ends the soak untimed.
+func measure(ctx context.Context, tr *traffic, r *round) {
+	if r.rejoined == 0 {
+		return
+	}
+	r.firstAfterKill = firstCreated(ctx, tr, r.killed, r.killed)
+	back := r.killed.Add(r.rejoined)
+	firstCreated(ctx, tr, back, back)
+	r.blocked = longestGap(tr.writes(), r.killed, back)
+}
+
+// longestGap is the longest time without a write across from to to:
+// between two writes one after the other, counting the last write at or
+// before from (from itself when there was none) and the first write after
+// to. Its end is zero when no write came after to: writes are still
+// blocked.
+func longestGap(writes []time.Time, from, to time.Time) window {
+	start, i := from, 0
+	for ; i < len(writes) && !writes[i].After(from); i++ {
+		start = writes[i]
+	}
+	var longest window
+	for ; i < len(writes); i++ {
+		if writes[i].Sub(start) > longest.end.Sub(longest.start) {
+			longest = window{start, writes[i]}
+		}
+		if writes[i].After(to) {
+			return longest
+		}
+		start = writes[i]
+	}
+	return window{start: start}
+}
+
 // monitorSync samples the cluster until stop is closed and records each
 // window in which no member was a synchronous standby, as Patroni's REST
 // API says (the standby it may promote): the time the leader acknowledged
@@ -349,11 +402,13 @@ func monitorSync(ctx context.Context, stop <-chan struct{}, h *localpg.HA, f *fa
 }
 
 // What /readyz says of who confirms commits (db.Durability): the
-// primary alone while no standby is synchronous, and the primary with a
-// synchronous standby while the cluster is whole.
+// primary alone while no standby is synchronous (relaxed), and the
+// primary with a synchronous standby while the cluster is whole. Its 503
+// says commits wait for a standby that is not there (strict).
 const (
 	readyzAlone     = "confirmed by the primary alone"
 	readyzConfirmed = "confirmed by the primary and a synchronous standby"
+	readyzWaiting   = "database_commits_waiting"
 )
 
 // readyzSaysAlone is how long a window without a synchronous standby may
@@ -365,9 +420,10 @@ const readyzSaysAlone = 5 * time.Second
 
 // monitorReadyz asks a random api's /readyz every quarter second until
 // stop is closed, and records when it said that the primary alone
-// confirms commits, and how often it said that a standby confirms them:
-// the drill holds /readyz to the windows monitorSync records
-// (Summary.ReadyzMissed).
+// confirms commits, that commits wait for a standby (strict mode, or a
+// leader Patroni lost track of), and how often it said that a standby
+// confirms them: the drill holds /readyz to the windows monitorSync
+// records (Summary.ReadyzMissed).
 func monitorReadyz(ctx context.Context, stop <-chan struct{}, apis []string, rng *rand.Rand, f *faults) {
 	client := &http.Client{Timeout: 2 * time.Second}
 	for sleep(ctx, stop, 250*time.Millisecond) {
@@ -383,6 +439,8 @@ func monitorReadyz(ctx context.Context, stop <-chan struct{}, apis []string, rng
 			f.count(func(f *faults) { f.readyzAlone = append(f.readyzAlone, now) })
 		case strings.Contains(string(body), readyzConfirmed):
 			f.count(func(f *faults) { f.readyzConfirmed = append(f.readyzConfirmed, now) })
+		case strings.Contains(string(body), readyzWaiting):
+			f.count(func(f *faults) { f.readyzWaiting = append(f.readyzWaiting, now) })
 		}
 	}
 }
@@ -412,48 +470,59 @@ func (s *soak) receiptsMailed(ctx context.Context, report invariant.Report) (map
 	return mailed, nil
 }
 
+// storedKey is an idempotency key as the database holds it, with the
+// charge of its ride.
+type storedKey struct {
+	Key      string
+	Finished bool
+	ChargeID string
+}
+
 // checkAcknowledged compares what the clients were told with what the
-// database and Stripe hold after the drain.
-func (s *soak) checkAcknowledged(ctx context.Context) error {
+// database and Stripe hold. A ride a client was told about (a 201) is
+// there when its key is finished and its ride carries the charge the 201
+// named.
+func (s *soak) checkAcknowledged(ctx context.Context) (Acknowledged, error) {
 	s.traffic.mu.Lock()
-	acked := make(map[string]ack, len(s.traffic.acknowledged))
-	for k, v := range s.traffic.acknowledged {
-		acked[k] = v
-	}
+	acked := maps.Clone(s.traffic.acknowledged)
 	s.traffic.mu.Unlock()
 
-	rows, err := s.pool.Query(ctx, `SELECT idempotency_key FROM idempotency_keys`)
+	rows, err := s.pool.Query(ctx, `
+		SELECT k.idempotency_key, k.recovery_point = 'finished', coalesce(r.stripe_charge_id, '')
+		FROM idempotency_keys k LEFT JOIN rides r ON r.idempotency_key_id = k.id`)
 	if err != nil {
-		return fmt.Errorf("read idempotency keys: %w", err)
+		return Acknowledged{}, fmt.Errorf("read idempotency keys: %w", err)
 	}
-	stored, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	stored, err := pgx.CollectRows(rows, pgx.RowToStructByPos[storedKey])
 	if err != nil {
-		return fmt.Errorf("read idempotency keys: %w", err)
+		return Acknowledged{}, fmt.Errorf("read idempotency keys: %w", err)
 	}
-	inDB := make(map[string]bool, len(stored))
+	inDB := make(map[string]storedKey, len(stored))
 	for _, k := range stored {
-		inDB[k] = true
+		inDB[k.Key] = k
 	}
 
-	c := &s.summary.Acknowledged
+	var c Acknowledged
 	keysByCharge := map[string][]string{}
-	for key, a := range acked {
+	for _, key := range slices.Sorted(maps.Keys(acked)) {
+		a := acked[key]
 		c.Keys++
-		if !inDB[key] {
+		k, ok := inDB[key]
+		if !ok {
 			c.Missing++
-			if a.chargeID != "" {
-				c.Lost = append(c.Lost, LostRide{Key: key, ChargeID: a.chargeID, Reported: s.summary.ChargesWithoutRide[a.chargeID]})
-			}
 			if len(c.Examples) < 10 {
 				c.Examples = append(c.Examples, fmt.Sprintf("key %s answered %d is not in the database", key, a.status))
 			}
 		}
 		if a.chargeID != "" {
+			if !ok || !k.Finished || k.ChargeID != a.chargeID {
+				c.Lost = append(c.Lost, LostRide{Key: key, ChargeID: a.chargeID})
+			}
 			keysByCharge[a.chargeID] = append(keysByCharge[a.chargeID], key)
 		}
 	}
-	for charge, keys := range keysByCharge {
-		if len(keys) > 1 {
+	for _, charge := range slices.Sorted(maps.Keys(keysByCharge)) {
+		if keys := keysByCharge[charge]; len(keys) > 1 {
 			c.ChargesSharedByKeys++
 			if len(c.Examples) < 10 {
 				c.Examples = append(c.Examples, fmt.Sprintf("charge %s was answered to %d keys %v", charge, len(keys), keys))
@@ -463,10 +532,22 @@ func (s *soak) checkAcknowledged(ctx context.Context) error {
 
 	stats, err := fakeStats(ctx, s.stripe.URL)
 	if err != nil {
-		return err
+		return Acknowledged{}, err
 	}
 	c.StripeKeyMismatches = stats.IdempotencyMismatches
-	return nil
+	return c, nil
+}
+
+// restored are the rides lost before the reconciler ran (before) that
+// it brought back: not lost after it.
+func restored(before, after []LostRide) []LostRide {
+	var back []LostRide
+	for _, l := range before {
+		if !slices.ContainsFunc(after, func(a LostRide) bool { return a.Key == l.Key }) {
+			back = append(back, l)
+		}
+	}
+	return back
 }
 
 // stripeStats is the part of the fake's /_fake/stats the drill reads.

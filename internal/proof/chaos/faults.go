@@ -35,6 +35,7 @@ type faults struct {
 	degraded        []window       // no synchronous standby (failover drill)
 	readyzAlone     []time.Time    // /readyz said the primary alone confirms commits
 	readyzConfirmed []time.Time    // /readyz said a standby confirms them
+	readyzWaiting   []time.Time    // /readyz said commits wait for a standby (503)
 	stripe          map[string]int // injections by kind
 	stripeRequests  map[string]int // charge requests targeted, by kind
 	problems        []string       // a monkey that failed: the soak is void
@@ -56,7 +57,7 @@ func (f *faults) problem(format string, args ...any) {
 
 // monkey runs one kind of fault until stop is closed.
 type monkey struct {
-	async    bool // the failover drill's cluster is asynchronous
+	mode     localpg.HAMode // the failover drill's cluster's
 	rng      *rand.Rand
 	faults   *faults
 	progress func(format string, args ...any)

@@ -18,9 +18,11 @@ type Summary struct {
 	Duration time.Duration
 	Clients  int
 	Seed     int64
-	// Failover, Drill, AsyncReplication and Pooler are the Config's.
-	Failover, AsyncReplication, Pooler bool
-	Drill                              string
+	// Failover, Drill, Replication and Pooler are the Config's, with
+	// their defaults.
+	Failover, Pooler bool
+	Drill            string
+	Replication      localpg.HAMode
 
 	// Requests counts every POST /rides sent, retries included; Answers
 	// counts them by status ("201", "201 replayed", "409", "503", ...,
@@ -49,35 +51,36 @@ type Summary struct {
 	Degraded []window
 	// ReadyzAlone are the times the api's /readyz said that the primary
 	// alone confirmed commits, ReadyzConfirmed the times it said a
-	// synchronous standby did (failover drill).
-	ReadyzAlone, ReadyzConfirmed []time.Time
+	// synchronous standby did, ReadyzWaiting the times it said (503) that
+	// commits waited for one (failover drill).
+	ReadyzAlone, ReadyzConfirmed, ReadyzWaiting []time.Time
 	// Acknowledged is what became of the keys whose clients got their
-	// final answer.
-	Acknowledged Acknowledged
+	// final answer, once the reconciler had run; AcknowledgedBefore
+	// before it ran.
+	Acknowledged, AcknowledgedBefore Acknowledged
 	// StripeFaults counts the injections by kind (FaultFailNext, ...),
 	// StripeFaultRequests the charge requests they targeted.
 	StripeFaults        map[string]int
 	StripeFaultRequests map[string]int
 
 	// Reconciler is the first line of cmd/reconciler -once, when it
-	// exists; ReconcilerFailed that it found discrepancies or could not
-	// run.
+	// exists; ReconcilerFailed that it could not reconcile (an exit
+	// status other than 0, or 1 for a finding).
 	Reconciler       string
 	ReconcilerFailed bool
 	// ReconcilerLines are every line the reconciler printed: the summary,
-	// then a discrepancy a line. ChargesWithoutRide are the charges it
-	// reported as charges without a ride.
-	ReconcilerLines    []string
-	ChargesWithoutRide map[string]bool
+	// then a line for each thing it found or did.
+	ReconcilerLines []string
 	// ReceiptsMailed says, in DrillAgent, for each paid ride without a
 	// receipt's record, whether its receipt was mailed all the same
 	// (soak.receiptsMailed).
 	ReceiptsMailed map[int64]bool
 
-	// Report is the invariant check after the drain; Judged that the
-	// soak got that far.
-	Report invariant.Report
-	Judged bool
+	// Report is the invariant check once the drain and the reconciler
+	// are done: what the soak is judged on. ReportBefore is the check
+	// before the reconciler ran. Judged says the soak got that far.
+	Report, ReportBefore invariant.Report
+	Judged               bool
 
 	// Problems are failures of the soak itself: a process that did not
 	// come back, a drain that timed out. Any makes the soak fail.
@@ -96,8 +99,8 @@ type Summary struct {
 type Acknowledged struct {
 	// Keys whose client got a 201 or 402.
 	Keys int
-	// Missing are those the database no longer has: a failover lost
-	// them after the client was told.
+	// Missing are those the database does not have: a failover lost
+	// them after the client was told, and nothing restored them.
 	Missing int
 	// ChargesSharedByKeys counts charges a 201 named for two or more
 	// keys: one Stripe idempotency key used for two requests, Stripe
@@ -107,61 +110,63 @@ type Acknowledged struct {
 	// idempotency key had been used with other parameters: the same
 	// reuse, with a different ride or customer.
 	StripeKeyMismatches int
-	// Lost are the missing keys whose client got a 201, with their
-	// charge, and whether the reconciler reported it as a charge without
-	// a ride. Only DrillAgent may lose any, and only reported.
+	// Lost are the rides whose client got a 201 and that the database
+	// does not have as the client was told: the key missing or not
+	// finished, or its ride without the charge the 201 named.
 	Lost []LostRide
+	// Restored are the rides lost before the reconciler ran that are
+	// back after it (only in Summary.Acknowledged).
+	Restored []LostRide
 	// Examples of each, for the summary.
 	Examples []string
 }
 
-// LostRide is an acknowledged ride the database no longer has.
+// LostRide is an acknowledged ride the database does not have.
 type LostRide struct {
 	Key, ChargeID string
-	Reported      bool
 }
 
 // OK reports whether every promise held.
 func (a Acknowledged) OK() bool {
-	return a.Missing == 0 && a.ChargesSharedByKeys == 0 && a.StripeKeyMismatches == 0
+	return a.Missing == 0 && len(a.Lost) == 0 && a.ChargesSharedByKeys == 0 && a.StripeKeyMismatches == 0
 }
 
-// OK reports whether the soak ran as intended and every promise held.
-// DrillAgent breaks them by design (no watchdog: two primaries): it
-// passes when the reconciler reports every acknowledged ride lost and
-// every charge left without a ride, and nothing else is wrong. Stripe's
-// refusal of a key the two primaries each used for a different ride, and
-// the 502 its client got, are the fork caught, not a loss: they are
-// counted, not failed.
+// OK reports whether the soak ran as intended and every promise held
+// once the reconciler had run: no invariant violated, nothing a client
+// was told lost, no odd answer. Every drill is judged alike, DrillAgent
+// too: a ride the failover lost counts for nothing unless the reconciler
+// put it back.
 func (s Summary) OK() bool {
-	ran := s.Judged && len(s.Problems) == 0 && s.databaseFaulted() && s.Report.Keys > 0 && s.readyzTold()
-	if s.Drill == DrillAgent {
-		return ran && s.lossesReported()
-	}
-	return ran && len(s.OddAnswers) == 0 && s.Report.OK() && s.Acknowledged.OK() && !s.ReconcilerFailed
+	return s.Judged && len(s.Problems) == 0 && s.databaseFaulted() && s.Report.Keys > 0 && s.readyzTold() &&
+		len(s.OddAnswers) == 0 && s.Report.OK() && s.Acknowledged.OK() && !s.ReconcilerFailed
 }
 
 // readyzTold reports whether, in a failover drill, the api's /readyz
 // said that a standby confirmed commits while the cluster was whole, and
-// that the primary alone did within every window without a synchronous
+// what became of commits within every window without a synchronous
 // standby long enough to be seen (ReadyzMissed).
 func (s Summary) readyzTold() bool {
 	return !s.Failover || (len(s.ReadyzConfirmed) > 0 && len(s.ReadyzMissed()) == 0)
 }
 
 // ReadyzMissed are the windows without a synchronous standby, of
-// readyzSaysAlone or longer, in which /readyz answered but never said that
-// the primary alone confirmed commits (within readyzSaysAlone after the
-// window too). A window /readyz never answered in, its apis killed or the
-// machine too busy, is not judged: what is held is what it said, not how
-// soon.
+// readyzSaysAlone or longer, in which /readyz answered but never said
+// what became of commits (within readyzSaysAlone after the window too):
+// that the primary alone confirmed them, or in strict mode, where no
+// primary confirms one alone, that they waited for a standby. A window
+// /readyz never answered in, its apis killed or the machine too busy, is
+// not judged: what is held is what it said, not how soon.
 func (s Summary) ReadyzMissed() []window {
 	var missed []window
 	in := func(w window) func(time.Time) bool {
 		return func(t time.Time) bool { return !t.Before(w.start) && !t.After(w.end.Add(readyzSaysAlone)) }
 	}
+	said := s.ReadyzAlone
+	if s.Replication == localpg.HAStrict {
+		said = s.ReadyzWaiting
+	}
 	for _, w := range s.Degraded {
-		if w.end.Sub(w.start) < readyzSaysAlone || slices.ContainsFunc(s.ReadyzAlone, in(w)) {
+		if w.end.Sub(w.start) < readyzSaysAlone || slices.ContainsFunc(said, in(w)) {
 			continue
 		}
 		if slices.ContainsFunc(s.ReadyzConfirmed, in(w)) {
@@ -169,36 +174,6 @@ func (s Summary) ReadyzMissed() []window {
 		}
 	}
 	return missed
-}
-
-// lossesReported reports whether every acknowledged ride lost is
-// reported by the reconciler, and every charge without a ride the
-// invariant check or the reconciler found is one it reported, with
-// nothing else wrong.
-func (s Summary) lossesReported() bool {
-	a := s.Acknowledged
-	if a.ChargesSharedByKeys != 0 || s.Reconciler == "" {
-		return false
-	}
-	for _, l := range a.Lost {
-		if !l.Reported {
-			return false
-		}
-	}
-	for _, v := range s.Report.Violations {
-		switch {
-		case v.Kind == invariant.ChargeWithoutRide && s.ChargesWithoutRide[v.ChargeID]:
-		case v.Kind == invariant.ReceiptMissing && s.ReceiptsMailed[v.RideID]:
-		default:
-			return false
-		}
-	}
-	for _, line := range s.ReconcilerLines[min(1, len(s.ReconcilerLines)):] {
-		if !strings.HasPrefix(line, "charge_without_ride ") {
-			return false
-		}
-	}
-	return true
 }
 
 // databaseFaulted reports whether the database went away at least once:
@@ -213,10 +188,10 @@ func (s Summary) databaseFaulted() bool {
 // mode names what the soak ran against, beyond one Postgres.
 func (s Summary) mode() string {
 	switch {
-	case s.Failover && s.AsyncReplication:
+	case s.Failover && s.Replication == localpg.HAAsync:
 		return ", " + s.Drill + " drill on Patroni, asynchronous replication"
 	case s.Failover:
-		return ", " + s.Drill + " drill on Patroni, synchronous mode, ttl " + localpg.HATTL.String()
+		return ", " + s.Drill + " drill on Patroni, synchronous mode " + string(s.Replication) + ", ttl " + localpg.HATTL.String()
 	case s.Pooler:
 		return ", through PgBouncer (transaction mode)"
 	}
@@ -288,25 +263,27 @@ func (s Summary) String() string {
 // a synchronous standby.
 func (s Summary) writeRounds(b *strings.Builder, line func(name, format string, args ...any)) {
 	line("drill rounds", "%d (%s)", len(s.Rounds), s.Drill)
-	firstOK := func(d time.Duration) string {
-		if d == 0 {
-			return "none within " + firstCreatedWait.String()
-		}
-		return d.Round(time.Millisecond).String()
-	}
 	for i, r := range s.Rounds {
 		name := fmt.Sprintf("  round %d", i+1)
 		switch s.Drill {
 		case DrillStandby:
-			line(name, "standby %s killed -> first 201 %s; %d rides created without it; a synchronous standby again %s after the kill",
-				r.node, firstOK(r.firstOK), r.created, r.rejoined.Round(time.Millisecond))
+			line(name, "standby %s killed, back %s later; a synchronous standby again %s after the kill",
+				r.node, r.down.Round(time.Millisecond), r.rejoined.Round(time.Millisecond))
 		case DrillAgent:
-			line(name, "%s's Patroni killed -> the other node promoted %s, -> first 201 after it %s; %s rewound and synchronous again %s after the kill",
-				r.node, r.promoted.Round(time.Millisecond), firstOK(r.firstOK), r.node, r.rejoined.Round(time.Millisecond))
-			line("", "    clients were told meanwhile: %s", counts(r.answers))
+			line(name, "%s's Patroni killed -> the other node promoted %s after it; %s rewound and synchronous again %s after the kill",
+				r.node, r.promoted.Round(time.Millisecond), r.node, r.rejoined.Round(time.Millisecond))
 		default:
-			line(name, "replication stalled %s; leader %s killed -> promoted %s, -> first 201 %s; rejoined as synchronous standby %s after the kill",
-				r.stalled.Round(time.Millisecond), r.node, r.promoted.Round(time.Millisecond), firstOK(r.firstOK), r.rejoined.Round(time.Millisecond))
+			line(name, "replication stalled %s; leader %s killed -> promoted %s after it; rejoined as synchronous standby %s after the kill",
+				r.stalled.Round(time.Millisecond), r.node, r.promoted.Round(time.Millisecond), r.rejoined.Round(time.Millisecond))
+		}
+		first := "first 201 after the kill " + firstOK(r.firstAfterKill)
+		if s.Drill != DrillStandby {
+			first += ", after the promotion " + firstOK(r.firstOK)
+		}
+		line("", "    %s; writes blocked %s", first, r.blockedFor())
+		line("", "    %d rides created from the kill until %s was back", r.created, r.node)
+		if s.Drill == DrillAgent {
+			line("", "    clients were told meanwhile: %s", counts(r.answers))
 		}
 	}
 	var total time.Duration
@@ -315,7 +292,11 @@ func (s Summary) writeRounds(b *strings.Builder, line func(name, format string, 
 		total += w.end.Sub(w.start)
 		spans = append(spans, w.end.Sub(w.start).Round(100*time.Millisecond).String())
 	}
-	line("no synchronous standby", "%d windows, %s in all (%s): durability degraded", len(s.Degraded), total.Round(100*time.Millisecond), strings.Join(spans, ", "))
+	cost, saying := "durability degraded", "the primary alone confirmed commits"
+	if s.Replication == localpg.HAStrict {
+		cost, saying = "commits held", "commits waited"
+	}
+	line("no synchronous standby", "%d windows, %s in all (%s): %s", len(s.Degraded), total.Round(100*time.Millisecond), strings.Join(spans, ", "), cost)
 	held := 0
 	for _, w := range s.Degraded {
 		if w.end.Sub(w.start) >= readyzSaysAlone {
@@ -323,44 +304,76 @@ func (s Summary) writeRounds(b *strings.Builder, line func(name, format string, 
 		}
 	}
 	missed := len(s.ReadyzMissed())
-	line("/readyz said so", "in %d of the %d windows of %s or more%s", held-missed, held, readyzSaysAlone, mustBeZero(missed))
-	line("/readyz answers", "%q %d times, %q %d times%s", readyzAlone, len(s.ReadyzAlone), readyzConfirmed, len(s.ReadyzConfirmed), mustBePositive(len(s.ReadyzConfirmed)))
+	line("/readyz said so", "%s in %d of the %d windows of %s or more%s", saying, held-missed, held, readyzSaysAlone, mustBeZero(missed))
+	line("/readyz answers", "%q %d times, %q %d times, %q (503) %d times%s", readyzAlone, len(s.ReadyzAlone),
+		readyzConfirmed, len(s.ReadyzConfirmed), readyzWaiting, len(s.ReadyzWaiting), mustBePositive(len(s.ReadyzConfirmed)))
+}
+
+// firstOK says when the first 201 came, from the fault.
+func firstOK(d time.Duration) string {
+	if d == 0 {
+		return "none within " + firstCreatedWait.String()
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// blockedFor says how long writes were blocked, and when, from the kill.
+func (r round) blockedFor() string {
+	at := func(t time.Time) string {
+		if d := t.Sub(r.killed); d < 0 {
+			return (-d).Round(time.Millisecond).String() + " before the kill"
+		}
+		return t.Sub(r.killed).Round(time.Millisecond).String() + " after it"
+	}
+	if r.blocked.end.IsZero() {
+		return fmt.Sprintf("still: no 201 from %s until %s after the rejoin", at(r.blocked.start), firstCreatedWait)
+	}
+	return fmt.Sprintf("%s (no 201 from %s to %s)", r.blocked.end.Sub(r.blocked.start).Round(time.Millisecond), at(r.blocked.start), at(r.blocked.end))
 }
 
 // writeJudgement writes what the drain, the reconciler and the invariant
-// check found.
+// check found: after the reconciler ran, and before it where that
+// differs.
 func (s Summary) writeJudgement(b *strings.Builder, line func(name, format string, args ...any)) {
-	r := s.Report
+	r, r0 := s.Report, s.ReportBefore
 	line("keys in the database", "%d (201: %d, 402: %d)", r.Keys, r.KeysCreated, r.KeysDeclined)
 	line("charges", "%d succeeded, %d declined", r.Charges, r.FailedCharges)
-	line("double charges", "%d%s", r.DoubleCharges, mustBeZero(r.DoubleCharges))
-	line("charges without a ride", "%d%s", r.ChargesWithoutRide, mustBeZero(r.ChargesWithoutRide))
-	line("keys not finished", "%d%s", r.KeysUnfinished, mustBeZero(r.KeysUnfinished))
-	line("keys needing attention", "%d%s", r.KeysNeedAttention, mustBeZero(r.KeysNeedAttention))
+	line("double charges", "%s%s", beforeAfter(r0.DoubleCharges, r.DoubleCharges), mustBeZero(r.DoubleCharges))
+	line("charges without a ride", "%s%s", beforeAfter(r0.ChargesWithoutRide, r.ChargesWithoutRide), mustBeZero(r.ChargesWithoutRide))
+	line("keys not finished", "%s%s", beforeAfter(r0.KeysUnfinished, r.KeysUnfinished), mustBeZero(r.KeysUnfinished))
+	line("keys needing attention", "%s%s", beforeAfter(r0.KeysNeedAttention, r.KeysNeedAttention), mustBeZero(r.KeysNeedAttention))
 	line("receipts", "%d sent for %d paid rides", r.Receipts, r.PaidRides)
-	line("receipts missing", "%d%s", r.ReceiptsMissing, mustBeZero(r.ReceiptsMissing))
-	line("receipts duplicated", "%d%s", r.ReceiptsDuplicated, mustBeZero(r.ReceiptsDuplicated))
+	line("receipts missing", "%s%s", beforeAfter(r0.ReceiptsMissing, r.ReceiptsMissing), mustBeZero(r.ReceiptsMissing))
+	line("receipts duplicated", "%s%s", beforeAfter(r0.ReceiptsDuplicated, r.ReceiptsDuplicated), mustBeZero(r.ReceiptsDuplicated))
 	reconciler := s.Reconciler
 	if reconciler == "" {
 		reconciler = "not run (no cmd/reconciler)"
 	}
 	line("reconciler", "%s", reconciler)
-	a := s.Acknowledged
+	if len(s.ReconcilerLines) > 1 {
+		found := s.ReconcilerLines[1:]
+		for _, l := range found[:min(len(found), 20)] {
+			fmt.Fprintf(b, "    - %s\n", l)
+		}
+		if len(found) > 20 {
+			fmt.Fprintf(b, "    - and %d more\n", len(found)-20)
+		}
+	}
+	a, a0 := s.Acknowledged, s.AcknowledgedBefore
 	line("acknowledged keys", "%d (their clients got a 201 or 402)", a.Keys)
-	line("acknowledged keys missing", "%d%s", a.Missing, mustBeZero(a.Missing))
+	line("acknowledged keys missing", "%s%s", beforeAfter(a0.Missing, a.Missing), mustBeZero(a.Missing))
 	line("charges named to two keys", "%d%s", a.ChargesSharedByKeys, mustBeZero(a.ChargesSharedByKeys))
 	line("stripe key reused, refused", "%d%s", a.StripeKeyMismatches, mustBeZero(a.StripeKeyMismatches))
-	if len(a.Lost) > 0 {
-		reported := 0
-		for _, l := range a.Lost {
-			if l.Reported {
-				reported++
-			}
-		}
-		line("acknowledged rides lost", "%d, of which the reconciler reported %d as charges without a ride", len(a.Lost), reported)
-		for _, l := range a.Lost {
-			fmt.Fprintf(b, "    - key %s, charge %s, reported: %t\n", l.Key, l.ChargeID, l.Reported)
-		}
+	lost := fmt.Sprintf("%d", len(a0.Lost))
+	if len(a0.Lost) > 0 || len(a.Lost) > 0 {
+		lost += fmt.Sprintf(", restored by the reconciler: %d, still lost: %d%s", len(a.Restored), len(a.Lost), mustBeZero(len(a.Lost)))
+	}
+	line("acknowledged rides lost", "%s", lost)
+	for _, l := range a.Lost[:min(len(a.Lost), 20)] {
+		fmt.Fprintf(b, "    - key %s, charge %s: still lost\n", l.Key, l.ChargeID)
+	}
+	for _, l := range a.Restored[:min(len(a.Restored), max(0, 20-len(a.Lost)))] {
+		fmt.Fprintf(b, "    - key %s, charge %s: restored\n", l.Key, l.ChargeID)
 	}
 	for _, e := range a.Examples {
 		fmt.Fprintf(b, "    - %s\n", e)
@@ -374,10 +387,19 @@ func (s Summary) writeJudgement(b *strings.Builder, line func(name, format strin
 		}
 		line("receipt records lost", "%d, of which %d receipts were mailed all the same (their record went with the old leader's timeline)", len(s.ReceiptsMailed), mailed)
 	}
-	line("invariant violations", "%d%s", len(r.Violations), mustBeZero(len(r.Violations)))
+	line("invariant violations", "%s%s", beforeAfter(len(r0.Violations), len(r.Violations)), mustBeZero(len(r.Violations)))
 	for _, v := range r.Violations[:min(len(r.Violations), 20)] {
 		fmt.Fprintf(b, "    - %s\n", v)
 	}
+}
+
+// beforeAfter is a figure as the reconciler left it, with the figure
+// before it ran when that differs.
+func beforeAfter(before, after int) string {
+	if before == after {
+		return fmt.Sprintf("%d", after)
+	}
+	return fmt.Sprintf("%d before the reconciler, %d after", before, after)
 }
 
 func mustBeZero(n int) string {

@@ -6,39 +6,88 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocketrides/rocketrides/internal/dev/localpg"
 	"github.com/rocketrides/rocketrides/internal/testkit/invariant"
 )
 
-// TestLossesReported holds the agent drill's pass rule: every loss is
-// one the reconciler reported, or a receipt mailed whose record the old
-// leader's timeline took with it.
-func TestLossesReported(t *testing.T) {
+// TestOK holds every drill, DrillAgent too, to the invariant check made
+// once the reconciler has run: a ride the failover lost passes only when
+// the reconciler put it back, and nothing else excuses a violation.
+func TestOK(t *testing.T) {
 	t.Parallel()
-	agent := func(violations ...invariant.Violation) Summary {
-		return Summary{
-			Reconciler:         "charges=2 rides=1 charge_without_ride=1",
-			ReconcilerLines:    []string{"charges=2 rides=1 charge_without_ride=1", "charge_without_ride charge=ch_1: metadata ride_id 7 names no ride"},
-			ChargesWithoutRide: map[string]bool{"ch_1": true},
-			ReceiptsMailed:     map[int64]bool{332: true, 378: false},
-			Report:             invariant.Report{Violations: violations},
+	lost := LostRide{Key: "k1", ChargeID: "ch_1"}
+	// agent is an agent drill that ran, lost a ride and had it restored,
+	// then is changed by change.
+	agent := func(change func(s *Summary)) Summary {
+		s := Summary{
+			Failover: true, Drill: DrillAgent, Replication: localpg.HAStrict, Judged: true,
+			Rounds:          []round{{node: "node-a"}},
+			ReadyzConfirmed: []time.Time{time.Now()},
+			Reconciler:      "charges=2 rides=2",
+			ReportBefore: invariant.Report{Keys: 2, Violations: []invariant.Violation{
+				{Kind: invariant.ChargeWithoutRide, Detail: "charge ch_1 names no ride", ChargeID: "ch_1"},
+			}},
+			Report:             invariant.Report{Keys: 2},
+			AcknowledgedBefore: Acknowledged{Keys: 2, Missing: 1, Lost: []LostRide{lost}},
+			Acknowledged:       Acknowledged{Keys: 2, Restored: []LostRide{lost}},
 		}
+		if change != nil {
+			change(&s)
+		}
+		return s
 	}
-	reported := invariant.Violation{Kind: invariant.ChargeWithoutRide, Detail: "charge ch_1 (customer cus_1) names no ride", ChargeID: "ch_1"}
-	unreported := invariant.Violation{Kind: invariant.ChargeWithoutRide, Detail: "charge ch_2 (customer cus_1) names no ride", ChargeID: "ch_2"}
-	mailed := invariant.Violation{Kind: invariant.ReceiptMissing, Detail: "paid ride 332 has no receipt although the worker drained its queue", RideID: 332}
-	unmailed := invariant.Violation{Kind: invariant.ReceiptMissing, Detail: "paid ride 378 has no receipt although the worker drained its queue", RideID: 378}
-	double := invariant.Violation{Kind: invariant.DoubleCharge, Detail: "ride 9 charged twice"}
+	require.True(t, agent(nil).OK(), "a lost ride the reconciler restored")
 
-	require.True(t, agent().lossesReported())
-	require.True(t, agent(reported).lossesReported())
-	require.True(t, agent(reported, mailed).lossesReported(), "a receipt mailed whose record was lost")
-	require.False(t, agent(unreported).lossesReported(), "a charge the reconciler did not report")
-	require.False(t, agent(reported, unmailed).lossesReported(), "a receipt never mailed")
-	require.False(t, agent(double).lossesReported())
+	for name, change := range map[string]func(s *Summary){
+		"ChargeWithoutRideLeft": func(s *Summary) {
+			s.Report.Violations = s.ReportBefore.Violations
+		},
+		"RideStillLost": func(s *Summary) {
+			s.Acknowledged.Lost, s.Acknowledged.Restored = []LostRide{lost}, nil
+		},
+		"KeyStillMissing": func(s *Summary) { s.Acknowledged.Missing = 1 },
+		"ReceiptRecordLostThoughMailed": func(s *Summary) {
+			s.Report.Violations = []invariant.Violation{{Kind: invariant.ReceiptMissing, Detail: "paid ride 332 has no receipt", RideID: 332}}
+			s.ReceiptsMailed = map[int64]bool{332: true}
+		},
+		"StripeKeyReused":  func(s *Summary) { s.Acknowledged.StripeKeyMismatches = 1 },
+		"OddAnswer":        func(s *Summary) { s.OddAnswers = []string{"key k2 answered 502"} },
+		"ReconcilerFailed": func(s *Summary) { s.ReconcilerFailed = true },
+		"NotJudged":        func(s *Summary) { s.Judged = false },
+		"NoRound":          func(s *Summary) { s.Rounds = nil },
+	} {
+		require.False(t, agent(change).OK(), name)
+	}
+}
+
+// TestRestored: a ride lost before the reconciler ran is restored when it
+// is not lost after it.
+func TestRestored(t *testing.T) {
+	t.Parallel()
+	a, b, c := LostRide{"k1", "ch_1"}, LostRide{"k2", "ch_2"}, LostRide{"k3", "ch_3"}
+	require.Equal(t, []LostRide{a, c}, restored([]LostRide{a, b, c}, []LostRide{b}))
+	require.Empty(t, restored([]LostRide{a}, []LostRide{a}))
+	require.Empty(t, restored(nil, []LostRide{a}))
+}
+
+// TestLongestGap: writes are blocked for the longest time without a 201
+// across the round, from the last one before the fault to the first
+// after the rejoin, and still blocked when none came after it.
+func TestLongestGap(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now()
+	at := func(seconds float64) time.Time { return t0.Add(time.Duration(seconds * float64(time.Second))) }
+	writes := []time.Time{at(-2), at(-0.5), at(1), at(1.5), at(9.5), at(10), at(30)}
+	require.Equal(t, window{at(1.5), at(9.5)}, longestGap(writes, t0, at(9.7)))
+	require.Equal(t, window{at(10), at(30)}, longestGap(writes, t0, at(20)), "the gap that the first write after the rejoin ends")
+	require.Equal(t, window{at(-0.5), at(1)}, longestGap(writes, t0, at(0.5)), "the gap across the fault")
+	require.Equal(t, window{start: at(30)}, longestGap(writes, t0, at(40)), "no write after the rejoin: still blocked")
+	require.Equal(t, window{t0, at(1)}, longestGap([]time.Time{at(1), at(2)}, t0, at(1.5)), "no write before the fault")
 }
 
 // TestReadyzMissed holds /readyz to what it said in each window without a
-// synchronous standby, not to how soon it answered.
+// synchronous standby, not to how soon it answered: relaxed, that the
+// primary alone confirmed commits; strict, that commits waited.
 func TestReadyzMissed(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
@@ -46,16 +95,21 @@ func TestReadyzMissed(t *testing.T) {
 	inside := start.Add(3 * time.Second)
 	short := window{start.Add(time.Minute), start.Add(time.Minute + time.Second)}
 	for _, tc := range []struct {
-		name             string
-		alone, confirmed []time.Time
-		missed           int
+		name                      string
+		mode                      localpg.HAMode
+		alone, confirmed, waiting []time.Time
+		missed                    int
 	}{
-		{"SaidAlone", []time.Time{inside}, []time.Time{inside}, 0},
-		{"SaidOnlyConfirmed", nil, []time.Time{inside}, 1},
-		{"NeverAnswered", nil, nil, 0},
-		{"SaidAloneJustAfter", []time.Time{w.end.Add(time.Second)}, []time.Time{inside}, 0},
+		{"SaidAlone", localpg.HARelaxed, []time.Time{inside}, []time.Time{inside}, nil, 0},
+		{"SaidOnlyConfirmed", localpg.HARelaxed, nil, []time.Time{inside}, nil, 1},
+		{"NeverAnswered", localpg.HARelaxed, nil, nil, nil, 0},
+		{"SaidAloneJustAfter", localpg.HARelaxed, []time.Time{w.end.Add(time.Second)}, []time.Time{inside}, nil, 0},
+		{"RelaxedSaidOnlyWaiting", localpg.HARelaxed, nil, []time.Time{inside}, []time.Time{inside}, 1},
+		{"StrictSaidWaiting", localpg.HAStrict, nil, []time.Time{w.end.Add(time.Second)}, []time.Time{inside}, 0},
+		{"StrictSaidOnlyAlone", localpg.HAStrict, []time.Time{inside}, []time.Time{inside}, nil, 1},
 	} {
-		s := Summary{Failover: true, Degraded: []window{w, short}, ReadyzAlone: tc.alone, ReadyzConfirmed: tc.confirmed}
+		s := Summary{Failover: true, Replication: tc.mode, Degraded: []window{w, short},
+			ReadyzAlone: tc.alone, ReadyzConfirmed: tc.confirmed, ReadyzWaiting: tc.waiting}
 		require.Len(t, s.ReadyzMissed(), tc.missed, tc.name)
 	}
 }
