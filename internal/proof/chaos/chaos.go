@@ -526,6 +526,8 @@ func (s *soak) collect() {
 	s.summary.Degraded = s.faults.degraded
 	s.summary.ReadyzAlone = s.faults.readyzAlone
 	s.summary.ReadyzConfirmed = s.faults.readyzConfirmed
+	s.summary.ReadyzWaiting = s.faults.readyzWaiting
+	s.summary.ReadyzOther = s.faults.readyzOther
 	s.summary.StripeFaults = s.faults.stripe
 	s.summary.StripeFaultRequests = s.faults.stripeRequests
 	s.summary.Problems = s.faults.problems

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -423,12 +424,14 @@ const readyzSaysAlone = 5 * time.Second
 // confirms commits, that commits wait for a standby (strict mode, or a
 // leader Patroni lost track of), and how often it said that a standby
 // confirms them: the drill holds /readyz to the windows monitorSync
-// records (Summary.ReadyzMissed).
+// records (Summary.ReadyzMissed). Any other answer, or none, is counted
+// by its status and problem code.
 func monitorReadyz(ctx context.Context, stop <-chan struct{}, apis []string, rng *rand.Rand, f *faults) {
 	client := &http.Client{Timeout: 2 * time.Second}
 	for sleep(ctx, stop, 250*time.Millisecond) {
 		resp, err := client.Get(apis[rng.IntN(len(apis))] + "/readyz")
 		if err != nil {
+			f.count(func(f *faults) { f.readyzOther["no answer"]++ })
 			continue
 		}
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
@@ -441,6 +444,13 @@ func monitorReadyz(ctx context.Context, stop <-chan struct{}, apis []string, rng
 			f.count(func(f *faults) { f.readyzConfirmed = append(f.readyzConfirmed, now) })
 		case strings.Contains(string(body), readyzWaiting):
 			f.count(func(f *faults) { f.readyzWaiting = append(f.readyzWaiting, now) })
+		default:
+			var problem struct {
+				Code string `json:"code"`
+			}
+			_ = json.Unmarshal(body, &problem)
+			answer := strings.TrimSpace(strconv.Itoa(resp.StatusCode) + " " + problem.Code)
+			f.count(func(f *faults) { f.readyzOther[answer]++ })
 		}
 	}
 }

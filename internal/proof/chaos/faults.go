@@ -36,13 +36,14 @@ type faults struct {
 	readyzAlone     []time.Time    // /readyz said the primary alone confirms commits
 	readyzConfirmed []time.Time    // /readyz said a standby confirms them
 	readyzWaiting   []time.Time    // /readyz said commits wait for a standby (503)
+	readyzOther     map[string]int // any other answer of /readyz, by status and code
 	stripe          map[string]int // injections by kind
 	stripeRequests  map[string]int // charge requests targeted, by kind
 	problems        []string       // a monkey that failed: the soak is void
 }
 
 func newFaults() *faults {
-	return &faults{stripe: map[string]int{}, stripeRequests: map[string]int{}}
+	return &faults{stripe: map[string]int{}, stripeRequests: map[string]int{}, readyzOther: map[string]int{}}
 }
 
 func (f *faults) count(fn func(*faults)) {

@@ -54,6 +54,9 @@ type Summary struct {
 	// synchronous standby did, ReadyzWaiting the times it said (503) that
 	// commits waited for one (failover drill).
 	ReadyzAlone, ReadyzConfirmed, ReadyzWaiting []time.Time
+	// ReadyzOther counts its other answers, by status and problem code,
+	// and the times it gave none ("no answer").
+	ReadyzOther map[string]int
 	// Acknowledged is what became of the keys whose clients got their
 	// final answer, once the reconciler had run; AcknowledgedBefore
 	// before it ran.
@@ -305,8 +308,8 @@ func (s Summary) writeRounds(b *strings.Builder, line func(name, format string, 
 	}
 	missed := len(s.ReadyzMissed())
 	line("/readyz said so", "%s in %d of the %d windows of %s or more%s", saying, held-missed, held, readyzSaysAlone, mustBeZero(missed))
-	line("/readyz answers", "%q %d times, %q %d times, %q (503) %d times%s", readyzAlone, len(s.ReadyzAlone),
-		readyzConfirmed, len(s.ReadyzConfirmed), readyzWaiting, len(s.ReadyzWaiting), mustBePositive(len(s.ReadyzConfirmed)))
+	line("/readyz answers", "%q %d times, %q %d times, %q (503) %d times%s; otherwise %s", readyzAlone, len(s.ReadyzAlone),
+		readyzConfirmed, len(s.ReadyzConfirmed), readyzWaiting, len(s.ReadyzWaiting), mustBePositive(len(s.ReadyzConfirmed)), counts(s.ReadyzOther))
 }
 
 // firstOK says when the first 201 came, from the fault.
