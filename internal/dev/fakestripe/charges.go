@@ -301,6 +301,51 @@ func (s *Server) getCharge(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, charge.resource(customer))
 }
 
+// updateCharge handles POST /v1/charges/{id}, the update of a charge's
+// description and metadata. Like Stripe's, it never moves money: metadata
+// is merged into the charge's, and a key sent empty is removed.
+func (s *Server) updateCharge(r *http.Request) response {
+	id := chi.URLParam(r, "id")
+	metadata, apiErr := parseMetadata(r.Form)
+	if apiErr != nil {
+		return rejected(apiErr)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.chargesByID[id]
+	if old == nil {
+		return rejected(noSuch(http.StatusNotFound, "id", "charge", id))
+	}
+	updated := old.clone()
+	if updated.Metadata == nil {
+		updated.Metadata = make(map[string]string)
+	}
+	for k, v := range metadata {
+		if v == "" {
+			delete(updated.Metadata, k)
+		} else {
+			updated.Metadata[k] = v
+		}
+	}
+	if len(updated.Metadata) > maxMetadataKeys {
+		return rejected(invalidRequest(http.StatusBadRequest, "", "metadata",
+			"You can have up to %d metadata keys, but you passed in %d.", maxMetadataKeys, len(updated.Metadata)))
+	}
+	if r.Form.Has("description") {
+		updated.Description = r.Form.Get("description")
+	}
+	// Replaced, not changed in place: a handler may be rendering the old
+	// one outside the mutex.
+	s.chargesByID[id] = &updated
+	for i, c := range s.charges {
+		if c == old {
+			s.charges[i] = &updated
+		}
+	}
+	return succeeded(http.StatusOK, updated.resource(nil))
+}
+
 // listCharges handles GET /v1/charges: newest first, optionally one
 // customer's, optionally within a created range.
 func (s *Server) listCharges(w http.ResponseWriter, r *http.Request) {

@@ -40,9 +40,10 @@ type Config struct {
 // Server is the fake's in-memory Stripe account and its HTTP API. It is an
 // http.Handler; all its state is guarded by one mutex, so it is safe for
 // concurrent requests and for tests poking at it while requests are in
-// flight. Customers and charges are never modified once created, so a
-// handler that found one under the mutex may render it after releasing it;
-// what the exported methods return are copies.
+// flight. Customers and charges are never modified in place (an update
+// replaces the charge with a changed copy), so a handler that found one
+// under the mutex may render it after releasing it; what the exported
+// methods return are copies.
 type Server struct {
 	handler      http.Handler
 	keyRetention time.Duration
@@ -118,6 +119,7 @@ func (s *Server) routes() http.Handler {
 		r.With(s.chargeFrontDoor).Post("/charges", s.idempotent(s.createCharge))
 		r.Get("/charges", s.listCharges)
 		r.Get("/charges/{id}", s.getCharge)
+		r.Post("/charges/{id}", s.idempotent(s.updateCharge))
 	})
 	return r
 }
