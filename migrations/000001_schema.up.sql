@@ -3,8 +3,9 @@
 -- atomic phase, the phases' writes (audit records, rides and their charges,
 -- staged jobs), the receipt job's record, and what the reaper keeps for
 -- people. River's tables are not here: cmd/migrate applies River's own.
--- What follows the "Second reading" line near the end (the rate limits and
--- the console's accounts) is beyond the article: a first reading stops there.
+-- What follows the "Second reading" line near the end (the reconciler's runs,
+-- the rate limits and the console's accounts) is beyond the article: a first
+-- reading stops there.
 --
 -- Policy: until the first tagged release the schema is edited in place, here;
 -- nothing is deployed, so there is no history to keep (`make clean` resets a
@@ -60,11 +61,12 @@ CREATE TABLE idempotency_keys (
     origin_ip       INET        NOT NULL,
     request_params  JSONB       NOT NULL,
 
-    -- A random identity, which the Stripe idempotency key carries
-    -- (rocket-rides-<id>-<identity>): a failover that loses the last commits
-    -- can hand out an id twice, never a UUID. A key without one (made before
-    -- identities existed) keeps the Stripe key of its id alone.
-    identity        UUID        NULL DEFAULT gen_random_uuid(),
+    -- Set only on keys made while the Stripe idempotency key was derived
+    -- from the row (rocket-rides-<id>-<identity>); they keep that Stripe key.
+    -- A new key has none: its Stripe key comes from the client's request
+    -- alone (rides.StripeKey), so a retry after a failover lost the row
+    -- sends Stripe the same charge again.
+    identity        UUID        NULL,
 
     -- When anyone last worked the key: a client's retry or the completer.
     last_run_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
@@ -284,8 +286,12 @@ CREATE TABLE reaped_keys (
 );
 CREATE INDEX reaped_keys_created_at ON reaped_keys (created_at);
 
--- The reconciler's latest findings (rides against Stripe's charges), for
--- the console; owned by package reconcile, which keeps the recent ones.
+-- Second reading: beyond the article, the reconciler's runs, the rate
+-- limits and the operator's console.
+
+-- The reconciler's latest findings (rides against Stripe's charges) and the
+-- rides it restored, for the console; owned by package reconcile, which
+-- keeps the recent ones.
 CREATE TABLE reconcile_runs (
     id            BIGSERIAL   PRIMARY KEY,
     ran_at        TIMESTAMPTZ NOT NULL DEFAULT now(),
@@ -295,11 +301,10 @@ CREATE TABLE reconcile_runs (
     rides         INT         NOT NULL CHECK (rides >= 0),
     pending       INT         NOT NULL CHECK (pending >= 0),
     -- Each discrepancy: {"kind", "charge_id", "ride_id", "detail"}.
-    discrepancies JSONB       NOT NULL CHECK (jsonb_typeof(discrepancies) = 'array')
+    discrepancies JSONB       NOT NULL CHECK (jsonb_typeof(discrepancies) = 'array'),
+    -- Each ride the run restored from its charge: {"charge_id", "ride_id"}.
+    restored      JSONB       NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(restored) = 'array')
 );
-
--- Second reading: beyond the article, the rate limits and the operator's
--- console.
 
 -- The api remembers which user a token belonged to, and checks it again in
 -- the round trip of the claim it makes for that user: this raises (RR004)

@@ -1,7 +1,9 @@
 // Command reconciler compares Stripe's charges with the rides table and
 // reports charges no ride accounts for, rides whose charge Stripe does not
-// have, rides and charges that disagree, and double charges. It never
-// changes anything.
+// have, rides and charges that disagree, and double charges. It changes
+// two things only: a paid ride whose request the database lost is restored
+// from its charge, its key claimed on the api's IDEMPOTENCY_LOCK_TIMEOUT,
+// and a recorded charge gets its ride's id in its metadata.
 //
 // With -once it runs one reconciliation, prints the summary line and then
 // each discrepancy on a line of its own, and exits 1 if there was any
@@ -14,14 +16,17 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/reconcile"
+	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
 // since is -since.
@@ -46,6 +51,9 @@ func command() *process.Config {
 func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error) {
 	databaseURL := env.Required("DATABASE_URL")
 	stripe := payment.ConfigFromEnv(env)
+	// A restored ride's key is claimed as the api claims one, on the same
+	// lock timeout.
+	lockTimeout := env.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout)
 	window := env.Duration("RECONCILER_WINDOW", reconcile.DefaultWindow)
 	interval := env.Duration("RECONCILER_INTERVAL", reconcile.DefaultInterval)
 	grace := env.Duration("RECONCILER_GRACE", reconcile.DefaultGrace)
@@ -68,9 +76,18 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	if err != nil {
 		return nil, err
 	}
+	keys, err := idem.New(&idem.Config{Pool: pool, LockTimeout: lockTimeout, Actor: "reconciler", Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	service, err := rides.NewService(&rides.ServiceConfig{Pool: pool, Keys: keys, Payments: payments, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
 	reconciler, err := reconcile.New(&reconcile.Config{
 		Pool:     pool,
 		Payments: payments,
+		Rides:    service,
 		Window:   window,
 		Interval: interval,
 		Grace:    grace,
@@ -91,6 +108,9 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 				return "", err
 			}
 			lines := []string{rep.String()}
+			for _, rs := range rep.Restored {
+				lines = append(lines, fmt.Sprintf("restored charge=%s ride=%d: the database had lost its request", rs.ChargeID, rs.RideID))
+			}
 			for _, d := range rep.Discrepancies {
 				lines = append(lines, d.String())
 			}

@@ -29,6 +29,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet/fleettest"
+	"github.com/rocketrides/rocketrides/internal/user"
 )
 
 // chromium is Debian's chromium, which .ci/run installs where missing.
@@ -234,13 +235,15 @@ func (s *procStack) chargeFor(t *testing.T, keyID int64) string {
 	require.NoError(t, err)
 	key, err := keys.KeyByID(context.Background(), keyID)
 	require.NoError(t, err)
-	id, err := gateway.Charge(context.Background(), payment.ChargeRequest{
+	var params rides.Params
+	require.NoError(t, json.Unmarshal(key.RequestParams, &params))
+	charge, err := gateway.Charge(context.Background(), payment.ChargeRequest{
 		Customer: customer, Amount: rides.Price, Currency: rides.Currency,
-		Metadata:       rides.ChargeMetadata(rideID, key),
+		Metadata:       rides.ChargeRequest(user.User{ID: key.UserID, StripeCustomerID: customer}, key, params).Metadata,
 		IdempotencyKey: "console-test-" + strconv.FormatInt(keyID, 10),
 	})
 	require.NoError(t, err)
-	return id
+	return charge.ID
 }
 
 func (s *procStack) login(t *testing.T, ctx context.Context, shot bool) {
@@ -411,7 +414,7 @@ func TestBrowser(t *testing.T) {
 				}
 				require.Regexp(t, `Its record of attempt 1 \(GET /_fake/stats\): (\d+) charge requests, 1 charge made, \d+ replays?, (\d+) answers dropped`, labText)
 				require.Regexp(t, `Its record of the retry: \d+ charge requests?, 0 charges made`, labText)
-				require.Regexp(t, `^rocket-rides-\d+-[0-9a-f-]{36}$`, stripeKey)
+				require.Regexp(t, `^rocket-rides-\d+-[0-9a-f]{64}$`, stripeKey)
 				require.Contains(t, labText, "same Stripe idempotency key, "+stripeKey)
 			}
 			screenshot(t, ctx, "lab-"+scenario)

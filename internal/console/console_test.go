@@ -3,6 +3,8 @@ package console_test
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -515,8 +517,24 @@ func TestConsole(t *testing.T) {
 		require.NotContains(t, body, b.Token, "never an API token")
 	})
 
-	// The story says what today's code did: the Stripe key carries the
-	// key's identity, and only a charged ride has a receipt staged.
+	// The reconciler's restored rides are listed apart from its findings.
+	t.Run("ReconciliationListsRestoredRides", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.login(t)
+		_, err := b.Pool.Exec(context.Background(), `
+			INSERT INTO reconcile_runs (since, until, charges, rides, pending, discrepancies, restored)
+			VALUES (now() - interval '1 day', now(), 1, 1, 0, '[]', '[{"charge_id": "ch_restored", "ride_id": 42}]')`)
+		require.NoError(t, err)
+		_, body := b.get(t, "/reconciliation")
+		require.Contains(t, body, `id="clean"`)
+		require.Contains(t, body, `id="restored"`)
+		require.Contains(t, body, `<a href="/story?q=ch_restored">ch_restored</a>`)
+		require.Contains(t, body, `<a href="/story?q=42">42</a>`)
+	})
+
+	// The story says what today's code did: the Stripe key is the user's
+	// and the client's key's, and only a charged ride has a receipt staged.
 	t.Run("StorySentencesMatchTheCode", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -524,13 +542,14 @@ func TestConsole(t *testing.T) {
 
 		paid, err := b.Keys.KeyByID(context.Background(), b.ride(t))
 		require.NoError(t, err)
-		require.NotNil(t, paid.Identity)
+		require.Nil(t, paid.Identity)
 		_, body := b.get(t, "/keys/"+strconv.FormatInt(paid.ID, 10))
-		stripeKey := "rocket-rides-" + strconv.FormatInt(paid.ID, 10) + "-" + paid.Identity.String()
+		sum := sha256.Sum256([]byte(paid.IdempotencyKey))
+		stripeKey := "rocket-rides-" + strconv.FormatInt(paid.UserID, 10) + "-" + hex.EncodeToString(sum[:])
 		require.Equal(t, stripeKey, rides.StripeKey(paid))
 		require.Contains(t, body, `<code id="stripe-key">`+stripeKey+`</code>`)
-		require.Contains(t, body, "rocket-rides-&lt;key id&gt;-&lt;key identity&gt; (here "+stripeKey+")")
-		require.NotContains(t, body, "rocket-rides-&lt;key id&gt;,", "the key without its identity")
+		require.Contains(t, body, "rocket-rides-&lt;user id&gt;-&lt;SHA-256 of the client&#39;s key&gt; (here "+stripeKey+")")
+		require.NotContains(t, body, "rocket-rides-&lt;key id&gt;", "the row's key")
 		require.Contains(t, body, "receipt staged as a job in the same transaction")
 
 		declinedKey := apitest.NewKey()

@@ -326,7 +326,7 @@ func (c *Console) labAnswerLost(ctx context.Context, run *labRun, setFaults func
 		run.add("lab", "The Stripe fake's counts could not be read.", "refused: "+err.Error(), Why{})
 	} else {
 		d := lost.minus(start)
-		why := fmt.Sprintf("Each request carried the ride's Stripe idempotency key, %s (rocket-rides-<key id>-<key identity>).", stripeKey)
+		why := fmt.Sprintf("Each request carried the ride's Stripe idempotency key, %s (rocket-rides-<user id>-<SHA-256 of the client's key>).", stripeKey)
 		if d.Charges == 1 && d.Replays > 0 && d.Replays == d.ChargeRequests-1 {
 			why += " The first made the charge. stripe-go, the api's Stripe client, resent it on the broken connection with the same key" +
 				" (its MaxNetworkRetries, 2 by default), and Stripe replayed the charge to each resend instead of making another."
@@ -401,7 +401,7 @@ func labStripeKey(key *idem.Key) string {
 	if key != nil {
 		return rides.StripeKey(key)
 	}
-	return "rocket-rides-<key id>-<key identity>"
+	return "rocket-rides-<user id>-<SHA-256 of the client's key>"
 }
 
 // labKey is run's idempotency key, or nil if it cannot be read.
@@ -550,7 +550,7 @@ func (c *Console) labSaw(run *labRun, client string, attempt int, r labResponse)
 		w = Why{"The request died after the ride's atomic phase: the ride and recovery point ride_created committed together, and the key was unlocked there, so whoever comes next resumes from it instead of starting over.", sectionMurphy}
 	case r.Status == http.StatusServiceUnavailable && r.Code == "payment_unavailable":
 		outcome = strconv.Itoa(r.Status) + " " + r.Code
-		w = Why{"Stripe gave the api no usable answer, so nothing past ride_created was recorded: the ride is pending, and the key was unlocked there. The retry resumes at ride_created and asks Stripe again with the same Stripe idempotency key, rocket-rides-<key id>-<key identity>: a charge Stripe already made is replayed, not made again.", sectionMurphy}
+		w = Why{"Stripe gave the api no usable answer, so nothing past ride_created was recorded: the ride is pending, and the key was unlocked there. The retry resumes at ride_created and asks Stripe again with the same Stripe idempotency key, rocket-rides-<user id>-<SHA-256 of the client's key>: a charge Stripe already made is replayed, not made again.", sectionMurphy}
 	case r.Status == http.StatusBadGateway && r.Code == "payment_needs_review":
 		outcome = strconv.Itoa(r.Status) + " " + r.Code
 		w = Why{"Stripe's answer stayed unknown too often (MAX_CHARGE_ATTEMPTS): the key is set aside for a person and the ride is needs_review. No retry or completer touches it until someone settles it (Needs attention), so the client stops here.", sectionResidual}

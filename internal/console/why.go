@@ -34,7 +34,7 @@ func why(s idem.Step, key *idem.Key) Why {
 			return Why{"Atomic phase: the ride and its audit record committed together with the recovery point.", sectionMurphy}
 		case rides.ChargeCreated:
 			return Why{fmt.Sprintf("The charge is recorded on the ride in an atomic phase. Stripe was asked outside any transaction, with the Stripe idempotency key "+
-				"rocket-rides-<key id>-<key identity> (here %s): asked again after any failure, Stripe answers with the charge it made, not a second one.", rides.StripeKey(key)), sectionAssumptions}
+				"rocket-rides-<user id>-<SHA-256 of the client's key> (here %s), made from the client's request alone: asked again after any failure, even from a new row after the database lost the first, Stripe answers with the charge it made, not a second one.", rides.StripeKey(key)), sectionAssumptions}
 		case idem.Finished:
 			return finished(key)
 		}

@@ -20,16 +20,16 @@ func TestWhy(t *testing.T) {
 	}
 	status := func(code int) *idem.Key { return &idem.Key{ID: 7, ResponseCode: &code, RecoveryPoint: idem.Finished} }
 
-	// The charge carries rides.StripeKey: the key's id and its identity,
-	// or the id alone for a key from before identities.
-	t.Run("ChargeNamesTheStripeKeyWithItsIdentity", func(t *testing.T) {
+	// The charge carries rides.StripeKey: the user and the client's key,
+	// hashed; or, for a key from before, its id and identity.
+	t.Run("ChargeNamesTheStripeKey", func(t *testing.T) {
 		t.Parallel()
+		w := why(reached(rides.ChargeCreated), &idem.Key{ID: 7, UserID: 3, IdempotencyKey: "hello"})
+		require.Contains(t, w.Text, "rocket-rides-<user id>-<SHA-256 of the client's key>")
+		require.Contains(t, w.Text, "(here rocket-rides-3-2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824)")
 		identity := uuid.New()
-		w := why(reached(rides.ChargeCreated), &idem.Key{ID: 7, Identity: &identity})
-		require.Contains(t, w.Text, "rocket-rides-<key id>-<key identity>")
-		require.Contains(t, w.Text, "rocket-rides-7-"+identity.String())
-		w = why(reached(rides.ChargeCreated), &idem.Key{ID: 7})
-		require.Contains(t, w.Text, "(here rocket-rides-7)")
+		w = why(reached(rides.ChargeCreated), &idem.Key{ID: 7, Identity: &identity})
+		require.Contains(t, w.Text, "(here rocket-rides-7-"+identity.String()+")")
 	})
 
 	// A receipt is staged only by the phase that finishes a charged ride

@@ -5,9 +5,9 @@
 //
 // Left to a second reading: the key's columns beyond the article, each
 // commented where it is declared below and used in its own file: the
-// identity behind the Stripe key (rides.StripeKey), the time of the first
-// foreign call, the unknown outcomes and the set-aside reason
-// (attention.go), the count of claims (steps.go).
+// identity of keys made under an older Stripe key (rides.StripeKey), the
+// time of the first foreign call, the unknown outcomes and the set-aside
+// reason (attention.go), the count of claims (steps.go).
 
 package idem
 
@@ -61,12 +61,9 @@ type Key struct {
 	RecoveryPoint  RecoveryPoint `db:"recovery_point"`
 	UserID         int64         `db:"user_id"`
 
-	// Identity is the key's random identity, which no other key ever
-	// gets, even when a failover loses the tail of the database and the
-	// id sequence hands an id out again: what a foreign idempotency key
-	// (rides.StripeKey) is derived from, with the id. Nil for keys
-	// created before the column existed, which keep deriving
-	// theirs from the id alone.
+	// Identity is set only on keys made while a foreign idempotency key
+	// was derived from the row (rides.StripeKey): they keep the one they
+	// were first charged under. A new key has none.
 	Identity *uuid.UUID `db:"identity"`
 
 	// FirstForeignAttemptAt is when the request first set out to make

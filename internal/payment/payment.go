@@ -38,6 +38,13 @@ var ErrUnavailable = errors.New("payment provider unavailable")
 // with that key. Errors wrapping it also wrap ErrUnavailable.
 var ErrOutcomeUnknown = errors.New("payment outcome unknown")
 
+// ErrKeyConflict means Stripe refused the charge because its idempotency
+// key was first used with other parameters. Nothing was charged by this
+// call, but a charge may exist under the key: the caller must not charge
+// again under another key before a person has looked. Errors wrapping it
+// also wrap a *RejectedError.
+var ErrKeyConflict = errors.New("idempotency key used with other parameters")
+
 // DeclinedError is a card error: the charge did not happen and will not
 // happen however often it is retried.
 type DeclinedError struct {
@@ -287,9 +294,21 @@ type ChargeRequest struct {
 	IdempotencyKey string
 }
 
-// Charge creates a charge and returns its id. It is the ride's foreign
-// state mutation.
-func (g *Gateway) Charge(ctx context.Context, req ChargeRequest) (chargeID string, err error) {
+// Created is a charge as Charge returns it.
+type Created struct {
+	ID string
+	// Replayed is set when Stripe answered with the charge an earlier
+	// request under the same idempotency key made (its
+	// Idempotent-Replayed header), not with a new one.
+	Replayed bool
+	// Metadata is the charge's metadata as Stripe holds it.
+	Metadata map[string]string
+}
+
+// Charge creates a charge, or, for an idempotency key Stripe has seen
+// with the same parameters, returns the charge it made then. It is the
+// ride's foreign state mutation.
+func (g *Gateway) Charge(ctx context.Context, req ChargeRequest) (charge Created, err error) {
 	defer g.record(metrics.StripeCreateCharge, time.Now(), &err)
 	params := &stripe.ChargeParams{
 		Amount:      stripe.Int64(req.Amount),
@@ -305,20 +324,42 @@ func (g *Gateway) Charge(ctx context.Context, req ChargeRequest) (chargeID strin
 	// Charges.New would decode Stripe's whole charge into a stripe.Charge:
 	// its payment source, outcome, refunds and every expandable field, at
 	// a cost per ride near that of the HTTP exchange itself. The ride keeps
-	// only the id, and the client's backend decodes into whatever it is
-	// given, with the same request, retries and errors as Charges.New.
+	// only the id and checks the metadata, and the client's backend decodes
+	// into whatever it is given, with the same request, retries and errors
+	// as Charges.New.
 	var created createdCharge
 	err = g.api.Charges.B.Call(http.MethodPost, "/v1/charges", g.api.Charges.Key, params, &created)
 	if err != nil {
-		return "", classify(fmt.Sprintf("create charge (idempotency key %s)", req.IdempotencyKey), err)
+		return Created{}, classify(fmt.Sprintf("create charge (idempotency key %s)", req.IdempotencyKey), err)
 	}
-	return created.ID, nil
+	charge = Created{ID: created.ID, Metadata: created.Metadata}
+	if created.LastResponse != nil {
+		charge.Replayed = created.LastResponse.Header.Get("Idempotent-Replayed") == "true"
+	}
+	return charge, nil
 }
 
 // createdCharge is what Charge reads of a created charge.
 type createdCharge struct {
 	stripe.APIResource
-	ID string `json:"id"`
+	ID       string            `json:"id"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+// AddMetadata adds metadata to charge id, and changes nothing else: an
+// update of a charge cannot move money, so it is how facts known only
+// after the charge (the ride it paid for) reach Stripe without making the
+// charge's own request depend on them.
+func (g *Gateway) AddMetadata(ctx context.Context, id string, metadata map[string]string) error {
+	params := &stripe.ChargeParams{}
+	params.Context = ctx
+	for k, v := range metadata {
+		params.AddMetadata(k, v)
+	}
+	if _, err := g.api.Charges.Update(id, params); err != nil {
+		return classify("add metadata to charge "+id, err)
+	}
+	return nil
 }
 
 // CreateCustomer creates a customer with a payment source (a card token
@@ -361,6 +402,8 @@ func classify(op string, err error) error {
 		stripeErr.HTTPStatusCode == http.StatusForbidden,
 		stripeErr.Type == stripe.ErrorTypeAPI:
 		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+	case stripeErr.Type == stripe.ErrorTypeIdempotency:
+		return fmt.Errorf("%s: %w: %w", op, ErrKeyConflict, &RejectedError{Message: stripeErr.Msg, Status: stripeErr.HTTPStatusCode})
 	default:
 		return fmt.Errorf("%s: %w", op, &RejectedError{Message: stripeErr.Msg, Status: stripeErr.HTTPStatusCode})
 	}

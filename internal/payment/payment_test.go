@@ -181,15 +181,23 @@ func gatewayWithCustomer(t testing.TB, url string) (*payment.Gateway, string) {
 	return g, customer.ID
 }
 
-// Charge reads only the id of what Stripe created: it must be the id of
-// the one charge made, as it is for a repeat under the same key.
-func TestChargeReturnsTheChargesID(t *testing.T) {
-	t.Parallel()
+// fakeWithCustomer is a Stripe fake, a Gateway to it and a customer
+// with a card.
+func fakeWithCustomer(t *testing.T) (*fakestripe.Server, *payment.Gateway, string) {
+	t.Helper()
 	fake, err := fakestripe.New(nil)
 	require.NoError(t, err)
 	stripe := httptest.NewServer(fake)
 	t.Cleanup(stripe.Close)
 	g, customer := gatewayWithCustomer(t, stripe.URL)
+	return fake, g, customer
+}
+
+// Charge reads only the id of what Stripe created: it must be the id of
+// the one charge made, as it is for a repeat under the same key.
+func TestChargeReturnsTheChargesID(t *testing.T) {
+	t.Parallel()
+	fake, g, customer := fakeWithCustomer(t)
 	req := payment.ChargeRequest{Customer: customer, Amount: 2000, Currency: "usd", IdempotencyKey: "rocket-rides-id"}
 
 	first, err := g.Charge(t.Context(), req)
@@ -199,8 +207,45 @@ func TestChargeReturnsTheChargesID(t *testing.T) {
 
 	charges := fake.Charges()
 	require.Len(t, charges, 1)
-	require.Equal(t, charges[0].ID, first)
-	require.Equal(t, first, again)
+	require.Equal(t, charges[0].ID, first.ID)
+	require.False(t, first.Replayed, "the first answer is a new charge")
+	require.Equal(t, first.ID, again.ID)
+	require.True(t, again.Replayed, "the second is Stripe's replay of it")
+}
+
+// A Stripe key sent again with other parameters is refused, and the
+// refusal says so: the caller must not charge under another key.
+func TestChargeRefusesAKeyUsedWithOtherParameters(t *testing.T) {
+	t.Parallel()
+	fake, g, customer := fakeWithCustomer(t)
+	req := payment.ChargeRequest{Customer: customer, Amount: 2000, Currency: "usd", IdempotencyKey: "rocket-rides-reused"}
+	_, err := g.Charge(t.Context(), req)
+	require.NoError(t, err)
+
+	req.Amount = 3000
+	_, err = g.Charge(t.Context(), req)
+	require.ErrorIs(t, err, payment.ErrKeyConflict)
+	require.Equal(t, payment.Rejected, payment.OutcomeOf(err))
+	require.Len(t, fake.Charges(), 1)
+}
+
+// Metadata added to a charge afterwards changes the charge's metadata
+// and nothing else: no charge is made.
+func TestAddMetadata(t *testing.T) {
+	t.Parallel()
+	fake, g, customer := fakeWithCustomer(t)
+	charge, err := g.Charge(t.Context(), payment.ChargeRequest{Customer: customer, Amount: 2000, Currency: "usd",
+		Metadata: map[string]string{"user_id": "7"}, IdempotencyKey: "rocket-rides-tagged"})
+	require.NoError(t, err)
+
+	require.NoError(t, g.AddMetadata(t.Context(), charge.ID, map[string]string{"ride_id": "42"}))
+	charges := fake.Charges()
+	require.Len(t, charges, 1)
+	require.Equal(t, map[string]string{"user_id": "7", "ride_id": "42"}, charges[0].Metadata)
+	require.Equal(t, int64(2000), charges[0].Amount)
+
+	err = g.AddMetadata(t.Context(), "ch_missing", map[string]string{"ride_id": "42"})
+	require.Equal(t, payment.Rejected, payment.OutcomeOf(err))
 }
 
 // A charge whose attempt outlives Config.Timeout is given up as

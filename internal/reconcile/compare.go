@@ -9,16 +9,19 @@ import (
 	"time"
 
 	"github.com/rocketrides/rocketrides/internal/payment"
+	"github.com/rocketrides/rocketrides/internal/rides"
 )
 
-// Metadata keys every Rocket Rides charge carries (internal/rides): the
-// ride it pays for and the idempotency key of the request that made it.
+// Metadata keys of a Rocket Rides charge (internal/rides). A charge names
+// the request that made it, by its user and Idempotency-Key (requestOf),
+// and, once recorded, the ride it paid for (tag). A charge of a key made
+// before that names its ride and its key's row from the start.
 const (
-	metadataRideID           = "ride_id"
-	metadataIdempotencyKeyID = "idempotency_key_id"
-	// Only on charges of keys that have an identity (idempotency_keys.identity):
-	// an id can name two requests after a failover lost one of them,
-	// the identity cannot.
+	metadataRideID = rides.MetadataRideID
+	// Only on the older charges: the key's id, and its identity where it
+	// has one (idempotency_keys.identity): an id can name two requests
+	// after a failover lost one of them, the identity cannot.
+	metadataIdempotencyKeyID       = "idempotency_key_id"
 	metadataIdempotencyKeyIdentity = "idempotency_key_identity"
 )
 
@@ -46,10 +49,13 @@ type ride struct {
 	StripeChargeID   *string   `db:"stripe_charge_id"`
 	IdempotencyKeyID *int64    `db:"idempotency_key_id"`
 	// KeyIdentity is the identity of the ride's idempotency key, as text;
-	// nil for an older key, or a reaped one.
+	// nil for a newer key, or a reaped one.
 	KeyIdentity *string `db:"idempotency_key_identity"`
-	UserID      int64   `db:"user_id"`
-	Customer    string  `db:"stripe_customer_id"`
+	// IdempotencyKey is the client's Idempotency-Key of the ride's
+	// request; nil once its key is reaped.
+	IdempotencyKey *string `db:"idempotency_key"`
+	UserID         int64   `db:"user_id"`
+	Customer       string  `db:"stripe_customer_id"`
 }
 
 // snapshot is everything one reconciliation compares.
@@ -66,6 +72,9 @@ type snapshot struct {
 	// fetched are the charges rides record that the list did not
 	// contain, looked up one by one; nil where Stripe has no such charge.
 	fetched map[string]*charge
+	// requests are what the database holds of the requests listed
+	// charges name (requestOf).
+	requests map[request]knownRequest
 }
 
 // compare finds the discrepancies in s. A charge that took money is
@@ -101,6 +110,8 @@ func compare(s snapshot, now time.Time, grace time.Duration) *Report {
 		}
 		_, hasRide := c.Metadata[metadataRideID]
 		_, hasKey := c.Metadata[metadataIdempotencyKeyID]
+		_, hasRequest := requestOf(c)
+		hasKey = hasKey || hasRequest
 		userID, ourCustomer := s.customers[c.Customer]
 		if recordedBy[c.ID] == nil && !hasRide && !hasKey && !ourCustomer {
 			// Another application's charge on the same Stripe account.
@@ -109,6 +120,20 @@ func compare(s snapshot, now time.Time, grace time.Duration) *Report {
 		rep.Charges++
 		if recordedBy[c.ID] != nil {
 			continue // checked with the ride that records it
+		}
+		if req, ok := requestOf(c); ok {
+			// The charge names its request: its ride is the request's.
+			known := s.requests[req]
+			switch {
+			case known.KeyID == nil && !known.Reaped:
+				rep.add(LostRide, c.ID, 0, "user %d's request under Idempotency-Key %q paid %d %s, and the database "+
+					"holds no such request: it lost the request's commits", req.UserID, req.Key, c.Amount, c.Currency)
+			case known.RideID == nil || rides[*known.RideID] == nil:
+				rep.add(ChargeWithoutRide, c.ID, 0, "user %d's request under Idempotency-Key %q has no ride", req.UserID, req.Key)
+			default:
+				attributed[*known.RideID] = append(attributed[*known.RideID], c)
+			}
+			continue
 		}
 		rawRideID := c.Metadata[metadataRideID]
 		rideID, err := strconv.ParseInt(rawRideID, 10, 64)
@@ -213,6 +238,15 @@ func differences(r *ride, c *charge) []string {
 	}
 	if r.Customer != c.Customer {
 		diffs = append(diffs, fmt.Sprintf("customer: ride's user %d is %s, charge %s", r.UserID, r.Customer, orNone(c.Customer)))
+	}
+	if req, ok := requestOf(c); ok {
+		// The ride's id reaches the charge later (tag), and a restored
+		// ride may have another: the request is what must agree.
+		if req.UserID != r.UserID || (r.IdempotencyKey != nil && req.Key != *r.IdempotencyKey) {
+			diffs = append(diffs, fmt.Sprintf("request: ride's is user %d's, charge metadata names user %d's under another Idempotency-Key",
+				r.UserID, req.UserID))
+		}
+		return diffs
 	}
 	if v, ok := c.Metadata[metadataRideID]; ok && v != strconv.FormatInt(r.ID, 10) {
 		diffs = append(diffs, fmt.Sprintf("ride_id: charge metadata says %s", v))

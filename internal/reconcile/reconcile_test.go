@@ -19,6 +19,7 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/dev/fakestripe/fakestripetest"
 	"github.com/rocketrides/rocketrides/internal/payment"
+	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
 )
 
@@ -104,6 +105,125 @@ func TestReconcile(t *testing.T) {
 		return strconv.FormatInt(id, 10)
 	}
 
+	withRides := func(t *testing.T, b *testBundle) Config {
+		t.Helper()
+		service, err := rides.NewService(&rides.ServiceConfig{Pool: b.Pool, Keys: b.Keys, Payments: b.Gateway})
+		require.NoError(t, err)
+		return Config{Rides: service}
+	}
+	// lose deletes everything the database holds of the paid rides, as a
+	// failover that lost their commits would.
+	lose := func(t *testing.T, b *testBundle) {
+		t.Helper()
+		for _, sql := range []string{
+			`DELETE FROM staged_jobs`, `DELETE FROM audit_records`, `DELETE FROM rides WHERE status = 'succeeded'`,
+			`DELETE FROM idempotency_keys WHERE response_code = 201`,
+		} {
+			exec(t, b, sql)
+		}
+	}
+
+	// A charge records the ride it paid for once the reconciler has seen
+	// it: its own request could not name it (rides.ChargeRequest).
+	t.Run("RecordedChargesGetTheirRideID", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 2)
+		for _, c := range b.Stripe.Charges() {
+			require.NotContains(t, c.Metadata, "ride_id")
+		}
+		rep := reconcile(t, b, Config{})
+		require.Empty(t, rep.Discrepancies)
+		require.Equal(t, 2, rep.Tagged)
+		for _, ride := range b.rides {
+			c, err := b.stripe.Charges.Get(ride.ChargeID, nil)
+			require.NoError(t, err)
+			require.Equal(t, strconv.FormatInt(ride.ID, 10), c.Metadata["ride_id"])
+		}
+		require.Len(t, b.Stripe.Charges(), 3, "tagging charged no one")
+		require.Zero(t, reconcile(t, b, Config{}).Tagged, "tagged once")
+	})
+
+	// The database lost a paid ride's commits, key and all: the ride comes
+	// back from its charge, under its id, and the client's retry replays
+	// the 201.
+	t.Run("LostRideIsRestored", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1)
+		ride := b.rides[0]
+		var key string
+		require.NoError(t, b.Pool.QueryRow(context.Background(), `
+			SELECT k.idempotency_key FROM idempotency_keys k JOIN rides r ON r.idempotency_key_id = k.id
+			WHERE r.id = $1`, ride.ID).Scan(&key))
+		require.Equal(t, 1, reconcile(t, b, Config{}).Tagged)
+		lose(t, b)
+
+		rep := reconcile(t, b, withRides(t, b))
+		require.Empty(t, rep.Discrepancies)
+		require.Equal(t, []Restoration{{ChargeID: ride.ChargeID, RideID: ride.ID}}, rep.Restored)
+		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM rides WHERE id = $1 AND stripe_charge_id = $2 AND status = 'succeeded'`,
+			ride.ID, ride.ChargeID))
+		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM audit_records WHERE action = 'ride.restored' AND resource_id = $1`, ride.ID))
+		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM staged_jobs WHERE job_args->>'ride_id' = $1`, strconv.FormatInt(ride.ID, 10)))
+
+		resp := b.PostRide(t, key, apitest.DefaultParams)
+		require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
+		require.Equal(t, "true", resp.Header.Get("Idempotent-Replayed"))
+		require.EqualValues(t, ride.ID, resp.JSON(t)["id"])
+		require.Len(t, b.Stripe.Charges(), 2, "one charge and the declined one: nothing charged again")
+
+		again := reconcile(t, b, withRides(t, b))
+		require.Empty(t, again.Discrepancies)
+		require.Empty(t, again.Restored, "restored once")
+	})
+
+	// Without the ride's id on the charge, or with its id taken by another
+	// ride since, the ride comes back under a new id.
+	t.Run("LostRideTakesANewIDWhereItsOwnIsTaken", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1)
+		ride := b.rides[0]
+		lose(t, b)
+		resp := b.PostRide(t, apitest.NewKey(), apitest.DefaultParams)
+		require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
+
+		rep := reconcile(t, b, withRides(t, b))
+		require.Empty(t, rep.Discrepancies)
+		require.Len(t, rep.Restored, 1)
+		require.NotEqual(t, ride.ID, rep.Restored[0].RideID)
+		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM rides WHERE id = $1 AND stripe_charge_id = $2`,
+			rep.Restored[0].RideID, ride.ChargeID))
+		next := b.PostRide(t, apitest.NewKey(), apitest.DefaultParams)
+		require.Equal(t, http.StatusCreated, next.Status, "%s", next.Body, "the sequence moved past the restored id")
+	})
+
+	t.Run("LostRideIsReportedWithoutRides", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 1)
+		lose(t, b)
+		rep := reconcile(t, b, Config{})
+		require.Equal(t, []Discrepancy{{Kind: LostRide, ChargeID: b.rides[0].ChargeID}}, found(rep))
+		require.Contains(t, rep.Discrepancies[0].Detail, "the database holds no such request")
+	})
+
+	// A charge whose metadata does not make the request it says it is
+	// restores nothing: a person looks.
+	t.Run("LostRideThatCannotBeRestoredIsLeftForAPerson", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 0)
+		forged := charge(t, b, b.User.StripeCustomerID, rides.Price, map[string]string{
+			rides.MetadataUserID:         strconv.FormatInt(b.User.ID, 10),
+			rides.MetadataIdempotencyKey: "never-seen",
+			rides.MetadataRequestParams:  `{"origin_lat":1,"origin_lon":2,"target_lat":3,"target_lon":4}`,
+			rides.MetadataRequestSHA256:  "not-its-hash",
+		})
+		rep := reconcile(t, b, withRides(t, b))
+		require.Equal(t, []Discrepancy{{Kind: LostRide, ChargeID: forged}}, found(rep))
+		require.Contains(t, rep.Discrepancies[0].Detail, "not restored, a person decides: metadata request_params does not hash to request_sha256")
+		require.Empty(t, rep.Restored)
+		require.Zero(t, b.Count(t, `SELECT count(*) FROM rides WHERE status = 'succeeded'`))
+		require.Zero(t, b.Count(t, `SELECT count(*) FROM idempotency_keys WHERE idempotency_key = 'never-seen'`))
+	})
+
 	t.Run("CleanWorldReportsNothing", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 3)
@@ -113,7 +233,7 @@ func TestReconcile(t *testing.T) {
 		require.True(t, rep.OK())
 		// Three paid rides and the declined one; the declined one's failed
 		// charge is not counted.
-		require.Equal(t, "charges=3 rides=4 charge_without_ride=0 unknown_charge=0 mismatch=0 double_charge=0", rep.String())
+		require.Equal(t, "charges=3 rides=4 charge_without_ride=0 unknown_charge=0 mismatch=0 double_charge=0 lost_ride=0 restored=0", rep.String())
 		require.Zero(t, rep.Pending)
 		require.WithinDuration(t, time.Now(), rep.Until, time.Minute)
 		require.Equal(t, DefaultWindow, rep.Until.Sub(rep.Since))
@@ -219,8 +339,10 @@ func TestReconcile(t *testing.T) {
 
 		rep := reconcile(t, b, Config{})
 		require.Equal(t, []Discrepancy{{Kind: Mismatch, ChargeID: ride.ChargeID, RideID: ride.ID}}, found(rep))
-		require.Equal(t, fmt.Sprintf("customer: ride's user %d is %s, charge %s",
-			b.BadSourceUser.ID, b.BadSourceUser.StripeCustomerID, b.User.StripeCustomerID), rep.Discrepancies[0].Detail)
+		require.Equal(t, fmt.Sprintf("customer: ride's user %d is %s, charge %s; "+
+			"request: ride's is user %d's, charge metadata names user %d's under another Idempotency-Key",
+			b.BadSourceUser.ID, b.BadSourceUser.StripeCustomerID, b.User.StripeCustomerID, b.BadSourceUser.ID, b.User.ID),
+			rep.Discrepancies[0].Detail)
 	})
 
 	t.Run("RideRecordsFailedCharge", func(t *testing.T) {
@@ -256,7 +378,7 @@ func TestReconcile(t *testing.T) {
 		rep := reconcile(t, b, Config{})
 		require.Equal(t, []Discrepancy{{Kind: DoubleCharge, ChargeID: second, RideID: ride.ID}}, found(rep))
 		require.Equal(t, fmt.Sprintf("ride %d was already charged by %s", ride.ID, ride.ChargeID), rep.Discrepancies[0].Detail)
-		require.Equal(t, "charges=4 rides=4 charge_without_ride=0 unknown_charge=0 mismatch=0 double_charge=1", rep.String())
+		require.Equal(t, "charges=4 rides=4 charge_without_ride=0 unknown_charge=0 mismatch=0 double_charge=1 lost_ride=0 restored=0", rep.String())
 	})
 
 	t.Run("UnrecordedChargeIsPendingWithinGrace", func(t *testing.T) {
@@ -286,7 +408,7 @@ func TestReconcile(t *testing.T) {
 
 		later := time.Now().Add(48 * time.Hour)
 		rep := reconcile(t, b, Config{Now: func() time.Time { return later }})
-		require.Equal(t, "charges=0 rides=0 charge_without_ride=0 unknown_charge=0 mismatch=0 double_charge=0", rep.String())
+		require.Equal(t, "charges=0 rides=0 charge_without_ride=0 unknown_charge=0 mismatch=0 double_charge=0 lost_ride=0 restored=0", rep.String())
 	})
 
 	t.Run("RideJustBeforeTheWindowIsComparedWithItsCharge", func(t *testing.T) {
@@ -486,7 +608,7 @@ func TestReportString(t *testing.T) {
 		{Kind: DoubleCharge, ChargeID: "ch_2", RideID: 9, Detail: "ride 9 was already charged by ch_1"},
 		{Kind: ChargeWithoutRide, ChargeID: "ch_3", Detail: "metadata ride_id 5 names no ride"},
 	}}
-	require.Equal(t, "charges=120 rides=121 charge_without_ride=1 unknown_charge=0 mismatch=0 double_charge=1", rep.String())
+	require.Equal(t, "charges=120 rides=121 charge_without_ride=1 unknown_charge=0 mismatch=0 double_charge=1 lost_ride=0 restored=0", rep.String())
 	require.Equal(t, "double_charge charge=ch_2 ride=9: ride 9 was already charged by ch_1", rep.Discrepancies[0].String())
 	require.Equal(t, "charge_without_ride charge=ch_3: metadata ride_id 5 names no ride", rep.Discrepancies[1].String())
 	require.False(t, rep.OK())

@@ -31,10 +31,23 @@ const (
 	// DoubleCharge is a second successful charge for one ride: the failure
 	// idempotency keys exist to prevent.
 	DoubleCharge Kind = "double_charge"
+
+	// LostRide is money taken for a request the database no longer holds:
+	// a successful charge whose metadata names a request of which there is
+	// no key, no ride and no reaper's record. The database lost commits it
+	// had acknowledged. With Config.Rides the ride is restored from the
+	// charge, and only one that cannot be is reported.
+	LostRide Kind = "lost_ride"
 )
 
 // Kinds lists every Kind in the order reports show them.
-var Kinds = []Kind{ChargeWithoutRide, UnknownCharge, Mismatch, DoubleCharge}
+var Kinds = []Kind{ChargeWithoutRide, UnknownCharge, Mismatch, DoubleCharge, LostRide}
+
+// Restoration is a ride restored from its charge (Config.Rides).
+type Restoration struct {
+	ChargeID string `json:"charge_id"`
+	RideID   int64  `json:"ride_id"`
+}
 
 // Discrepancy is one disagreement between Stripe and the rides table.
 type Discrepancy struct {
@@ -87,6 +100,12 @@ type Report struct {
 	// Discrepancies are ordered by kind (as in Kinds), then ride, then
 	// charge.
 	Discrepancies []Discrepancy
+
+	// Restored are the rides whose requests the database had lost, which
+	// this run restored from their charges.
+	Restored []Restoration
+	// Tagged counts the charges this run gave their ride's id.
+	Tagged int
 }
 
 // Count returns the number of discrepancies of kind k.
@@ -104,13 +123,14 @@ func (r *Report) Count(k Kind) int {
 func (r *Report) OK() bool { return len(r.Discrepancies) == 0 }
 
 // String is the one-line summary:
-// charges=120 rides=120 charge_without_ride=0 unknown_charge=0 mismatch=0 double_charge=0.
+// charges=120 rides=120 charge_without_ride=0 unknown_charge=0 mismatch=0 double_charge=0 lost_ride=0 restored=0.
 func (r *Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "charges=%d rides=%d", r.Charges, r.Rides)
 	for _, k := range Kinds {
 		fmt.Fprintf(&b, " %s=%d", k, r.Count(k))
 	}
+	fmt.Fprintf(&b, " restored=%d", len(r.Restored))
 	return b.String()
 }
 

@@ -28,11 +28,15 @@ func (r *Reconciler) Record(ctx context.Context, rep *Report) error {
 	if err != nil {
 		return fmt.Errorf("encode findings: %w", err)
 	}
+	restored, err := json.Marshal(append([]Restoration{}, rep.Restored...))
+	if err != nil {
+		return fmt.Errorf("encode restorations: %w", err)
+	}
 	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `
-			INSERT INTO reconcile_runs (since, until, charges, rides, pending, discrepancies)
-			VALUES ($1, $2, $3, $4, $5, $6)`,
-			rep.Since, rep.Until, rep.Charges, rep.Rides, rep.Pending, json.RawMessage(data)); err != nil {
+			INSERT INTO reconcile_runs (since, until, charges, rides, pending, discrepancies, restored)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			rep.Since, rep.Until, rep.Charges, rep.Rides, rep.Pending, json.RawMessage(data), json.RawMessage(restored)); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `
@@ -64,13 +68,13 @@ type Run struct {
 // Latest returns the latest recorded run, or nil if none was recorded.
 func Latest(ctx context.Context, pool *pgxpool.Pool) (*Run, error) {
 	var (
-		run  Run
-		data []byte
+		run            Run
+		data, restored []byte
 	)
 	err := pool.QueryRow(ctx, `
-		SELECT ran_at, since, until, charges, rides, pending, discrepancies
+		SELECT ran_at, since, until, charges, rides, pending, discrepancies, restored
 		FROM reconcile_runs ORDER BY id DESC LIMIT 1`,
-	).Scan(&run.RanAt, &run.Since, &run.Until, &run.Charges, &run.Rides, &run.Pending, &data)
+	).Scan(&run.RanAt, &run.Since, &run.Until, &run.Charges, &run.Rides, &run.Pending, &data, &restored)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, nil
@@ -83,6 +87,9 @@ func Latest(ctx context.Context, pool *pgxpool.Pool) (*Run, error) {
 	}
 	for _, f := range found {
 		run.Discrepancies = append(run.Discrepancies, Discrepancy(f))
+	}
+	if err := json.Unmarshal(restored, &run.Restored); err != nil {
+		return nil, fmt.Errorf("decode latest reconciliation's restorations: %w", err)
 	}
 	return &run, nil
 }

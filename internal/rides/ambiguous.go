@@ -12,6 +12,15 @@
 //     replays it on every retry, and asking again cannot tell whether the
 //     charge happened. A request gets MaxChargeAttempts such answers, then
 //     its key is set aside for a human (unknownOutcome, setAside).
+//
+// And two answers mean the charge Stripe holds under the key may not be
+// this request's, so it is neither recorded nor made again under another
+// key; the request is set aside for a person, naming the charge:
+//
+//   - Stripe refuses the key as used with other parameters (keyConflict).
+//   - Stripe replays a charge, as it does for a retry and for a request
+//     whose first row the database lost, but the charge names another
+//     request, or another ride already records it (checkReplay).
 
 package rides
 
@@ -23,6 +32,7 @@ import (
 	"time"
 
 	"github.com/rocketrides/rocketrides/internal/idem"
+	"github.com/rocketrides/rocketrides/internal/payment"
 )
 
 // adoptForgottenCharge looks at Stripe for the charge of an earlier
@@ -72,21 +82,80 @@ func (r *request) unknownOutcome(ctx context.Context, chargeErr error) error {
 		return errors.Join(fmt.Errorf("charge ride %d: %w", r.ride.ID, chargeErr), err)
 	}
 	if n >= r.maxChargeAttempts {
-		return r.setAside(ctx, n)
+		field, value := chargeMatch(r.key)
+		return r.setAside(ctx, fmt.Sprintf("charge outcome still unknown after %d attempts; check Stripe for metadata %s=%s (idempotency_key_id=%d)",
+			n, field, value, r.key.ID))
 	}
 	return fmt.Errorf("charge ride %d (unknown outcome %d of %d): %w", r.ride.ID, n, r.maxChargeAttempts, chargeErr)
 }
 
-// setAside flags the request's key for a human after n unknown outcomes
-// of its charge, and moves its ride to needs_review in the same atomic
-// phase, so that the ride never says pending about a key nobody works.
-// The key stays at ride_created, resumable once someone has checked
-// Stripe and cleared the flag; until then every retry gets
-// idem.ErrNeedsAttention without calling Stripe.
-func (r *request) setAside(ctx context.Context, n int) error {
+// keyConflict sets the request aside when Stripe refused its charge
+// because the Stripe key was first used with other parameters
+// (chargeErr). The request's Stripe key comes from the client's key
+// alone, so this is the same key sent for another request: a client that
+// reused its key after the database lost the first request's row, or a
+// change to what the charge sends. A charge may exist under the key;
+// charging under another one could take the money twice, so a person
+// looks first, shown the charge the key's metadata finds.
+func (r *request) keyConflict(ctx context.Context, chargeErr error) error {
 	field, value := chargeMatch(r.key)
-	reason := fmt.Sprintf("charge outcome still unknown after %d attempts; check Stripe for metadata %s=%s (idempotency_key_id=%d)",
-		n, field, value, r.key.ID)
+	found := "no succeeded charge found"
+	chargeID, ok, err := r.payments.FindCharge(ctx, r.user.StripeCustomerID, field, value, r.key.CreatedAt.Add(-r.stripeRetention))
+	switch {
+	case err != nil:
+		found = "charges not looked up: " + err.Error()
+	case ok:
+		found = "charge " + chargeID
+	}
+	r.logger.WarnContext(ctx, "Stripe refused the charge's idempotency key as used with other parameters",
+		slog.Int64("idempotency_key_id", r.key.ID),
+		slog.String("stripe_idempotency_key", StripeKey(r.key)),
+		slog.Any("error", chargeErr))
+	return r.setAside(ctx, fmt.Sprintf("Stripe refused the charge: its Stripe key was first used with other parameters; %s (metadata %s=%s)",
+		found, field, value))
+}
+
+// checkReplay returns nil when the charge Stripe replayed is this
+// request's to record: the metadata it holds is what this request sends,
+// and no other ride records it. Otherwise the request is set aside,
+// naming the charge.
+func (r *request) checkReplay(ctx context.Context, charge payment.Created) error {
+	for k, want := range r.chargeRequest().Metadata {
+		if got := charge.Metadata[k]; got != want {
+			return r.setAside(ctx, fmt.Sprintf("Stripe replayed charge %s, whose metadata %s is not this request's",
+				charge.ID, k))
+		}
+	}
+	other, err := rideByCharge(ctx, r.pool, charge.ID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("look for another ride recording charge %s: %w", charge.ID, err)
+	case other.ID != r.ride.ID:
+		return r.setAside(ctx, fmt.Sprintf("Stripe replayed charge %s, which ride %d already records",
+			charge.ID, other.ID))
+	}
+	r.logger.InfoContext(ctx, "Recording the charge Stripe replayed for this request",
+		slog.Int64("idempotency_key_id", r.key.ID),
+		slog.Int64("ride_id", r.ride.ID),
+		slog.String("charge_id", charge.ID))
+	return nil
+}
+
+// maxReason is the longest reason idempotency_keys.attention_reason
+// holds, in characters; a longer one, which a long client key can make,
+// is cut.
+const maxReason = 500
+
+// setAside flags the request's key for a human, for reason, and moves its
+// ride to needs_review in the same atomic phase, so that the ride never
+// says pending about a key nobody works. The key stays at ride_created,
+// resumable once someone has checked Stripe and cleared the flag; until
+// then every retry gets idem.ErrNeedsAttention without calling Stripe.
+func (r *request) setAside(ctx context.Context, reason string) error {
+	if runes := []rune(reason); len(runes) > maxReason {
+		reason = string(runes[:maxReason-1]) + "…"
+	}
 	r.logger.ErrorContext(ctx, "Setting idempotency key aside for human attention",
 		slog.Int64("idempotency_key_id", r.key.ID),
 		slog.Int64("user_id", r.user.ID),

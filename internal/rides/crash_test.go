@@ -153,8 +153,8 @@ func requireInvariants(t *testing.T, b *apitest.Stack, key string) {
 			continue
 		}
 		require.Equal(t, 1, b.Count(t,
-			`SELECT count(*) FROM rides WHERE stripe_charge_id = $1 AND amount = $2 AND currency = $3 AND id::text = $4`,
-			c.ID, c.Amount, c.Currency, c.Metadata["ride_id"]),
+			`SELECT count(*) FROM rides WHERE stripe_charge_id = $1 AND amount = $2 AND currency = $3 AND user_id::text = $4`,
+			c.ID, c.Amount, c.Currency, c.Metadata[rides.MetadataUserID]),
 			"charge %s belongs to its ride with the same amount", c.ID)
 	}
 	require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM rides`))

@@ -178,6 +178,9 @@ func TestLateRetry(t *testing.T) {
 		_, _, err = b.reaper.RunOnce(context.Background())
 		require.NoError(t, err)
 		require.Zero(t, b.Count(t, `SELECT count(*) FROM reaped_keys`))
+		// Stripe forgot the Stripe key 29 days before the record went:
+		// the same Stripe key makes a new charge.
+		b.Stripe.Advance(reaper.DefaultRetainReaped + time.Hour)
 
 		resp := b.PostRide(t, key, apitest.DefaultParams)
 		require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)

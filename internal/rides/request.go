@@ -7,8 +7,10 @@
 // Left to a second reading: how r.phase and r.phases go to Postgres, two
 // phases in one round trip (idem's pipeline.go), and the test seams they
 // and the Stripe client pass (seams.go); what the charge step does when
-// Stripe cannot say whether it charged (ambiguous.go), and what a person
-// decides then (settle.go); the rides table's statements (store.go); the
+// Stripe cannot say whether it charged, or whose charge it answered with
+// (ambiguous.go), and what a person decides then (settle.go); the Stripe
+// request of keys made before it was derived from the client's
+// (service.go); the rides table's statements (store.go); the
 // Service, its config and its entry points (service.go); the HTTP handler
 // and the request's parameters (handler.go, params.go).
 
@@ -25,9 +27,10 @@
 //
 // The Stripe charge is the one foreign state mutation. It happens between
 // transactions, never inside one, and carries the idempotency key
-// rocket-rides-<idempotency key id>-<key identity> (StripeKey), so that a
-// request resumed after any crash asks Stripe for the same charge again
-// and is charged at most once.
+// rocket-rides-<user id>-<SHA-256 of the client's key> (StripeKey), so
+// that a request resumed after any crash, or retried after the database
+// lost its row, asks Stripe for the same charge again and is charged at
+// most once.
 package rides
 
 import (
@@ -120,10 +123,10 @@ func (r *request) createRide(_ context.Context, tx *idem.Tx) (idem.Outcome, erro
 	return idem.AdvanceToForeignCall(RideCreated).Creates(rideSequence), nil
 }
 
-// charge is the foreign state mutation: it charges the ride at Stripe and
-// then records the charge in an atomic phase that moves the key to
-// charge_created. A charge Stripe refuses for good is stored as the
-// response instead, and the key is finished.
+// charge is the foreign state mutation: it charges for the ride at Stripe
+// (ChargeRequest) and then records the charge in an atomic phase that
+// moves the key to charge_created. A charge Stripe refuses for good is
+// stored as the response instead, and the key is finished.
 //
 // The Stripe call is made outside any transaction: holding one open
 // across a network call would pin a connection and row locks for as long
@@ -143,14 +146,10 @@ func (r *request) charge(ctx context.Context) error {
 		return err
 	}
 
-	chargeID, err := r.payments.Charge(ctx, payment.ChargeRequest{
-		Customer:       r.user.StripeCustomerID,
-		Amount:         r.ride.Amount,
-		Currency:       r.ride.Currency,
-		Description:    fmt.Sprintf("Rocket Rides ride %d", r.ride.ID),
-		Metadata:       ChargeMetadata(r.ride.ID, r.key),
-		IdempotencyKey: StripeKey(r.key),
-	})
+	charge, err := r.payments.Charge(ctx, r.chargeRequest())
+	if errors.Is(err, payment.ErrKeyConflict) {
+		return r.keyConflict(ctx, err) // never charge again on doubt (ambiguous.go)
+	}
 	switch payment.OutcomeOf(err) {
 	case payment.Declined:
 		// Final: the card will be declined on every retry, so the answer
@@ -170,27 +169,56 @@ func (r *request) charge(ctx context.Context) error {
 		// Stripe again with the same key, which settles it.
 		return fmt.Errorf("charge ride %d: %w", r.ride.ID, err)
 	}
+	if charge.Replayed { // an earlier attempt's: recorded if provably ours (ambiguous.go)
+		if err := r.checkReplay(ctx, charge); err != nil {
+			return err
+		}
+	}
 	// No foreign call separates recording the charge from finishing the
 	// request: the two phases go out in one pipeline, each still its own
 	// transaction (tx -> charge_created, tx -> finished).
-	return r.phases(ctx, r.recordCharge(chargeID), r.stageReceipt)
+	return r.phases(ctx, r.recordCharge(charge.ID), r.stageReceipt)
 }
 
-// StripeKey is the idempotency key sent to Stripe for the charge of the
-// request of key: rocket-rides-<key id>-<key identity>. It is derived from
-// our key row, not from the client's key, so that it is unique across all
-// users and the same on every retry of the request. The identity, a
-// random UUID, keeps it unique when a failover loses the database's last
-// commits and the id sequence hands a lost key's id to another request
-// (idempotency_keys.identity). Keys created before the identity existed keep
-// rocket-rides-<key id>, the key Stripe may already hold their charge
-// under.
-func StripeKey(key *idem.Key) string {
-	id := "rocket-rides-" + strconv.FormatInt(key.ID, 10)
-	if key.Identity == nil {
-		return id
+// ChargeRequest is the Stripe request that charges for the ride request
+// of key: a pure function of what the client sent (its user, its
+// Idempotency-Key, its parameters), holding nothing the database drew. A
+// retry after the database lost the key's row and its ride (a failover, a
+// restore from backup) makes a new row, sends Stripe the same request,
+// and gets back the charge Stripe made the first time. The metadata also
+// lets a lost ride be restored (restore.go); the ride's id reaches Stripe
+// later, by an update of the charge that cannot charge (package
+// reconcile).
+func ChargeRequest(u user.User, key *idem.Key, p Params) payment.ChargeRequest {
+	params := p.Canonical()
+	return payment.ChargeRequest{
+		Customer:    u.StripeCustomerID,
+		Amount:      Price,
+		Currency:    Currency,
+		Description: "Rocket Rides ride",
+		Metadata: map[string]string{
+			MetadataUserID:         strconv.FormatInt(u.ID, 10),
+			MetadataIdempotencyKey: key.IdempotencyKey,
+			MetadataRequestParams:  string(params),
+			MetadataRequestSHA256:  sha256Hex(params),
+		},
+		IdempotencyKey: StripeKey(key),
 	}
-	return id + "-" + key.Identity.String()
+}
+
+// StripeKey is the idempotency key of a ride request's charge at Stripe:
+// rocket-rides-<user id>-<SHA-256 of the client's Idempotency-Key>, the
+// key's identity as the client gave it. Client keys are unique per user,
+// so the Stripe key is unique in the account; it is the same on every
+// retry, whether or not the database still holds the key's row; and the
+// hash keeps it within Stripe's 255 characters whatever the client's key.
+// A key made before this scheme keeps the key it was first charged under,
+// rocket-rides-<key id>-<key identity>.
+func StripeKey(key *idem.Key) string {
+	if key.Identity != nil {
+		return "rocket-rides-" + strconv.FormatInt(key.ID, 10) + "-" + key.Identity.String()
+	}
+	return "rocket-rides-" + strconv.FormatInt(key.UserID, 10) + "-" + sha256Hex([]byte(key.IdempotencyKey))
 }
 
 // loadRide reads the ride of a request that resumes at ride_created.
@@ -232,9 +260,15 @@ func (r *request) stageReceipt(ctx context.Context, tx *idem.Tx) (idem.Outcome, 
 	if ride.StripeChargeID == nil {
 		return idem.Outcome{}, fmt.Errorf("bug: key %d is at %s but ride %d has no charge", r.key.ID, ChargeCreated, ride.ID)
 	}
+	return finishPaid(tx, ride)
+}
+
+// finishPaid queues the end of a paid ride's request: its receipt, staged
+// to be sent once the phase commits, and the 201 every retry replays.
+func finishPaid(tx *idem.Tx, ride *Ride) (idem.Outcome, error) {
 	if err := jobs.Stage(tx, jobs.ReceiptArgs{
 		RideID:         ride.ID,
-		UserID:         r.user.ID,
+		UserID:         ride.UserID,
 		Amount:         ride.Amount,
 		Currency:       ride.Currency,
 		StripeChargeID: *ride.StripeChargeID,

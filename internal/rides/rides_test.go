@@ -2,6 +2,7 @@ package rides_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
@@ -73,7 +74,16 @@ func TestCreateRide(t *testing.T) {
 		charge := b.ChargesFor(row.ID)[0]
 		require.Equal(t, charge.ID, ride["stripe_charge_id"])
 		require.Equal(t, b.User.StripeCustomerID, charge.Customer)
-		require.Equal(t, fmt.Sprint(ride["id"]), charge.Metadata["ride_id"])
+		// The charge is the client's request's: who, under which key, for
+		// what; nothing the database drew (the ride's id reaches Stripe
+		// later, from the reconciler).
+		require.Equal(t, map[string]string{
+			rides.MetadataUserID:         fmt.Sprint(b.User.ID),
+			rides.MetadataIdempotencyKey: key,
+			rides.MetadataRequestParams:  `{"origin_lat":37.7749,"origin_lon":-122.4194,"target_lat":37.8044,"target_lon":-122.2712}`,
+			rides.MetadataRequestSHA256:  fmt.Sprintf("%x", sha256.Sum256([]byte(`{"origin_lat":37.7749,"origin_lon":-122.4194,"target_lat":37.8044,"target_lon":-122.2712}`))),
+		}, charge.Metadata)
+		require.Equal(t, "Rocket Rides ride", charge.Description)
 		require.Nil(t, row.LockedAt, "a finished key is unlocked")
 		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM audit_records WHERE action = 'ride.created' AND resource_id = $1 AND origin_ip = '127.0.0.1'`, ride["id"]))
 	})

@@ -95,7 +95,7 @@ func (r *request) seamedPhase(fn idem.PhaseFunc) idem.PhaseFunc {
 // payment.Gateway, the only Stripe client, or where seams may be armed,
 // seamedGateway.
 type gateway interface {
-	Charge(ctx context.Context, req payment.ChargeRequest) (chargeID string, err error)
+	Charge(ctx context.Context, req payment.ChargeRequest) (payment.Created, error)
 	FindCharge(ctx context.Context, customer, metadataKey, value string, since time.Time) (chargeID string, found bool, err error)
 	ChargesFor(ctx context.Context, customer, metadataKey, value string, since time.Time) ([]*payment.Charge, error)
 }
@@ -117,13 +117,13 @@ func withSeams(payments *payment.Gateway, fail *failpoint.Set) gateway {
 	return seamedGateway{Gateway: payments, fail: fail}
 }
 
-func (g seamedGateway) Charge(ctx context.Context, req payment.ChargeRequest) (string, error) {
+func (g seamedGateway) Charge(ctx context.Context, req payment.ChargeRequest) (payment.Created, error) {
 	if err := g.fail.At(ctx, FailBeforeCharge); err != nil {
-		return "", err
+		return payment.Created{}, err
 	}
-	chargeID, err := g.Gateway.Charge(ctx, req)
+	charge, err := g.Gateway.Charge(ctx, req)
 	if err != nil {
-		return "", err
+		return payment.Created{}, err
 	}
-	return chargeID, g.fail.At(ctx, FailAfterCharge)
+	return charge, g.fail.At(ctx, FailAfterCharge)
 }

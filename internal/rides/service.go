@@ -3,13 +3,16 @@
 // a request's key (idem.Store.Claim) and drives it, Resume drives a key the
 // completer claimed, both through drive, which refuses a key set aside for
 // a person and then runs the DAG (request.go). Also the charge's metadata,
-// which names the request on its Stripe charge.
+// which names the request on its Stripe charge, and the charge of keys made
+// before it was derived from the client's request.
 
 package rides
 
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,38 +49,75 @@ var ErrSimulated = errors.New("simulated failure requested with raise_error")
 // fingerprint.
 const Path = "/rides"
 
-// Metadata keys a ride's charge carries. The identity is only sent for a
-// key that has one: a key charged before it existed sends the parameters
-// it was first charged with, or Stripe would refuse the retry as a reused
-// key.
+// Metadata keys a ride's charge carries, all from the client's request
+// (ChargeRequest): who asked, under which Idempotency-Key, for what (the
+// parameters as canonical JSON, and their SHA-256, the request's
+// fingerprint). MetadataRideID is added once the charge is recorded, by
+// an update that cannot charge (package reconcile).
 const (
-	metadataRideID      = "ride_id"
+	MetadataUserID         = "user_id"
+	MetadataIdempotencyKey = "idempotency_key"
+	MetadataRequestParams  = "request_params"
+	MetadataRequestSHA256  = "request_sha256"
+	MetadataRideID         = "ride_id"
+)
+
+// Metadata keys of the charges of keys made before the charge was derived
+// from the client's request (legacyChargeRequest).
+const (
 	metadataKeyID       = "idempotency_key_id"
 	metadataKeyIdentity = "idempotency_key_identity"
 )
 
+// sha256Hex is the SHA-256 of b, in lower-case hex.
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// chargeRequest is the request's charge at Stripe, ChargeRequest; a key
+// made before the charge was derived from the client's request sends what
+// it was first charged with.
+func (r *request) chargeRequest() payment.ChargeRequest {
+	if r.key.Identity != nil {
+		return legacyChargeRequest(r.user, r.key, r.ride.ID)
+	}
+	return ChargeRequest(r.user, r.key, r.params)
+}
+
+// legacyChargeRequest is the charge of a key made before the charge was
+// derived from the client's request, as it was first sent: keyed by the
+// key's row (rocket-rides-<key id>-<key identity>) and naming the ride.
+// Sent with other parameters, Stripe would refuse the retry.
+func legacyChargeRequest(u user.User, key *idem.Key, rideID int64) payment.ChargeRequest {
+	return payment.ChargeRequest{
+		Customer:       u.StripeCustomerID,
+		Amount:         Price,
+		Currency:       Currency,
+		Description:    fmt.Sprintf("Rocket Rides ride %d", rideID),
+		Metadata:       LegacyMetadata(rideID, key),
+		IdempotencyKey: StripeKey(key),
+	}
+}
+
+// LegacyMetadata is the metadata of the charge of ride rideID, made for a
+// key made before the charge was derived from the client's request.
+func LegacyMetadata(rideID int64, key *idem.Key) map[string]string {
+	return map[string]string{
+		MetadataRideID:      strconv.FormatInt(rideID, 10),
+		metadataKeyID:       strconv.FormatInt(key.ID, 10),
+		metadataKeyIdentity: key.Identity.String(),
+	}
+}
+
 // chargeMatch is the metadata field and value that name key's request on
-// its charges, to find them at Stripe: the key's identity where it has
-// one, since after a failover lost a key its id may name another
-// request's charge too; otherwise the key's id.
+// its charges, to find them at Stripe among its customer's: the client's
+// Idempotency-Key, unique per user; for a legacy key, its identity.
 func chargeMatch(key *idem.Key) (field, value string) {
 	if key.Identity != nil {
 		return metadataKeyIdentity, key.Identity.String()
 	}
-	return metadataKeyID, strconv.FormatInt(key.ID, 10)
-}
-
-// ChargeMetadata names the ride and its request on the charge, so that a
-// charge can be found again (adoptForgottenCharge) and reconciled.
-func ChargeMetadata(rideID int64, key *idem.Key) map[string]string {
-	m := map[string]string{
-		metadataRideID: strconv.FormatInt(rideID, 10),
-		metadataKeyID:  strconv.FormatInt(key.ID, 10),
-	}
-	if key.Identity != nil {
-		m[metadataKeyIdentity] = key.Identity.String()
-	}
-	return m
+	return MetadataIdempotencyKey, key.IdempotencyKey
 }
 
 // Defaults of ServiceConfig.

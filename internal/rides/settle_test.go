@@ -2,6 +2,7 @@ package rides_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -54,16 +55,16 @@ func TestSettle(t *testing.T) {
 	// Stripe key suffix.
 	chargeAtStripe := func(t *testing.T, b *testBundle, suffix string) string {
 		t.Helper()
-		var rideID int64
-		require.NoError(t, b.Pool.QueryRow(context.Background(),
-			`SELECT id FROM rides WHERE idempotency_key_id = $1`, b.keyID).Scan(&rideID))
-		id, err := b.Gateway.Charge(context.Background(), payment.ChargeRequest{
+		key := b.KeyRow(t, b.key)
+		var params rides.Params
+		require.NoError(t, json.Unmarshal(key.RequestParams, &params))
+		charge, err := b.Gateway.Charge(context.Background(), payment.ChargeRequest{
 			Customer: b.User.StripeCustomerID, Amount: rides.Price, Currency: rides.Currency,
-			Metadata:       rides.ChargeMetadata(rideID, b.KeyRow(t, b.key)),
+			Metadata:       rides.ChargeRequest(b.User, key, params).Metadata,
 			IdempotencyKey: "settle-test-" + strconv.FormatInt(b.keyID, 10) + suffix,
 		})
 		require.NoError(t, err)
-		return id
+		return charge.ID
 	}
 	ride := func(t *testing.T, b *testBundle) (status string, charge *string) {
 		t.Helper()

@@ -116,6 +116,15 @@ func rideByKeyIn(ctx context.Context, tx *idem.Tx, keyID int64) (*Ride, error) {
 	return flushOneRide(ctx, tx, fmt.Sprintf("for key %d", keyID), rideByKeySQL, keyID)
 }
 
+// rideByCharge finds the ride that records charge chargeID.
+func rideByCharge(ctx context.Context, q querier, chargeID string) (*Ride, error) {
+	return oneRide(ctx, q, "recording charge "+chargeID, `
+		SELECT id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
+		       target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id
+		FROM rides
+		WHERE stripe_charge_id = $1`, chargeID)
+}
+
 // rideByID finds a ride of a user; another user's ride is not found.
 func rideByID(ctx context.Context, q querier, userID, id int64) (*Ride, error) {
 	return oneRide(ctx, q, fmt.Sprintf("%d", id), `

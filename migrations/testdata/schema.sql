@@ -121,7 +121,7 @@ CREATE TABLE public.idempotency_keys (
     request_path public.request_path NOT NULL,
     origin_ip inet NOT NULL,
     request_params jsonb NOT NULL,
-    identity uuid DEFAULT gen_random_uuid(),
+    identity uuid,
     last_run_at timestamp with time zone DEFAULT now() NOT NULL,
     claims public.claim_count DEFAULT 1 NOT NULL,
     unknown_outcomes public.unknown_outcome_count DEFAULT 0 NOT NULL,
@@ -221,9 +221,11 @@ CREATE TABLE public.reconcile_runs (
     rides integer NOT NULL,
     pending integer NOT NULL,
     discrepancies jsonb NOT NULL,
+    restored jsonb DEFAULT '[]'::jsonb NOT NULL,
     CONSTRAINT reconcile_runs_charges_check CHECK ((charges >= 0)),
     CONSTRAINT reconcile_runs_discrepancies_check CHECK ((jsonb_typeof(discrepancies) = 'array'::text)),
     CONSTRAINT reconcile_runs_pending_check CHECK ((pending >= 0)),
+    CONSTRAINT reconcile_runs_restored_check CHECK ((jsonb_typeof(restored) = 'array'::text)),
     CONSTRAINT reconcile_runs_rides_check CHECK ((rides >= 0))
 );
 

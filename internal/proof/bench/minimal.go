@@ -141,7 +141,7 @@ func (m *MinimalAPI) create(ctx context.Context, key string, ride minimalRide) (
 	if err != nil {
 		return nil, err
 	}
-	ride.Amount, ride.Currency, ride.ChargeID = 2000, "usd", charge
+	ride.Amount, ride.Currency, ride.ChargeID = 2000, "usd", charge.ID
 	answer, err := json.Marshal(ride)
 	if err != nil {
 		return nil, err
@@ -149,7 +149,7 @@ func (m *MinimalAPI) create(ctx context.Context, key string, ride minimalRide) (
 	// charge_created, then finished: two transactions in one round trip.
 	b = &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(minimalChargeSQL, ride.ID, charge)
+	b.Queue(minimalChargeSQL, ride.ID, charge.ID)
 	b.Queue(minimalMoveSQL, keyID, "charge_created", "ride_created").Exec(moved)
 	b.Queue("COMMIT")
 	b.Queue("BEGIN")

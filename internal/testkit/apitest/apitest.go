@@ -325,12 +325,24 @@ func (s *Stack) Count(t testing.TB, sql string, args ...any) int {
 }
 
 // ChargesFor returns the fake's successful charges for the idempotency
-// key row keyID, identified by their metadata. Declined charges (Stripe
-// keeps those as failed charge objects) moved no money and are left out.
+// key row keyID, identified by their metadata: the request's user and
+// Idempotency-Key (rides.ChargeRequest), or a legacy key's id. Declined
+// charges (Stripe keeps those as failed charge objects) moved no money and
+// are left out. A key row that cannot be read has none.
 func (s *Stack) ChargesFor(keyID int64) []fakestripe.Charge {
+	var (
+		userID int64
+		key    string
+	)
+	if err := s.Pool.QueryRow(context.Background(),
+		`SELECT user_id, idempotency_key FROM idempotency_keys WHERE id = $1`, keyID).Scan(&userID, &key); err != nil {
+		return nil
+	}
 	var out []fakestripe.Charge
 	for _, c := range s.Stripe.Charges() {
-		if c.Status == "succeeded" && c.Metadata["idempotency_key_id"] == fmt.Sprint(keyID) {
+		ours := c.Metadata[rides.MetadataUserID] == fmt.Sprint(userID) && c.Metadata[rides.MetadataIdempotencyKey] == key
+		legacy := c.Metadata["idempotency_key_id"] == fmt.Sprint(keyID)
+		if c.Status == "succeeded" && (ours || legacy) {
 			out = append(out, c)
 		}
 	}

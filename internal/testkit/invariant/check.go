@@ -185,8 +185,16 @@ func (st *state) check(opts Options) Report {
 		return k == nil || k.RecoveryPoint == idem.Finished
 	}
 
+	// A newer charge names its request by its user and Idempotency-Key
+	// (rides.ChargeRequest): its key is the one of that request, and its
+	// ride the key's.
+	keyOfRequest := map[string]*key{}
+	for _, k := range st.keys {
+		keyOfRequest[strconv.FormatInt(k.UserID, 10)+"/"+k.IdempotencyKey] = k
+	}
+
 	succeeded := map[string]charge{}
-	byRequest := map[string][]charge{} // by metadata idempotency_key_identity, else idempotency_key_id, else ride_id
+	byRequest := map[string][]charge{} // by the request a charge names, else metadata idempotency_key_identity, else idempotency_key_id, else ride_id
 	byKey := map[int64][]charge{}
 	for _, c := range st.charges {
 		if !c.Succeeded {
@@ -195,6 +203,14 @@ func (st *state) check(opts Options) Report {
 		}
 		r.Charges++
 		succeeded[c.ID] = c
+		if c.UserID != "" && c.Key != "" {
+			if k := keyOfRequest[c.UserID+"/"+c.Key]; k != nil {
+				c.KeyID = strconv.FormatInt(k.ID, 10)
+				if rd := rideOfKey[k.ID]; rd != nil {
+					c.RideID = strconv.FormatInt(rd.ID, 10)
+				}
+			}
+		}
 		// An id can name two requests once a failover has lost one of
 		// them; the identity names one. A charge whose identity is not
 		// its key's is the lost request's: no ride accounts for it.
@@ -206,7 +222,12 @@ func (st *state) check(opts Options) Report {
 			continue
 		}
 		request := "key " + c.KeyID
-		if c.KeyID == "" {
+		switch {
+		case c.KeyID != "":
+		case c.UserID != "" && c.Key != "":
+			// Its request's key is gone: lost with the database's commits.
+			request = fmt.Sprintf("user %s's request under key %q", c.UserID, c.Key)
+		default:
 			request = "ride " + c.RideID
 		}
 		byRequest[request] = append(byRequest[request], c)

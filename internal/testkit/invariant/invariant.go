@@ -107,13 +107,17 @@ func Check(ctx context.Context, pool *pgxpool.Pool, sc *client.API, opts Options
 
 // charge is what Check needs of a Stripe charge.
 type charge struct {
-	ID        string
-	Amount    int64
-	Currency  string
-	Status    string
-	RideID    string // metadata ride_id
-	KeyID     string // metadata idempotency_key_id
-	Identity  string // metadata idempotency_key_identity, on keys that have one
+	ID       string
+	Amount   int64
+	Currency string
+	Status   string
+	RideID   string // metadata ride_id: on older charges from the start, on newer ones once recorded
+	KeyID    string // metadata idempotency_key_id, on older charges
+	Identity string // metadata idempotency_key_identity, on older keys that have one
+	// The request a newer charge names (rides.ChargeRequest): metadata
+	// user_id and idempotency_key.
+	UserID    string
+	Key       string
 	Customer  string
 	Succeeded bool
 }
@@ -135,6 +139,8 @@ func listCharges(ctx context.Context, sc *client.API, customer string, pageSize 
 			RideID:    c.Metadata["ride_id"],
 			KeyID:     c.Metadata["idempotency_key_id"],
 			Identity:  c.Metadata["idempotency_key_identity"],
+			UserID:    c.Metadata[rides.MetadataUserID],
+			Key:       c.Metadata[rides.MetadataIdempotencyKey],
 			Customer:  customer,
 			Succeeded: c.Status == stripe.ChargeStatusSucceeded,
 		}
@@ -157,6 +163,7 @@ type key struct {
 	ResponseBody    []byte             `db:"response_body"`
 	AttentionReason *string            `db:"attention_reason"`
 	Identity        *string            `db:"identity"`
+	IdempotencyKey  string             `db:"idempotency_key"`
 }
 
 // ride is a row of rides.
@@ -200,7 +207,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Duration) (*
 	if st.keys, err = collect[key](ctx, tx, `
 		SELECT id, user_id, recovery_point, locked_at IS NOT NULL AS locked,
 		       coalesce(locked_at > now() - make_interval(secs => $1), false) AS lock_live,
-		       response_code, response_body, attention_reason, identity::text AS identity
+		       response_code, response_body, attention_reason, identity::text AS identity, idempotency_key
 		FROM idempotency_keys ORDER BY id`, lockTimeout.Seconds()); err != nil {
 		return nil, fmt.Errorf("read idempotency keys: %w", err)
 	}

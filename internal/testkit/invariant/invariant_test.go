@@ -143,6 +143,20 @@ func TestCheck(t *testing.T) {
 		requireViolations(t, report, map[invariant.Kind]int{invariant.ChargeWithoutRide: 1, invariant.DoubleCharge: 1})
 	})
 
+	// The database lost a paid request's commits: its charge names a
+	// request of which nothing is left.
+	t.Run("FindsChargeOfALostRequest", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		exec(t, b, `DELETE FROM staged_jobs WHERE (job_args->>'ride_id')::bigint = $1`, b.rideIDs[0])
+		exec(t, b, `DELETE FROM audit_records WHERE resource_id = $1`, b.rideIDs[0])
+		exec(t, b, `DELETE FROM rides WHERE id = $1`, b.rideIDs[0])
+		exec(t, b, `DELETE FROM idempotency_keys WHERE id = $1`, b.keys[0])
+		report := check(t, b, invariant.Options{})
+		requireViolations(t, report, map[invariant.Kind]int{invariant.ChargeWithoutRide: 1})
+		require.Equal(t, 1, report.ChargesWithoutRide)
+	})
+
 	t.Run("FindsAmountMismatch", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
