@@ -1,9 +1,9 @@
 // First reading: the reaper. It deletes idempotency keys past their
 // lifetime, batch after batch (idem.Store.Reap, whose SQL is in idem's
 // abandoned.go). The same statement lists each unfinished key in
-// abandoned_requests for a person, the reaper logs it, and the batch's
-// Settle (rides.SettleReaped) marks its ride needs_review, all in one
-// transaction.
+// abandoned_requests for a person, and the batch's Settle
+// (rides.SettleReaped) marks its ride needs_review in that transaction;
+// once it has committed, the reaper logs each such key.
 //
 // Left to a second reading: the Reaper, its config and defaults
 // (config.go); forgetting the records of reaped keys, which refuse late
