@@ -87,7 +87,7 @@ fuzz:
 ## chaos: the soak: api instances, completers, enqueuers and a worker as
 ## real processes under SIGKILLs, Postgres restarts and Stripe faults, then
 ## every invariant (e.g. CHAOS_FLAGS="-duration 5m -clients 32 -seed 1 -keep");
-## -failover -replication sync|async runs the failover drill on Patroni
+## -failover -replication sync|strict|relaxed|async runs the failover drill on Patroni
 ## (-drill leader|standby|agent), -pooler goes through PgBouncer
 CHAOS_FLAGS ?= -duration 60s
 chaos:

@@ -505,6 +505,15 @@ type Charge struct {
 	Metadata map[string]string
 	Status   string // succeeded, pending or failed
 	Refunded bool   // fully refunded
+	// FailureMessage is why a failed charge failed, as Stripe tells the
+	// customer ("Your card was declined.").
+	FailureMessage string
+}
+
+// Declined reports whether c is a card's refusal: Stripe keeps a failed
+// charge for each.
+func (c *Charge) Declined() bool {
+	return c.Status == string(stripe.ChargeStatusFailed)
 }
 
 func fromStripe(c *stripe.Charge) *Charge {
@@ -516,6 +525,8 @@ func fromStripe(c *stripe.Charge) *Charge {
 		Metadata: c.Metadata,
 		Status:   string(c.Status),
 		Refunded: c.Refunded,
+
+		FailureMessage: c.FailureMessage,
 	}
 	if c.Customer != nil {
 		out.Customer = c.Customer.ID

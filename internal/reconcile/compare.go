@@ -105,6 +105,15 @@ func compare(s snapshot, now time.Time, grace time.Duration) *Report {
 
 	attributed := make(map[int64][]*charge)
 	for _, c := range s.listed {
+		if req, ok := requestOf(c); ok && c.Declined() {
+			// A decline answered a request too: one the database lost is
+			// restored with its 402.
+			if known := s.requests[req]; known.KeyID == nil && !known.Reaped {
+				rep.add(LostRide, c.ID, 0, "user %d's request under Idempotency-Key %q was declined, and the database "+
+					"holds no such request: it lost the request's commits", req.UserID, req.Key)
+			}
+			continue
+		}
 		if !tookMoney(c) {
 			continue
 		}

@@ -159,12 +159,14 @@ func (r *Reconciler) RunOnce(ctx context.Context) (*Report, error) {
 	for _, c := range listed {
 		// Failed charges too: a ride that records one is a mismatch.
 		chargeIDs = append(chargeIDs, c.ID)
+		req, named := requestOf(c)
+		if named && (tookMoney(c) || c.Declined()) {
+			requests = append(requests, req)
+		}
 		if !tookMoney(c) {
 			continue
 		}
-		if req, ok := requestOf(c); ok {
-			requests = append(requests, req)
-		} else if id, err := strconv.ParseInt(c.Metadata[metadataRideID], 10, 64); err == nil {
+		if id, err := strconv.ParseInt(c.Metadata[metadataRideID], 10, 64); !named && err == nil {
 			rideIDs = append(rideIDs, id)
 		}
 		if c.Customer != "" {

@@ -196,6 +196,34 @@ func TestReconcile(t *testing.T) {
 		require.Equal(t, http.StatusCreated, next.Status, "%s", next.Body, "the sequence moved past the restored id")
 	})
 
+	// A declined request the database lost comes back with its 402: the
+	// client's retry replays the answer it was given.
+	t.Run("LostDeclineIsRestored", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 0)
+		var key string
+		require.NoError(t, b.Pool.QueryRow(context.Background(),
+			`SELECT idempotency_key FROM idempotency_keys WHERE response_code = 402`).Scan(&key))
+		exec(t, b, `DELETE FROM audit_records`)
+		exec(t, b, `DELETE FROM rides`)
+		exec(t, b, `DELETE FROM idempotency_keys`)
+
+		rep := reconcile(t, b, withRides(t, b))
+		require.Empty(t, rep.Discrepancies)
+		require.Len(t, rep.Restored, 1)
+		require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM rides WHERE id = $1 AND status = 'declined' AND stripe_charge_id IS NULL`,
+			rep.Restored[0].RideID))
+		require.Zero(t, b.Count(t, `SELECT count(*) FROM staged_jobs`), "no receipt for a decline")
+
+		resp := b.Do(t, http.MethodPost, "/rides", apitest.DefaultParams,
+			"Authorization", "Bearer "+b.BadSourceToken, "Idempotency-Key", key,
+			"Content-Type", "application/x-www-form-urlencoded")
+		require.Equal(t, http.StatusPaymentRequired, resp.Status, "%s", resp.Body)
+		require.Equal(t, "true", resp.Header.Get("Idempotent-Replayed"))
+		require.Equal(t, "card_declined", resp.JSON(t)["code"])
+		require.EqualValues(t, rep.Restored[0].RideID, resp.JSON(t)["ride_id"])
+	})
+
 	t.Run("LostRideIsReportedWithoutRides", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 1)

@@ -32,11 +32,12 @@ const (
 	// idempotency keys exist to prevent.
 	DoubleCharge Kind = "double_charge"
 
-	// LostRide is money taken for a request the database no longer holds:
-	// a successful charge whose metadata names a request of which there is
-	// no key, no ride and no reaper's record. The database lost commits it
-	// had acknowledged. With Config.Rides the ride is restored from the
-	// charge, and only one that cannot be is reported.
+	// LostRide is a charge, successful or declined, for a request the
+	// database no longer holds: its metadata names a request of which there
+	// is no key, no ride and no reaper's record. The database lost commits
+	// it had acknowledged. With Config.Rides the ride is restored from the
+	// charge, with the answer its client was given, and only one that
+	// cannot be is reported.
 	LostRide Kind = "lost_ride"
 )
 

@@ -2,13 +2,14 @@
 // restored from its charge at Stripe. A database can lose commits it had
 // acknowledged (a failover to a standby that did not have them, a split
 // brain rewound, a restore from backup), and with them a ride that was
-// paid for. Because the charge is the client's request (ChargeRequest),
-// its metadata holds everything that request was: who asked, under which
-// Idempotency-Key, for what. Restore makes the request again from it, as
-// a key claimed and an atomic phase from started to finished: the ride,
-// already paid, its audit record, its receipt staged, and the 201 stored,
-// so that the client's retry replays it. Package reconcile finds the
-// charges to restore.
+// paid for, or declined. Because the charge is the client's request
+// (ChargeRequest), its metadata holds everything that request was: who
+// asked, under which Idempotency-Key, for what; and Stripe keeps a
+// declined charge too. Restore makes the request again from it, as a key
+// claimed and an atomic phase from started to finished: the ride, already
+// paid (its receipt staged, the 201 stored) or declined (the 402 stored),
+// and its audit record, so that the client's retry replays the answer it
+// was given. Package reconcile finds the charges to restore.
 
 package rides
 
@@ -26,6 +27,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/audit"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/payment"
+	"github.com/rocketrides/rocketrides/internal/platform/problem"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 
@@ -89,8 +91,8 @@ func requestOf(c *payment.Charge, u func(id int64) (user.User, error)) (restored
 		}
 	}
 	switch {
-	case !c.TookMoney():
-		return refuse("the charge is %s%s and took no money to restore a ride for", c.Status, map[bool]string{true: ", refunded"}[c.Refunded])
+	case !c.TookMoney() && !c.Declined():
+		return refuse("the charge is %s%s: neither a payment nor a decline to restore a ride for", c.Status, map[bool]string{true: ", refunded"}[c.Refunded])
 	case c.Amount != Price || c.Currency != Currency:
 		return refuse("the charge is %d %s, not a ride's price of %d %s", c.Amount, c.Currency, Price, Currency)
 	}
@@ -106,12 +108,14 @@ func requestOf(c *payment.Charge, u func(id int64) (user.User, error)) (restored
 	return req, nil
 }
 
-// Restore makes the ride request that charge c paid for again, when the
-// database holds no request of its user and Idempotency-Key: the key is
-// claimed, as any request's, and one atomic phase takes it from started to
-// finished with the ride (under the id the charge names, where no other
-// ride has it), the charge recorded on it, an audit record saying so, the
-// receipt staged and the 201 stored. It returns the ride's id.
+// Restore makes the ride request that charge c paid for (or that c
+// declined) again, when the database holds no request of its user and
+// Idempotency-Key: the key is claimed, as any request's, and one atomic
+// phase takes it from started to finished with the ride (under the id the
+// charge names, where no other ride has it) and an audit record saying
+// so; for a payment, the charge recorded on the ride, the receipt staged
+// and the 201 stored, for a decline, the 402 stored. It returns the ride's
+// id.
 //
 // It returns ErrNotLost, restoring nothing, when the request is in the
 // database after all, and a *NotRestorableError when c does not say what
@@ -155,6 +159,10 @@ func (s *Service) Restore(ctx context.Context, c *payment.Charge) (rideID int64,
 		}); err != nil {
 			return idem.Outcome{}, err
 		}
+		if c.Declined() {
+			declined := problem.New(http.StatusPaymentRequired, "card_declined", c.FailureMessage)
+			return idem.Respond(declined.Status, declined.With("ride_id", ride.ID).JSON()), nil
+		}
 		return finishPaid(tx, ride)
 	})
 	if err != nil {
@@ -174,17 +182,21 @@ func (s *Service) Restore(ctx context.Context, c *payment.Charge) (rideID int64,
 // database lost with it.
 var restoredOrigin = netip.IPv4Unspecified()
 
-// insertRestoredRide inserts the restored ride of key, already paid by
-// charge c: under the id the charge names where no ride has it (moving the
-// sequence past it, so that no later ride draws it), else under a new id;
-// created when the charge was. It flushes tx: the audit record names the
-// ride.
+// insertRestoredRide inserts the restored ride of key, paid by charge c,
+// or declined: under the id the charge names where no ride has it (moving
+// the sequence past it, so that no later ride draws it), else under a new
+// id; created when the charge was. It flushes tx: the audit record names
+// the ride.
 func insertRestoredRide(ctx context.Context, tx *idem.Tx, keyID int64, req restoredFrom, c *payment.Charge) (*Ride, error) {
 	var want *int64
 	if req.rideID != 0 {
 		want = &req.rideID
 	}
 	p := req.params
+	status, chargeID := StatusSucceeded, &c.ID
+	if c.Declined() {
+		status, chargeID = StatusDeclined, nil
+	}
 	return flushOneRide(ctx, tx, "restored from charge "+c.ID, `
 		WITH free AS (
 			SELECT $1::bigint AS id
@@ -196,9 +208,9 @@ func insertRestoredRide(ctx context.Context, tx *idem.Tx, keyID int64, req resto
 		INSERT INTO rides (id, created_at, idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon,
 		                   amount, currency, stripe_charge_id, user_id, status)
 		VALUES (coalesce((SELECT free.id FROM free, bumped), nextval($11::text::regclass)), $2, $3, $4, $5, $6, $7,
-		        $8, $9, $10, $12, 'succeeded')
+		        $8, $9, $10, $12, $13)
 		RETURNING id, created_at, status, origin_lat::float8, origin_lon::float8, target_lat::float8,
 		          target_lon::float8, amount, currency, stripe_charge_id, user_id, idempotency_key_id`,
 		want, c.Created.Truncate(time.Microsecond), keyID, p.OriginLat, p.OriginLon, p.TargetLat, p.TargetLon,
-		Price, Currency, c.ID, rideSequence, req.userID)
+		Price, Currency, chargeID, rideSequence, req.userID, string(status))
 }
