@@ -220,7 +220,7 @@ func TestClaimAbandoned(t *testing.T) {
 
 		keys := claim(t, b, 10)
 		require.Len(t, keys, 1)
-		advance := func(context.Context, *Tx) (Outcome, error) { return Advance("halfway"), nil }
+		advance := func(_ context.Context, tx *Tx) error { tx.Move(Advance("halfway")); return nil }
 		require.ErrorIs(t, b.store.Phase(ctx, stalled, advance), ErrLockLost)
 		require.NoError(t, b.store.Phase(ctx, keys[0], advance))
 	})
@@ -584,9 +584,10 @@ func TestClaimAsTheKeyIsReaped(t *testing.T) {
 	require.NoError(t, err)
 
 	var wrote bool
-	err = b.store.Phase(ctx, key, func(context.Context, *Tx) (Outcome, error) {
+	err = b.store.Phase(ctx, key, func(_ context.Context, tx *Tx) error {
+		tx.Move(Advance("halfway"))
 		wrote = true
-		return Advance("halfway"), nil
+		return nil
 	})
 	var expired *ExpiredError
 	require.ErrorAs(t, err, &expired)

@@ -40,8 +40,8 @@ func AdvanceToForeignCall(next RecoveryPoint) Outcome { return Outcome{next: nex
 // waits for a person).
 func SetAside(reason string) Outcome { return Outcome{attention: reason} }
 
-// setAsideSQL ends a phase that sets a key ($1, held under lock token $2
-// at recovery point $3) aside with reason $4, releasing it, and appends
+// setAsideSQL is the move of a phase that sets a key ($1, held under lock
+// token $2 at recovery point $3) aside with reason $4, releasing it, and appends
 // the step ($5, the actor), the reason its detail. It must change the
 // key's row, or the phase fails with $6: Postgres makes the check
 // (idempotency_key_phase_check) because the statement's answer comes back
@@ -60,12 +60,14 @@ const setAsideSQL = `
 	)
 	SELECT idempotency_key_phase_check(count(*) = 1, $6) FROM changed`
 
-// queueSetAside ends a phase that sets key aside (see SetAside): the flag,
-// under the row lock of the fence it opens with.
-func (s *Store) queueSetAside(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, reason string) *queuedPhase {
+// queueSetAside queues the move of a phase that sets the phase's key
+// aside for reason (see SetAside): the flag, under the row lock of the
+// fence ahead of it.
+func (s *Store) queueSetAside(tx *Tx, reason string) *queuedPhase {
+	key, from := tx.key, tx.from
 	tx.lockFirst()
-	tx.Queue(setAsideSQL, key.ID, key.lockToken(), from, reason, s.actor, fmt.Sprintf("set key %d aside at %s", key.ID, from))
-	return &queuedPhase{next: from, settle: func() {
+	tx.batch.Queue(setAsideSQL, key.ID, key.lockToken(), from, reason, s.actor, fmt.Sprintf("set key %d aside at %s", key.ID, from))
+	return &queuedPhase{next: from, settle: func(ctx context.Context) {
 		s.metrics.Outcome(metrics.OutcomeNeedsAttention)
 		key.AttentionReason = &reason
 		key.LockedAt, key.LockToken = nil, nil
@@ -167,22 +169,21 @@ func (s *Store) ClaimByID(ctx context.Context, id int64, check func(*Key) error)
 }
 
 // Reopen ends a person's settlement of a key set aside without settling
-// its outcome: in one fenced atomic phase, fn's writes, the flag cleared,
-// the count of unknown outcomes started afresh and the lock released, so
-// that a retry or the completer runs the request again from its recovery
-// point. fn may be nil.
+// its outcome: in one fenced atomic phase, the flag cleared, the count of
+// unknown outcomes started afresh, the lock released, and fn's writes,
+// so that a retry or the completer runs the request again from its
+// recovery point. fn may be nil.
 func (s *Store) Reopen(ctx context.Context, key *Key, fn func(ctx context.Context, tx *Tx) error) error {
-	return s.Phase(ctx, key, func(ctx context.Context, tx *Tx) (Outcome, error) {
-		if fn != nil {
-			if err := fn(ctx, tx); err != nil {
-				return Outcome{}, err
-			}
+	return s.Phase(ctx, key, func(ctx context.Context, tx *Tx) error {
+		tx.Move(Outcome{reopen: true})
+		if fn == nil {
+			return nil
 		}
-		return Outcome{reopen: true}, nil
+		return fn(ctx, tx)
 	})
 }
 
-// reopenSQL ends a phase that reopens a key ($1, held under lock token $2
+// reopenSQL is the move of a phase that reopens a key ($1, held under lock token $2
 // at recovery point $3): the flag cleared, the count of unknown outcomes
 // started afresh, the lock released and the step appended ($4, the
 // actor). It must change the key's row, or the phase fails with $5 (see
@@ -200,11 +201,13 @@ const reopenSQL = `
 	)
 	SELECT idempotency_key_phase_check(count(*) = 1, $5) FROM changed`
 
-// queueReopen ends a phase that reopens key (see Reopen).
-func (s *Store) queueReopen(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint) *queuedPhase {
+// queueReopen queues the move of a phase that reopens its key (see
+// Reopen), under the row lock of the fence ahead of it.
+func (s *Store) queueReopen(tx *Tx) *queuedPhase {
+	key, from := tx.key, tx.from
 	tx.lockFirst()
-	tx.Queue(reopenSQL, key.ID, key.lockToken(), from, s.actor, fmt.Sprintf("reopen key %d at %s", key.ID, from))
-	return &queuedPhase{next: from, settle: func() {
+	tx.batch.Queue(reopenSQL, key.ID, key.lockToken(), from, s.actor, fmt.Sprintf("reopen key %d at %s", key.ID, from))
+	return &queuedPhase{next: from, settle: func(ctx context.Context) {
 		key.AttentionReason, key.UnknownOutcomes = nil, 0
 		key.LockedAt, key.LockToken = nil, nil
 		annotate(ctx, key)

@@ -7,15 +7,14 @@
 // fence can commit, and a phase goes out whole without waiting for it
 // (pipeline.go). The plpgsql runs only to refuse.
 //
-// Most phases end by moving the key, and then the move is the fence: the
-// phase's writes are queued first, as the phase function reads, but the
-// move goes to Postgres ahead of them, right after BEGIN (advanceSQL in
-// phase.go, made the fence by fencedAdvanceSQL: a statement fewer per
-// phase; docs/scaling.md, "Postgres's cost per ride"). A phase that needs
-// an answer on the way (Flush), or that ends by setting the key aside or
-// reopening it, cannot know its move when its first statement goes out;
-// it opens with a lock of the key's row instead (fenceSQL), and its
-// outcome's statement comes last.
+// A phase says its move first where it can (phase.go, Tx.Move), and then
+// the move is the fence: advanceSQL, made the fence by fencedAdvanceSQL,
+// a statement fewer per phase (docs/scaling.md, "Postgres's cost per
+// ride"). A phase whose first statement is another (it reads before it
+// knows its move, or it sets the key aside or reopens it) opens with a
+// lock of the key's row instead (fenceSQL), placed ahead of that
+// statement. Nothing is reordered: Postgres receives a phase's statements
+// in the order the phase function says them.
 //
 // From started, the fence also makes sure the key has no reaped
 // predecessor. A claim whose insert ran in the very instant the reaper
@@ -29,9 +28,7 @@ package idem
 import (
 	"errors"
 	"fmt"
-	"slices"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
@@ -73,50 +70,33 @@ const fencedAdvanceSQL = `
 		WHERE f.held = 0 OR f.reaped
 	) refused LEFT JOIN moved ON false`
 
-// openFence marks where, right after the phase's BEGIN, its fence goes
-// once the phase function has said how the phase ends: its move
-// (queueFencingMove), or else a lock of the key's row (lockFirst).
-func (tx *Tx) openFence(key *Key, from RecoveryPoint) {
-	tx.fence = &pendingFence{at: len(tx.batch.QueuedQueries), key: key, from: from}
+// openFence opens the phase of key from recovery point from, whose fence
+// goes out ahead of its first statement: the move, when the move is that
+// statement (fenceFirst), or else a lock of the key's row (lockFirst).
+func (tx *Tx) openFence(s *Store, key *Key, from RecoveryPoint) {
+	tx.store, tx.key, tx.from, tx.moved = s, key, from, nil
+	tx.fencePending = true
 }
 
-// pendingFence is a phase's fence yet to be placed, at index at of the
-// Tx's batch.
-type pendingFence struct {
-	at   int
-	key  *Key
-	from RecoveryPoint
-}
-
-// lockFirst places a pending fence as a lock of the key's row: for a
-// phase that needs an answer on the way (Flush calls it) or does not end
-// in a move. It does nothing once the fence is placed.
+// lockFirst sends the pending fence, if any, as a lock of the key's row:
+// for a phase whose first statement is not its move (Queue, Flush and the
+// set-aside and reopen moves call it). It does nothing once the fence is
+// placed.
 func (tx *Tx) lockFirst() {
-	f := tx.fence
-	if f == nil {
+	if !tx.fencePending {
 		return
 	}
-	tx.fence = nil
-	tx.batch.QueuedQueries = slices.Insert(tx.batch.QueuedQueries, f.at,
-		&pgx.QueuedQuery{SQL: fenceSQL, Arguments: []any{f.key.ID, f.key.lockToken(), string(f.from)}})
+	tx.fencePending = false
+	tx.batch.Queue(fenceSQL, tx.key.ID, tx.key.lockToken(), string(tx.from))
 }
 
-// lockedFirst reports whether the phase opened with a lock of the key's
-// row (lockFirst), so that its move can only come last.
-func (tx *Tx) lockedFirst() bool { return tx.fence == nil }
-
-// queueFencingMove queues a phase's move, sql with args: as its fence,
-// ahead of the phase's writes, when the fence is still pending, and
-// otherwise last, behind the lock that fenced the phase.
-func (tx *Tx) queueFencingMove(sql string, args ...any) *pgx.QueuedQuery {
-	f := tx.fence
-	if f == nil {
-		return tx.Queue(sql, args...)
-	}
-	tx.fence = nil
-	q := &pgx.QueuedQuery{SQL: sql, Arguments: args}
-	tx.batch.QueuedQueries = slices.Insert(tx.batch.QueuedQueries, f.at, q)
-	return q
+// fenceFirst reports whether the fence is still pending, and so whether
+// the move about to be queued is the phase's first statement and its
+// fence; it places the fence.
+func (tx *Tx) fenceFirst() bool {
+	pending := tx.fencePending
+	tx.fencePending = false
+	return pending
 }
 
 // The SQLSTATEs of the schema's plpgsql: the fence's, and a phase's own check.

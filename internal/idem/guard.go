@@ -70,9 +70,9 @@ func (s *Store) ClaimGuarded(ctx context.Context, req Request, guard *Guard) (ke
 // the same pipeline would otherwise be folded into the phase's
 // transaction, and its row locks held until the phase commits.
 func (tx *Tx) queueGuard(guard *Guard) {
-	tx.Queue(`BEGIN`)
-	tx.Queue(guard.SQL, guard.Args...)
-	tx.Queue(`COMMIT`)
+	tx.batch.Queue(`BEGIN`)
+	tx.batch.Queue(guard.SQL, guard.Args...)
+	tx.batch.Queue(`COMMIT`)
 }
 
 // discardSQL deletes a key ($1) that this request holds (lock token $2)

@@ -29,14 +29,16 @@ func TestPhaseGuarded(t *testing.T) {
 	counting := &idem.Guard{SQL: `INSERT INTO staged_jobs (job_name, job_args) VALUES ('guard', '{}')`}
 	// Any error stops the phase; the charge cap raises one of its own.
 	refusing := &idem.Guard{SQL: `SELECT 1 / 0`}
-	phase := func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+	phase := func(_ context.Context, tx *idem.Tx) error {
+		tx.Move(idem.Advance("halfway"))
 		tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('phase', '{}')`)
-		return idem.Advance("halfway"), nil
+		return nil
 	}
-	failing := func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+	failing := func(_ context.Context, tx *idem.Tx) error {
+		tx.Move(idem.Advance("halfway"))
 		tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('phase', '{}')`)
 		tx.Queue(`SELECT idempotency_key_phase_check(false, 'the phase fails')`)
-		return idem.Advance("halfway"), nil
+		return nil
 	}
 	require.NoError(t, store.PhaseGuarded(ctx, claim("warm-up"), counting, phase)) // prepares the statements
 

@@ -55,7 +55,7 @@ func TestStore(t *testing.T) {
 		}
 	}
 	advance := func(next idem.RecoveryPoint) idem.PhaseFunc {
-		return func(context.Context, *idem.Tx) (idem.Outcome, error) { return idem.Advance(next), nil }
+		return func(_ context.Context, tx *idem.Tx) error { tx.Move(idem.Advance(next)); return nil }
 	}
 	staleLock := func(t *testing.T, b *testBundle, id int64) {
 		t.Helper()
@@ -149,14 +149,15 @@ func TestStore(t *testing.T) {
 		t.Parallel()
 		// The fence is the phase's move, or, in a phase that reads on the
 		// way, a lock of the key taken ahead of the read: both refuse.
-		stage := func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		stage := func(ctx context.Context, tx *idem.Tx) error {
+			tx.Move(idem.Advance(halfway))
 			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('fenced', '{}')`)
-			return idem.Advance(halfway), nil
+			return nil
 		}
-		readThenStage := func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		readThenStage := func(ctx context.Context, tx *idem.Tx) error {
 			tx.Queue(`SELECT count(*) FROM staged_jobs`)
 			if err := tx.Flush(ctx); err != nil {
-				return idem.Outcome{}, err
+				return err
 			}
 			return stage(ctx, tx)
 		}
@@ -202,10 +203,11 @@ func TestStore(t *testing.T) {
 		stalled, takeover := takenOver(t, b)
 
 		wrote := false
-		err := b.store.Phase(ctx, stalled, func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		err := b.store.Phase(ctx, stalled, func(ctx context.Context, tx *idem.Tx) error {
+			tx.Move(idem.Respond(201, []byte(`{"stalled": true}`)))
 			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('fenced', '{}')`)
 			wrote = true
-			return idem.Respond(201, []byte(`{"stalled": true}`)), nil
+			return nil
 		})
 		require.ErrorIs(t, err, idem.ErrLockLost)
 		require.True(t, wrote)
@@ -235,13 +237,14 @@ func TestStore(t *testing.T) {
 		stalled, _ := takenOver(t, b)
 
 		read := false
-		err := b.store.Phase(ctx, stalled, func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		err := b.store.Phase(ctx, stalled, func(ctx context.Context, tx *idem.Tx) error {
 			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('fenced', '{}')`)
 			tx.Queue(`SELECT count(*) FROM staged_jobs`).QueryRow(func(pgx.Row) error { read = true; return nil })
 			if err := tx.Flush(ctx); err != nil {
-				return idem.Outcome{}, err
+				return err
 			}
-			return idem.Advance(halfway), nil
+			tx.Move(idem.Advance(halfway))
+			return nil
 		})
 		require.ErrorIs(t, err, idem.ErrLockLost)
 		require.False(t, read, "nothing after the fence ran")
@@ -250,23 +253,24 @@ func TestStore(t *testing.T) {
 		require.Zero(t, n, "the fenced phase's writes rolled back")
 	})
 
-	// The move is the fence, so it runs ahead of the phase's writes though
-	// the phase function queues it last: what the writes read of the key
-	// is the key as moved. A phase that creates (Creates) relies on it,
-	// its insert taking the id the move drew; so one that reads on the way,
-	// whose move comes last, is refused as a bug, with nothing written.
+	// A phase says its move first, and Postgres receives it first: what
+	// the writes read of the key is the key as moved. A phase that creates
+	// (Creates) relies on it, its insert taking the id the move drew; so
+	// one whose move is not its first statement is refused as a bug, with
+	// nothing written.
 	t.Run("TheMoveRunsAheadOfThePhasesWrites", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		ctx := context.Background()
 		key, _, err := b.store.Claim(ctx, b.req)
 		require.NoError(t, err)
-		require.NoError(t, b.store.Phase(ctx, key, func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		require.NoError(t, b.store.Phase(ctx, key, func(_ context.Context, tx *idem.Tx) error {
+			tx.Move(idem.Advance(halfway).Creates("staged_jobs_id_seq"))
 			tx.Queue(`
 				INSERT INTO staged_jobs (id, job_name, job_args)
 				SELECT currval('staged_jobs_id_seq'), 'seen', jsonb_build_object('recovery_point', recovery_point::text)
 				FROM idempotency_keys WHERE id = $1`, key.ID)
-			return idem.Advance(halfway).Creates("staged_jobs_id_seq"), nil
+			return nil
 		}))
 		var seen string
 		var named, job int64
@@ -276,12 +280,13 @@ func TestStore(t *testing.T) {
 		require.Equal(t, string(halfway), seen, "the write ran after the move")
 		require.Equal(t, job, named, "the key names what the phase created, by the id its move drew")
 
-		err = b.store.Phase(ctx, key, func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		err = b.store.Phase(ctx, key, func(ctx context.Context, tx *idem.Tx) error {
 			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('late', '{}')`)
 			if err := tx.Flush(ctx); err != nil {
-				return idem.Outcome{}, err
+				return err
 			}
-			return idem.Advance("almost_done").Creates("staged_jobs_id_seq"), nil
+			tx.Move(idem.Advance("almost_done").Creates("staged_jobs_id_seq"))
+			return nil
 		})
 		require.ErrorContains(t, err, "bug: ")
 		var jobs int
@@ -298,8 +303,9 @@ func TestStore(t *testing.T) {
 		require.NoError(t, err)
 
 		require.NoError(t, b.store.Phase(ctx, key, advance(halfway)))
-		err = b.store.Phase(ctx, key, func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
-			return idem.Respond(201, []byte(`{"z": 1, "a": [1, 2]}`)), nil
+		err = b.store.Phase(ctx, key, func(ctx context.Context, tx *idem.Tx) error {
+			tx.Move(idem.Respond(201, []byte(`{"z": 1, "a": [1, 2]}`)))
+			return nil
 		})
 		require.NoError(t, err)
 		require.Equal(t, idem.Finished, key.RecoveryPoint)
@@ -318,8 +324,9 @@ func TestStore(t *testing.T) {
 		ctx := context.Background()
 		key, _, err := b.store.Claim(ctx, b.req)
 		require.NoError(t, err)
-		require.NoError(t, b.store.Phase(ctx, key, func(context.Context, *idem.Tx) (idem.Outcome, error) {
-			return idem.Respond(402, []byte(`{"code": "card_declined"}`)), nil
+		require.NoError(t, b.store.Phase(ctx, key, func(_ context.Context, tx *idem.Tx) error {
+			tx.Move(idem.Respond(402, []byte(`{"code": "card_declined"}`)))
+			return nil
 		}))
 		for range 3 {
 			replay, replayed, err := b.store.Claim(ctx, b.req)

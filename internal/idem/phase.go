@@ -49,49 +49,67 @@ func Respond(code int, body []byte) Outcome {
 	return Outcome{next: Finished, response: Response{Code: code, Body: body}}
 }
 
-// PhaseFunc is the body of an atomic phase: the writes it queues on tx
-// and where the request goes next.
-type PhaseFunc func(ctx context.Context, tx *Tx) (Outcome, error)
+// PhaseFunc is the body of an atomic phase. It says first where the key
+// goes (tx.Move), then queues its writes on tx, in the order Postgres is to
+// receive them.
+type PhaseFunc func(ctx context.Context, tx *Tx) error
 
 // Phase runs fn and records its outcome on key in one transaction, so the
 // phase's writes and the new recovery point commit together or not at
-// all. The transaction opens with the fence, the move itself: it changes
-// the key only if the key still carries this request's lock token and is
-// still at the recovery point the phase started from; otherwise it rolls
-// back and Phase returns ErrLockLost. Serialization failures and
-// deadlocks run the whole phase again, a bounded number of times.
+// all. The transaction opens with the fence, most often the move itself:
+// it changes the key only if the key still carries this request's lock
+// token and is still at the recovery point the phase started from;
+// otherwise it rolls back and Phase returns ErrLockLost. Serialization
+// failures and deadlocks run the whole phase again, a bounded number of
+// times.
 func (s *Store) Phase(ctx context.Context, key *Key, fn PhaseFunc) error {
 	defer s.metrics.PhaseDone(string(key.RecoveryPoint), time.Now())
 	return s.retryPhase(ctx, key, fn, 1, nil)
 }
 
+// Move says where the phase takes the key: its next recovery point, or the
+// response that finishes it (or, beyond the article, a set-aside or a
+// reopening: attention.go). A phase says it once, and first where it
+// can: sent ahead of the phase's writes, the move is the phase's fence,
+// and a phase that creates (Creates) must say it first, since its writes
+// take the id the move draws.
+func (tx *Tx) Move(out Outcome) {
+	if tx.moved != nil {
+		tx.fail(fmt.Errorf("bug: phase at %s for key %d moves twice", tx.from, tx.key.ID))
+		return
+	}
+	switch {
+	case out.attention != "":
+		tx.moved = tx.store.queueSetAside(tx, out.attention)
+	case out.reopen:
+		tx.moved = tx.store.queueReopen(tx)
+	default:
+		tx.moved = tx.store.queueAdvance(tx, out)
+	}
+}
+
 // queuePhase queues, on tx, the atomic phase fn of key from recovery point
-// from: BEGIN, the fence (most often the statement that records the
-// outcome on the key), fn's statements and COMMIT. Nothing is sent but
-// what fn flushes.
+// from: BEGIN, fn's statements, the fence ahead of the first of them (most
+// often the move itself), and COMMIT. Nothing is sent but what fn
+// flushes.
 func (s *Store) queuePhase(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, fn PhaseFunc) (*queuedPhase, error) {
-	tx.Queue(`BEGIN`)
+	tx.batch.Queue(`BEGIN`)
 	// The fence goes right after BEGIN: it goes on only if the key still
 	// carries this request's lock token and recovery point, and otherwise
 	// raises, which aborts the transaction. Nothing queued after it can
 	// commit, so the phase sends its writes and COMMIT without waiting for
-	// the fence's answer. Most often the move to the next recovery point is
-	// the fence, so it waits here for fn to say where the key goes.
-	tx.openFence(key, from)
-	out, err := fn(ctx, tx)
-	if err != nil {
+	// the fence's answer. When the phase's first statement is its move,
+	// the move is the fence.
+	tx.openFence(s, key, from)
+	if err := fn(ctx, tx); err != nil {
 		return nil, err
 	}
-	var q *queuedPhase
+	q := tx.moved
 	switch {
-	case out.attention != "":
-		q = s.queueSetAside(ctx, tx, key, from, out.attention)
-	case out.reopen:
-		q = s.queueReopen(ctx, tx, key, from)
-	default:
-		if q, err = s.queueAdvance(ctx, tx, key, from, out); err != nil {
-			return nil, err
-		}
+	case tx.err != nil:
+		return nil, tx.err
+	case q == nil:
+		return nil, fmt.Errorf("bug: phase at %s for key %d says no move", from, key.ID)
 	}
 	tx.queueCommit(&q.committed)
 	return q, nil
@@ -128,9 +146,11 @@ const advanceSQL = `
 	WHERE id = $1 AND lock_token = $2 AND recovery_point = $3::text
 	RETURNING response_body, first_foreign_attempt_at`
 
-// queueAdvance records out on key: its next recovery point, or its
-// response.
-func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, out Outcome) (*queuedPhase, error) {
+// queueAdvance queues the move of the phase's key (advanceSQL): its next
+// recovery point, or its response. It is the phase's fence when it is the
+// phase's first statement.
+func (s *Store) queueAdvance(tx *Tx, out Outcome) *queuedPhase {
+	key, from := tx.key, tx.from
 	var code *int
 	var body json.RawMessage
 	if out.next == Finished {
@@ -140,11 +160,16 @@ func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from Recover
 		stored                []byte
 		firstForeignAttemptAt *time.Time
 	)
-	if out.createdFrom != nil && tx.lockedFirst() {
-		return nil, fmt.Errorf("bug: phase at %s for key %d creates from %s but read on the way, so its move cannot go first",
-			from, key.ID, *out.createdFrom)
+	sql := advanceSQL
+	switch {
+	case tx.fenceFirst():
+		sql = fencedAdvanceSQL
+	case out.createdFrom != nil:
+		tx.fail(fmt.Errorf("bug: phase at %s for key %d creates from %s but its move is not its first statement",
+			from, key.ID, *out.createdFrom))
+		return nil
 	}
-	tx.queueFencingMove(fencedAdvanceSQL,
+	tx.batch.Queue(sql,
 		key.ID, key.lockToken(), from, out.next, code, body, out.foreignCall, s.actor, out.createdFrom,
 	).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&stored, &firstForeignAttemptAt); err != nil {
@@ -152,7 +177,7 @@ func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from Recover
 		}
 		return nil
 	})
-	return &queuedPhase{next: out.next, locked: out.next != Finished, settle: func() {
+	return &queuedPhase{next: out.next, locked: out.next != Finished, advances: true, settle: func(ctx context.Context) {
 		// Committed: only now may the in-memory key follow.
 		key.RecoveryPoint = out.next
 		key.AttentionReason = nil
@@ -166,7 +191,7 @@ func (s *Store) queueAdvance(ctx context.Context, tx *Tx, key *Key, from Recover
 			key.LockedAt, key.LockToken = nil, nil
 		}
 		annotate(ctx, key)
-	}}, nil
+	}}
 }
 
 // unlockSQL releases a key ($1) if this request still holds it (lock

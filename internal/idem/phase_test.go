@@ -65,20 +65,22 @@ func TestPhaseRoundTrips(t *testing.T) {
 	claim := func(key string) *idem.Key { return tr.claim(t, key) }
 
 	writeOnly := func(next idem.RecoveryPoint) idem.PhaseFunc {
-		return func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		return func(_ context.Context, tx *idem.Tx) error {
+			tx.Move(idem.Advance(next))
 			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('trip', '{}')`)
 			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('trip', '{}')`)
-			return idem.Advance(next), nil
+			return nil
 		}
 	}
-	readThenWrite := func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+	readThenWrite := func(ctx context.Context, tx *idem.Tx) error {
 		var n int
 		tx.Queue(`SELECT count(*) FROM staged_jobs`).QueryRow(func(row pgx.Row) error { return row.Scan(&n) })
 		if err := tx.Flush(ctx); err != nil {
-			return idem.Outcome{}, err
+			return err
 		}
+		tx.Move(idem.Respond(201, []byte(`{"jobs": 4}`)))
 		tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('trip', '{}')`)
-		return idem.Respond(201, []byte(`{"jobs": 4}`)), nil
+		return nil
 	}
 
 	run := func(key *idem.Key) {
@@ -96,7 +98,7 @@ func TestPhaseRoundTrips(t *testing.T) {
 	}{
 		{writeOnly("halfway"), 1, 5},     // BEGIN, the move, two inserts, COMMIT
 		{writeOnly("almost_done"), 1, 5}, // the same
-		{readThenWrite, 2, 6},            // BEGIN, the fence, the read; the insert, the move, COMMIT
+		{readThenWrite, 2, 6},            // BEGIN, the fence, the read; the move, the insert, COMMIT
 	} {
 		from := key.RecoveryPoint
 		counter.Reset()
@@ -147,9 +149,10 @@ func TestPhaseThen(t *testing.T) {
 	pool, store, counter := tr.pool, tr.store, tr.counter
 	claim := func(key string) *idem.Key { return tr.claim(t, key) }
 	job := func(next idem.Outcome) idem.PhaseFunc {
-		return func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		return func(_ context.Context, tx *idem.Tx) error {
+			tx.Move(next)
 			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('then', '{}')`)
-			return next, nil
+			return nil
 		}
 	}
 	jobs := func() (n int) {
@@ -177,12 +180,13 @@ func TestPhaseThen(t *testing.T) {
 
 	before := jobs()
 	key = claim("second-fails")
-	err := store.PhaseThen(ctx, key, job(idem.Advance("halfway")), func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+	err := store.PhaseThen(ctx, key, job(idem.Advance("halfway")), func(_ context.Context, tx *idem.Tx) error {
+		tx.Move(idem.Respond(201, []byte(`{}`)))
 		tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('then', '{}')`)
 		tx.Queue(`
 			WITH changed AS (DELETE FROM staged_jobs WHERE job_name = 'none' RETURNING 1)
 			SELECT idempotency_key_phase_check(count(*) = 1, 'no such job') FROM changed`)
-		return idem.Respond(201, []byte(`{}`)), nil
+		return nil
 	})
 	require.ErrorContains(t, err, "no such job")
 	require.Equal(t, idem.RecoveryPoint("halfway"), key.RecoveryPoint, "the first committed on its own")
@@ -207,11 +211,12 @@ func TestQueueAfterCommit(t *testing.T) {
 		return n
 	}
 	phase := func(check, after string, next idem.Outcome) idem.PhaseFunc {
-		return func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		return func(_ context.Context, tx *idem.Tx) error {
+			tx.Move(next)
 			tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('phase', '{}')`)
 			tx.Queue(`SELECT idempotency_key_phase_check($1, 'the phase fails')`, check == "ok")
 			tx.QueueAfterCommit(after)
-			return next, nil
+			return nil
 		}
 	}
 	const behind = `INSERT INTO staged_jobs (job_name, job_args) VALUES ('behind', '{}')`
@@ -252,14 +257,16 @@ func BenchmarkRidePhases(b *testing.B) {
 	ctx := context.Background()
 	tr := newTraced(b, "bench")
 	write := func(next idem.RecoveryPoint, writes int) idem.PhaseFunc {
-		return func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+		return func(_ context.Context, tx *idem.Tx) error {
+			if next == idem.Finished {
+				tx.Move(idem.Respond(201, []byte(`{"ride": 1}`)))
+			} else {
+				tx.Move(idem.Advance(next))
+			}
 			for range writes {
 				tx.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ('bench', '{}')`)
 			}
-			if next == idem.Finished {
-				return idem.Respond(201, []byte(`{"ride": 1}`)), nil
-			}
-			return idem.Advance(next), nil
+			return nil
 		}
 	}
 	b.ReportAllocs()

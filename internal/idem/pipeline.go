@@ -40,8 +40,16 @@ type Tx struct {
 	batch *pgx.Batch
 	// after is sent behind the last COMMIT (QueueAfterCommit).
 	after []afterCommit
-	// fence is the phase's fence while it waits for its place (fence.go).
-	fence *pendingFence
+
+	// The phase being queued: its store, key and starting recovery point,
+	// whether its fence is yet to go out (fence.go), its move once said
+	// (Move), and the first bug its function made.
+	store        *Store
+	key          *Key
+	from         RecoveryPoint
+	fencePending bool
+	moved        *queuedPhase
+	err          error
 }
 
 type afterCommit struct {
@@ -52,7 +60,16 @@ type afterCommit struct {
 // Queue adds a statement to the phase, to be sent with the next Flush or
 // with the COMMIT.
 func (tx *Tx) Queue(sql string, args ...any) *pgx.QueuedQuery {
+	tx.lockFirst() // the phase's first statement is not its move
 	return tx.batch.Queue(sql, args...)
+}
+
+// fail records err, a bug in the phase function's use of tx, which fails
+// the phase.
+func (tx *Tx) fail(err error) {
+	if tx.err == nil {
+		tx.err = err
+	}
 }
 
 // QueueAfterCommit adds a statement sent behind the phase's COMMIT, in the
@@ -79,15 +96,24 @@ func (tx *Tx) flushCommitted(ctx context.Context) error {
 // result to its callback. It returns the first error.
 func (tx *Tx) Flush(ctx context.Context) error {
 	tx.lockFirst() // what goes out now must go out fenced
+	if tx.err != nil {
+		return tx.err
+	}
 	b := tx.batch
 	tx.batch = &pgx.Batch{}
 	return tx.conn.SendBatch(ctx, b).Close()
 }
 
-// Next is the recovery point the phase moves the key to; empty when it
-// sets the key aside or reopens it, which keeps its recovery point. For
-// machinery that wraps a phase function, such as an endpoint's test seams.
-func (o Outcome) Next() RecoveryPoint { return o.next }
+// Next is the recovery point the phase's move (Move) takes the key to;
+// empty before the phase says it, or when it sets the key aside or
+// reopens it, which keeps its recovery point. For machinery that wraps a
+// phase function, such as an endpoint's test seams.
+func (tx *Tx) Next() RecoveryPoint {
+	if tx.moved == nil || !tx.moved.advances {
+		return ""
+	}
+	return tx.moved.next
+}
 
 // retryPhase runs fn from attempt on; err is the previous attempt's.
 func (s *Store) retryPhase(ctx context.Context, key *Key, fn PhaseFunc, attempt int, err error) error {
@@ -134,7 +160,7 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, guard *Guard, fn PhaseF
 		}
 		s.behindCommitFailed(ctx, key, err)
 	}
-	q.settle()
+	q.settle(ctx)
 	return nil
 }
 
@@ -229,14 +255,14 @@ func (s *Store) phasesOnce(ctx context.Context, key *Key, first, second PhaseFun
 	if !q1.committed {
 		return q1, nil, s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, cmp.Or(err, stopped)))
 	}
-	q1.settle()
+	q1.settle(ctx)
 	switch {
 	case stopped != nil:
 		return q1, nil, s.fenceError(key, stopped)
 	case err != nil:
 		return q1, nil, s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err))
 	case q2 != nil:
-		q2.settle()
+		q2.settle(ctx)
 	}
 	return q1, q2, nil
 }
@@ -248,17 +274,20 @@ type queuedPhase struct {
 	// recovery point, not finished, not set aside or reopened).
 	next   RecoveryPoint
 	locked bool
+	// advances says the phase moves the key to next, rather than setting
+	// it aside or reopening it.
+	advances bool
 	// committed is set when COMMIT has answered COMMIT.
 	committed bool
 	// settle makes the in-memory key follow; only once committed.
-	settle func()
+	settle func(ctx context.Context)
 }
 
 // queueCommit queues COMMIT. committed, if not nil, is set once Postgres
 // has answered COMMIT; a transaction that Postgres ends with ROLLBACK
 // instead (it failed earlier) is pgx.ErrTxCommitRollback.
 func (tx *Tx) queueCommit(committed *bool) {
-	tx.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
+	tx.batch.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != "COMMIT" {
 			return pgx.ErrTxCommitRollback
 		}
@@ -286,7 +315,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *Tx) error) error {
 	defer rollback(ctx, conn.Conn()) // a no-op once committed
 
 	tx := &Tx{conn: conn.Conn(), batch: &pgx.Batch{}}
-	tx.Queue(`BEGIN`)
+	tx.batch.Queue(`BEGIN`)
 	if err := fn(tx); err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ func TestSteps(t *testing.T) {
 		}
 	}
 	advance := func(next idem.RecoveryPoint) idem.PhaseFunc {
-		return func(context.Context, *idem.Tx) (idem.Outcome, error) { return idem.Advance(next), nil }
+		return func(_ context.Context, tx *idem.Tx) error { tx.Move(idem.Advance(next)); return nil }
 	}
 	type step struct {
 		event   idem.StepEvent
@@ -86,8 +86,9 @@ func TestSteps(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		require.ErrorIs(t, b.api.Phase(ctx, again, advance(idem.Finished)), idem.ErrLockLost, "the stalled retry is fenced off")
-		require.NoError(t, b.completer.Phase(ctx, claimed[0], func(context.Context, *idem.Tx) (idem.Outcome, error) {
-			return idem.Respond(201, []byte(`{}`)), nil
+		require.NoError(t, b.completer.Phase(ctx, claimed[0], func(_ context.Context, tx *idem.Tx) error {
+			tx.Move(idem.Respond(201, []byte(`{}`)))
+			return nil
 		}))
 
 		require.Equal(t, []step{
@@ -109,8 +110,9 @@ func TestSteps(t *testing.T) {
 		n, err := b.api.RecordUnknownOutcome(ctx, key)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
-		require.NoError(t, b.api.Phase(ctx, key, func(context.Context, *idem.Tx) (idem.Outcome, error) {
-			return idem.SetAside("look at Stripe"), nil
+		require.NoError(t, b.api.Phase(ctx, key, func(_ context.Context, tx *idem.Tx) error {
+			tx.Move(idem.SetAside("look at Stripe"))
+			return nil
 		}))
 
 		taken, err := b.person.ClaimByID(ctx, key.ID, nil)
@@ -142,8 +144,9 @@ func TestSteps(t *testing.T) {
 		require.NoError(t, err)
 		_, err = b.person.ClaimByID(ctx, key.ID, nil)
 		require.ErrorIs(t, err, idem.ErrInFlight)
-		require.NoError(t, b.api.Phase(ctx, key, func(context.Context, *idem.Tx) (idem.Outcome, error) {
-			return idem.Respond(201, []byte(`{}`)), nil
+		require.NoError(t, b.api.Phase(ctx, key, func(_ context.Context, tx *idem.Tx) error {
+			tx.Move(idem.Respond(201, []byte(`{}`)))
+			return nil
 		}))
 		_, err = b.person.ClaimByID(ctx, key.ID, nil)
 		require.ErrorIs(t, err, idem.ErrKeyFinished)

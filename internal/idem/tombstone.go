@@ -112,13 +112,11 @@ func (s *Store) reaped(ctx context.Context, q interface {
 // Creates records on the key, with the phase, the id of what the phase
 // creates: the endpoint's resource, such as a ride. A client that comes
 // back after the key was reaped is told where to look (ExpiredError). The
-// phase's move, its first statement (fence.go), draws the id from
+// phase's move, which it must say first (Tx.Move), draws the id from
 // sequence (the resource table's id sequence, say rides_id_seq); the
-// phase's insert takes it as the resource's id with currval, the
-// session's, and must come in the same phase. Neither waits for the
-// other's answer, so the phase still goes to Postgres in one round trip.
-// A phase that needs an answer on the way cannot create: its move comes
-// last.
+// phase's insert, after it, takes it as the resource's id with currval,
+// the session's. Neither waits for the other's answer, so on the fast
+// path the phase still goes to Postgres in one round trip.
 func (o Outcome) Creates(sequence string) Outcome {
 	o.createdFrom = &sequence
 	return o

@@ -161,9 +161,10 @@ func (r *request) setAside(ctx context.Context, reason string) error {
 		slog.Int64("user_id", r.user.ID),
 		slog.Int64("ride_id", r.ride.ID),
 		slog.String("reason", reason))
-	if err := r.keys.Phase(ctx, r.key, func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+	if err := r.keys.Phase(ctx, r.key, func(_ context.Context, tx *idem.Tx) error {
+		tx.Move(idem.SetAside(reason))
 		settleRide(tx, r.ride.ID, StatusNeedsReview)
-		return idem.SetAside(reason), nil
+		return nil
 	}); err != nil {
 		return err
 	}

@@ -101,26 +101,23 @@ func (r *request) stop(ctx context.Context, err error) (idem.Response, error) {
 	return idem.Response{}, err
 }
 
-// createRide is the atomic phase from started to ride_created: the ride
-// and its audit record, sent with the phase's fence and COMMIT in one
-// round trip (the key's move draws the ride's id from its sequence, and
-// the ride and its record take it, inside the transaction).
-func (r *request) createRide(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+// createRide is the atomic phase from started to ride_created: the key's
+// move, which draws the ride's id from its sequence, then the ride and its
+// audit record, which take it. The key names its ride, so that its record
+// still does once the key is reaped (a late retry is told which ride it
+// made).
+func (r *request) createRide(_ context.Context, tx *idem.Tx) error {
+	tx.Move(idem.AdvanceToForeignCall(RideCreated).Creates(rideSequence))
 	// Read only once the phase commits (the next arm).
 	insertRide(tx, r.key.ID, r.user.ID, r.params, func(ride *Ride) { r.ride = ride })
-	if err := audit.Insert(tx, audit.Record{
+	return audit.Insert(tx, audit.Record{
 		Action:           audit.ActionRideCreated,
 		Data:             r.params,
 		OriginIP:         r.key.OriginIP,
 		ResourceSequence: rideSequence,
 		ResourceType:     "ride",
 		UserID:           r.user.ID,
-	}); err != nil {
-		return idem.Outcome{}, err
-	}
-	// The key names its ride, so that its record still does once the key
-	// is reaped (a late retry is told which ride it made).
-	return idem.AdvanceToForeignCall(RideCreated).Creates(rideSequence), nil
+	})
 }
 
 // charge is the foreign state mutation: it charges for the ride at Stripe
@@ -238,48 +235,47 @@ func (r *request) loadRide(ctx context.Context) error {
 // gets its charge, and with it status succeeded, and the key moves to
 // charge_created.
 func (r *request) recordCharge(chargeID string) idem.PhaseFunc {
-	return func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+	return func(_ context.Context, tx *idem.Tx) error {
+		tx.Move(idem.Advance(ChargeCreated))
 		recordCharge(tx, r.ride.ID, chargeID)
 		// Read only once the phase commits (the next arm).
 		r.ride.StripeChargeID, r.ride.Status = &chargeID, StatusSucceeded
-		return idem.Advance(ChargeCreated), nil
+		return nil
 	}
 }
 
-// stageReceipt is the atomic phase from charge_created to finished: a
-// staged job sends the receipt once this transaction commits, and the 201
-// is stored.
-func (r *request) stageReceipt(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+// stageReceipt is the atomic phase from charge_created to finished: the
+// 201 is stored, and a staged job sends the receipt once this transaction
+// commits.
+func (r *request) stageReceipt(ctx context.Context, tx *idem.Tx) error {
 	ride := r.ride
 	if ride == nil || ride.StripeChargeID == nil {
 		var err error
 		if ride, err = rideByKeyIn(ctx, tx, r.key.ID); err != nil {
-			return idem.Outcome{}, err
+			return err
 		}
 	}
 	if ride.StripeChargeID == nil {
-		return idem.Outcome{}, fmt.Errorf("bug: key %d is at %s but ride %d has no charge", r.key.ID, ChargeCreated, ride.ID)
+		return fmt.Errorf("bug: key %d is at %s but ride %d has no charge", r.key.ID, ChargeCreated, ride.ID)
 	}
 	return finishPaid(tx, ride)
 }
 
-// finishPaid queues the end of a paid ride's request: its receipt, staged
-// to be sent once the phase commits, and the 201 every retry replays.
-func finishPaid(tx *idem.Tx, ride *Ride) (idem.Outcome, error) {
-	if err := jobs.Stage(tx, jobs.ReceiptArgs{
+// finishPaid is the end of a paid ride's request: the 201 every retry
+// replays, and its receipt, staged to be sent once the phase commits.
+func finishPaid(tx *idem.Tx, ride *Ride) error {
+	body, err := json.Marshal(ride)
+	if err != nil {
+		return fmt.Errorf("encode ride %d: %w", ride.ID, err)
+	}
+	tx.Move(idem.Respond(http.StatusCreated, body))
+	return jobs.Stage(tx, jobs.ReceiptArgs{
 		RideID:         ride.ID,
 		UserID:         ride.UserID,
 		Amount:         ride.Amount,
 		Currency:       ride.Currency,
 		StripeChargeID: *ride.StripeChargeID,
-	}); err != nil {
-		return idem.Outcome{}, err
-	}
-	body, err := json.Marshal(ride)
-	if err != nil {
-		return idem.Outcome{}, fmt.Errorf("encode ride %d: %w", ride.ID, err)
-	}
-	return idem.Respond(http.StatusCreated, body), nil
+	})
 }
 
 // settle is the atomic phase that ends the charge step without a charge:
@@ -287,8 +283,9 @@ func finishPaid(tx *idem.Tx, ride *Ride) (idem.Outcome, error) {
 // request's final response.
 func (r *request) settle(status Status, p *problem.Problem) idem.PhaseFunc {
 	body := p.With("ride_id", r.ride.ID).JSON()
-	return func(_ context.Context, tx *idem.Tx) (idem.Outcome, error) {
+	return func(_ context.Context, tx *idem.Tx) error {
+		tx.Move(idem.Respond(p.Status, body))
 		settleRide(tx, r.ride.ID, status)
-		return idem.Respond(p.Status, body), nil
+		return nil
 	}
 }

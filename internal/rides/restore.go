@@ -144,26 +144,25 @@ func (s *Service) Restore(ctx context.Context, c *payment.Charge) (rideID int64,
 		return 0, fmt.Errorf("charge %s: key %d at %s: %w", c.ID, key.ID, key.RecoveryPoint, ErrNotLost)
 	}
 	var ride *Ride
-	err = s.keys.Phase(ctx, key, func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
+	err = s.keys.Phase(ctx, key, func(ctx context.Context, tx *idem.Tx) error {
 		var err error
 		if ride, err = insertRestoredRide(ctx, tx, key.ID, req, c); err != nil {
-			return idem.Outcome{}, err
+			return err
 		}
-		if err := audit.Insert(tx, audit.Record{
+		if c.Declined() {
+			declined := problem.New(http.StatusPaymentRequired, "card_declined", c.FailureMessage)
+			tx.Move(idem.Respond(declined.Status, declined.With("ride_id", ride.ID).JSON()))
+		} else if err := finishPaid(tx, ride); err != nil {
+			return err
+		}
+		return audit.Insert(tx, audit.Record{
 			Action:       ActionRideRestored,
 			Data:         map[string]any{"stripe_charge_id": c.ID, "params": req.params, "restored_from": "stripe"},
 			OriginIP:     restoredOrigin,
 			ResourceID:   ride.ID,
 			ResourceType: "ride",
 			UserID:       req.userID,
-		}); err != nil {
-			return idem.Outcome{}, err
-		}
-		if c.Declined() {
-			declined := problem.New(http.StatusPaymentRequired, "card_declined", c.FailureMessage)
-			return idem.Respond(declined.Status, declined.With("ride_id", ride.ID).JSON()), nil
-		}
-		return finishPaid(tx, ride)
+		})
 	})
 	if err != nil {
 		s.unlock(ctx, key)

@@ -79,15 +79,11 @@ func (r *request) phases(ctx context.Context, first, second idem.PhaseFunc) erro
 // seamedPhase is fn, then, inside the same transaction, the seam of the
 // recovery point fn moves the key to (seamIn), if it has one.
 func (r *request) seamedPhase(fn idem.PhaseFunc) idem.PhaseFunc {
-	return func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
-		out, err := fn(ctx, tx)
-		if err != nil {
-			return out, err
+	return func(ctx context.Context, tx *idem.Tx) error {
+		if err := fn(ctx, tx); err != nil {
+			return err
 		}
-		if err := r.fail.At(ctx, seamIn[out.Next()]); err != nil {
-			return idem.Outcome{}, err
-		}
-		return out, nil
+		return r.fail.At(ctx, seamIn[tx.Next()])
 	}
 }
 

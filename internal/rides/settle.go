@@ -133,11 +133,11 @@ func (s *Service) Adopt(ctx context.Context, st Settlement) (string, error) {
 		}
 		chargeID = charges[0].ID
 		record := r.recordCharge(chargeID)
-		if err := r.phase(ctx, func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
-			if err := r.auditSettlement(tx, st, ActionChargeAdopted, reason, chargeID); err != nil {
-				return idem.Outcome{}, err
+		if err := r.phase(ctx, func(ctx context.Context, tx *idem.Tx) error {
+			if err := record(ctx, tx); err != nil {
+				return err
 			}
-			return record(ctx, tx)
+			return r.auditSettlement(tx, st, ActionChargeAdopted, reason, chargeID)
 		}); err != nil {
 			return err
 		}
@@ -175,11 +175,11 @@ func (s *Service) CloseFailed(ctx context.Context, st Settlement) error {
 		failed := problem.New(http.StatusBadGateway, "payment_rejected",
 			"The charge did not go through: after a review, no charge was found at the payment provider.")
 		closing := r.settle(StatusFailed, failed)
-		return r.phase(ctx, func(ctx context.Context, tx *idem.Tx) (idem.Outcome, error) {
-			if err := r.auditSettlement(tx, st, ActionClosedFailed, reason, ""); err != nil {
-				return idem.Outcome{}, err
+		return r.phase(ctx, func(ctx context.Context, tx *idem.Tx) error {
+			if err := closing(ctx, tx); err != nil {
+				return err
 			}
-			return closing(ctx, tx)
+			return r.auditSettlement(tx, st, ActionClosedFailed, reason, "")
 		})
 	})
 }

@@ -78,7 +78,7 @@ const rideSequence = "rides_id_seq"
 // columns), so what the client sees is what a later read returns; it is
 // called when the phase's statements have run, before the phase commits.
 // The ride's id is the one the phase's move drew from rideSequence, ahead
-// of this statement (the phase must end in Creates(rideSequence)); no
+// of this statement (the phase says Creates(rideSequence) first); no
 // statement waits for it: those queued after this one name the ride by
 // the same sequence.
 func insertRide(tx *idem.Tx, keyID, userID int64, p Params, stored func(*Ride)) {
