@@ -234,6 +234,9 @@ CREATE TABLE staged_jobs (
 -- records the send right after: a retried job does not mail again.
 CREATE TABLE ride_receipts (
     ride_id    BIGINT      PRIMARY KEY REFERENCES rides ON DELETE RESTRICT,
+    -- The charge it was for: two primaries of a split brain can hand one id
+    -- to two rides, and one's receipt is not the other's.
+    stripe_charge_id stripe_id NOT NULL,
     -- <ride-123.receipt@...>: a duplicate that got out anyway is known.
     message_id TEXT        NOT NULL UNIQUE CHECK (char_length(message_id) BETWEEN 1 AND 255),
     recipient  TEXT        NOT NULL CHECK (char_length(recipient) BETWEEN 1 AND 255),

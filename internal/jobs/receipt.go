@@ -70,8 +70,12 @@ func ReceiptMessageID(rideID int64) string {
 // Mailing is a foreign state mutation: once an SMTP server has accepted a
 // message it cannot be taken back, and River retries a job whose attempt
 // failed, so the worker makes the send idempotent itself. ride_receipts
-// holds one row per ride whose receipt went out. An attempt that finds
-// the row does nothing; otherwise it sends, then records the send.
+// holds one row per ride whose receipt went out, with the charge it was
+// for. An attempt that finds the row of its ride and charge does nothing;
+// otherwise it sends, then records the send. The charge matters where two
+// primaries of a split brain handed one ride id to two rides: a worker
+// that reads the other primary's row must not take the other ride's
+// receipt for this one's.
 //
 // One window remains. If the process dies, or the database is lost, after
 // the mail server accepted the message and before the row is committed,
@@ -134,8 +138,8 @@ func (w *ReceiptWorker) Work(ctx context.Context, job *river.Job[ReceiptArgs]) e
 
 	var sent bool
 	if err := w.pool.QueryRow(ctx,
-		`SELECT EXISTS (SELECT 1 FROM ride_receipts WHERE ride_id = $1)`,
-		args.RideID,
+		`SELECT EXISTS (SELECT 1 FROM ride_receipts WHERE ride_id = $1 AND stripe_charge_id = $2)`,
+		args.RideID, args.StripeChargeID,
 	).Scan(&sent); err != nil {
 		return fmt.Errorf("look up receipt of ride %d: %w", args.RideID, err)
 	}
@@ -183,10 +187,10 @@ func (w *ReceiptWorker) Work(ctx context.Context, job *river.Job[ReceiptArgs]) e
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	if _, err := w.pool.Exec(recordCtx, `
-		INSERT INTO ride_receipts (ride_id, message_id, recipient)
-		VALUES ($1, $2, $3)
+		INSERT INTO ride_receipts (ride_id, stripe_charge_id, message_id, recipient)
+		VALUES ($1, $2, $3, $4)
 		ON CONFLICT (ride_id) DO NOTHING`,
-		args.RideID, messageID, email,
+		args.RideID, args.StripeChargeID, messageID, email,
 	); err != nil {
 		return fmt.Errorf("record receipt %s of ride %d as sent: %w", messageID, args.RideID, err)
 	}

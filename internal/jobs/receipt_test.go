@@ -179,6 +179,25 @@ func TestReceiptWorker(t *testing.T) {
 		}
 	})
 
+	// A record of another charge's receipt under the ride's id (another
+	// ride's, from the other primary of a split brain) does not stand for
+	// this one's.
+	t.Run("AnotherChargesRecordDoesNotStopTheSend", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		if _, err := bundle.pool.Exec(bundle.ctx, `
+			INSERT INTO ride_receipts (ride_id, stripe_charge_id, message_id, recipient)
+			VALUES ($1, 'ch_other_timeline', 'other@rocketrides.local', 'someone@example.com')`, bundle.args.RideID); err != nil {
+			t.Fatal(err)
+		}
+		if err := work(t, bundle, bundle.mailer, bundle.args); err != nil {
+			t.Fatal(err)
+		}
+		if n := bundle.mailer.sent.Load(); n != 1 {
+			t.Errorf("receipts sent = %d, want 1", n)
+		}
+	})
+
 	t.Run("FailedSendIsRetried", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)

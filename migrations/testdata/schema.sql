@@ -240,6 +240,7 @@ ALTER SEQUENCE public.reconcile_runs_id_seq OWNED BY public.reconcile_runs.id;
 
 CREATE TABLE public.ride_receipts (
     ride_id bigint NOT NULL,
+    stripe_charge_id public.stripe_id NOT NULL,
     message_id text NOT NULL,
     recipient text NOT NULL,
     sent_at timestamp with time zone DEFAULT now() NOT NULL,

@@ -324,8 +324,8 @@ func TestCheck(t *testing.T) {
 		require.Equal(t, 2, report.ReceiptJobs)
 
 		// A receipt for a ride that was never paid.
-		exec(t, b, `INSERT INTO ride_receipts (ride_id, message_id, recipient)
-			SELECT id, 'stray@rocketrides.local', 'user@example.com' FROM rides WHERE idempotency_key_id = $1`, b.declined)
+		exec(t, b, `INSERT INTO ride_receipts (ride_id, stripe_charge_id, message_id, recipient)
+			SELECT id, 'ch_none', 'stray@rocketrides.local', 'user@example.com' FROM rides WHERE idempotency_key_id = $1`, b.declined)
 		requireViolations(t, check(t, b, invariant.Options{ReceiptsDrained: true}),
 			map[invariant.Kind]int{invariant.ReceiptUnpaid: 1})
 	})
