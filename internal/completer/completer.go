@@ -1,23 +1,14 @@
 // First reading: the completer. It claims requests their clients seem to
 // have abandoned (idem.Store.ClaimAbandoned, whose SQL is in idem's
 // abandoned.go) and resumes each through the same rides.Service the API
-// runs, from the recovery point it reached.
+// runs (Service.Resume: rides' service.go), from the recovery point it
+// reached.
 //
 // Left to a second reading: the Completer, its config and defaults
 // (config.go); how a batch's keys are worked at once, and released
-// unworked on shutdown (concurrency.go); Run's loop (run.go).
+// unworked on shutdown (Completer.completeAll: concurrency.go); Run's
+// loop (run.go).
 
-// Package completer is the article's completer. It finds ride requests
-// that stopped part way and that their clients seem to have given up on,
-// and pushes each through to the end: the ride gets its one charge, its
-// receipt job is staged, and the response is stored for a client that
-// does come back.
-//
-// It needs no special knowledge of the ride DAG. It claims abandoned
-// idempotency keys (idem.Store.ClaimAbandoned) and hands each to the same
-// rides.Service the API runs, which loads the key's user and stored
-// parameters and resumes from the key's recovery point: the internal path
-// that lets it retry anyone's request.
 package completer
 
 import (

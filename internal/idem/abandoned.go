@@ -1,8 +1,14 @@
-// Second reading: the store's side of the completer and the reaper, two
-// statements the article describes: the completer's claim of keys their
-// clients abandoned (claimAbandonedSQL), and the reaper's delete of old
-// keys, which lists the unfinished ones in abandoned_requests for a
-// person (reapSQL). internal/completer and internal/reaper run them.
+// First reading: the completer's and the reaper's statements, each one
+// literal sent on its own: the completer's claim of keys their clients
+// abandoned (claimAbandonedSQL), and the reaper's delete of old keys,
+// which lists the unfinished ones in abandoned_requests for a person
+// (reapSQL). internal/completer and internal/reaper run them.
+//
+// Left to a second reading: the record each reaped key leaves in
+// reaped_keys, written by the same delete, and the 410 it answers
+// (tombstone.go); the endpoint's own writes about the reaped keys, sent
+// in the delete's transaction (rides.SettleReaped); the partial index the
+// completer's scan reads (the schema); the steps (steps.go).
 
 package idem
 
@@ -20,20 +26,15 @@ import (
 // ($2), not set aside for a human, and not locked, or locked so long ago
 // that whoever held the lock is presumed dead ($3).
 //
-// FOR UPDATE SKIP LOCKED in the subquery is what lets several completers
-// run side by side: each takes rows no other transaction holds, and by the
-// time one commits, the rows it took carry a fresh lock and last_run_at
-// that keep the others away. A fresh lock_token fences off the request
-// that held a stale lock, exactly as a client's takeover in Claim does.
-//
-// ORDER BY last_run_at serves the keys waiting longest first, and, with
-// response_code IS NULL (a key is unfinished exactly when it has no stored
-// response), matches the partial index
-// idempotency_keys_unfinished_last_run_at, so the scan reads only
-// unfinished keys however many finished ones the table holds.
-//
-// Each claimed key records its step in the same statement: took_over
-// where a stale lock was taken, resumed otherwise ($5 is the actor).
+// FOR UPDATE SKIP LOCKED lets several completers run side by side: each
+// takes rows no other transaction holds, and by the time one commits, the
+// rows it took carry a fresh lock and last_run_at that keep the others
+// away. A fresh lock_token fences off the request that held a stale lock,
+// exactly as a client's takeover in Claim does. ORDER BY last_run_at
+// serves the keys waiting longest first; with response_code IS NULL (a
+// key is unfinished exactly when it has no stored response) it matches
+// the partial index idempotency_keys_unfinished_last_run_at. Each key
+// records its step ($5 is the actor).
 const claimAbandonedSQL = `
 	WITH candidate AS (
 		SELECT id, locked_at IS NOT NULL AS stale
@@ -62,14 +63,11 @@ const claimAbandonedSQL = `
 	          k.first_foreign_attempt_at, k.unknown_outcomes, k.attention_reason, k.claims, k.identity`
 
 // ClaimAbandoned locks, for the completer, up to limit keys whose requests
-// look abandoned by their clients: unfinished, created more than minAge
-// ago, last worked more than retryInterval ago, not set aside for a human
-// (see SetAside), and not locked by a live request (a lock older
-// than the store's lock timeout is taken over). Each key comes back locked
-// with a new lock token, ready for the endpoint to resume it; the endpoint
-// unlocks it on failure as it would for a client's request.
-//
-// Concurrent callers never receive the same key.
+// look abandoned by their clients (see claimAbandonedSQL; a lock older
+// than the store's lock timeout is taken over). Each comes back locked
+// with a new lock token, for the endpoint to resume; the endpoint unlocks
+// it on failure as it would a client's. Concurrent callers never receive
+// the same key.
 func (s *Store) ClaimAbandoned(ctx context.Context, minAge, retryInterval time.Duration, limit int) ([]*Key, error) {
 	rows, err := s.pool.Query(ctx, claimAbandonedSQL, minAge, retryInterval, s.lockTimeout, limit, s.actor)
 	if err != nil {
@@ -88,9 +86,7 @@ type ReapedKey struct {
 	UserID        int64         `db:"user_id"`
 	RecoveryPoint RecoveryPoint `db:"recovery_point"`
 	RequestPath   string        `db:"request_path"`
-	// ResourceID is what the key's request created (see
-	// Outcome.Creates), if it got that far.
-	ResourceID *int64 `db:"resource_id"`
+	ResourceID    *int64        `db:"resource_id"` // what its request created (Outcome.Creates)
 	// Reason is set when the key had not finished: its request was
 	// copied to abandoned_requests with this reason.
 	Reason *string `db:"reason"`
@@ -113,17 +109,12 @@ type ReapFunc func(ctx context.Context, tx *Tx, reaped []ReapedKey) error
 // disappear without the record that refuses its late retries, and a
 // failed copy keeps its key.
 //
-// The batch is bounded and taken with FOR UPDATE SKIP LOCKED, so each
-// statement holds row locks briefly and only on the rows it deletes;
-// requests working other keys, and other reapers, are not blocked. A key
-// under a live lock is left alone: a request (or the completer) is
-// working it right now, possibly in the middle of its Stripe call, and
-// deleting the key would fence it off after money moved and record the
-// request at a recovery point it is about to leave. The next pass takes
-// the key once the lock is released or stale.
-//
-// Rides survive: rides.idempotency_key_id is ON DELETE SET NULL, and the
-// key's record keeps the ride's id (resource_id).
+// The batch is bounded and taken with FOR UPDATE SKIP LOCKED, so it holds
+// row locks briefly and only on the rows it deletes. A key under a live
+// lock is left alone: its request may be in the middle of its Stripe
+// call, and deleting the key would fence it off after money moved. Rides
+// survive: rides.idempotency_key_id is ON DELETE SET NULL, and the key's
+// record keeps the ride's id (resource_id).
 const reapSQL = `
 	WITH reaped AS (
 		DELETE FROM idempotency_keys
@@ -172,31 +163,26 @@ const reapSQL = `
 	ORDER BY reaped.id`
 
 // Reap deletes up to limit idempotency keys created more than maxAge ago,
-// the reaper's one batch. Keys are for retrying a request, not an archive
-// of requests; a key that never finished is copied to abandoned_requests
-// first, for a person to review, and every key leaves a record in
-// reaped_keys, so that a retry that comes after it is refused instead of
-// run again (see Claim). Keys under a live lock wait for a later batch.
-// settle, if not nil, queues the endpoints' own writes about the reaped
-// keys on the batch's transaction. Reap returns the keys it deleted;
-// fewer than limit means no more are due, or that the rest are locked (by
-// a request or another reaper).
+// the reaper's one batch, in one transaction: reapSQL, then settle's
+// writes, if settle is not nil. Keys are for retrying a request, not an
+// archive of requests. Reap returns the keys it deleted; fewer than limit
+// means no more are due, or that the rest are locked.
 func (s *Store) Reap(ctx context.Context, maxAge time.Duration, limit int, settle ReapFunc) ([]ReapedKey, error) {
 	reason := fmt.Sprintf("not finished within %s", maxAge)
 	var keys []ReapedKey
-	err := s.inTx(ctx, func(tx *Tx) error {
-		tx.Queue(reapSQL, maxAge, limit, s.lockTimeout, reason).Query(func(rows pgx.Rows) error {
-			var err error
+	err := pgx.BeginFunc(ctx, s.pool, func(ptx pgx.Tx) error {
+		rows, err := ptx.Query(ctx, reapSQL, maxAge, limit, s.lockTimeout, reason)
+		if err == nil {
 			keys, err = pgx.CollectRows(rows, pgx.RowToStructByName[ReapedKey])
-			return err
-		})
-		if settle == nil {
-			return nil
 		}
-		if err := tx.Flush(ctx); err != nil {
+		if err != nil || settle == nil {
 			return err
 		}
-		return settle(ctx, tx, keys)
+		tx := &Tx{tx: ptx}
+		if err := settle(ctx, tx, keys); err != nil {
+			return err
+		}
+		return tx.Flush(ctx)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reap idempotency keys older than %s: %w", maxAge, err)

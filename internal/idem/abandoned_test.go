@@ -32,6 +32,9 @@ type abandonedBundle struct {
 	pool   *pgxpool.Pool
 	store  *Store
 	userID int64
+	// stores are the store on each of its paths, fast and plain (see
+	// Config.Plain), for what a claim decides.
+	stores []*Store
 }
 
 func setupAbandoned(t *testing.T) *abandonedBundle {
@@ -44,10 +47,13 @@ func setupAbandoned(t *testing.T) *abandonedBundle {
 		RETURNING id`).Scan(&userID))
 	store, err := New(&Config{Pool: pool, LockTimeout: testLockTimeout})
 	require.NoError(t, err)
+	plain, err := New(&Config{Pool: pool, LockTimeout: testLockTimeout, Plain: true})
+	require.NoError(t, err)
 	return &abandonedBundle{
 		pool:   pool,
 		store:  store,
 		userID: userID,
+		stores: []*Store{store, plain},
 	}
 }
 
@@ -470,17 +476,19 @@ func TestReapedKeys(t *testing.T) {
 		// Params spaced differently: the same request.
 		req := request(b, key.IdempotencyKey)
 		req.Params = []byte(`{ "a" : 1 }`)
-		_, _, err := b.store.Claim(ctx, req)
-		var expired *ExpiredError
-		require.ErrorAs(t, err, &expired)
-		require.ErrorIs(t, err, ErrKeyExpired)
-		require.Equal(t, key.ID, expired.KeyID)
-		require.Equal(t, 201, *expired.ResponseCode)
-		require.Equal(t, int64(42), *expired.ResourceID)
-		require.True(t, key.CreatedAt.Equal(expired.CreatedAt))
-		var n int
-		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys`).Scan(&n))
-		require.Zero(t, n, "the claim inserted no key")
+		for _, store := range b.stores {
+			_, _, err := store.Claim(ctx, req)
+			var expired *ExpiredError
+			require.ErrorAs(t, err, &expired)
+			require.ErrorIs(t, err, ErrKeyExpired)
+			require.Equal(t, key.ID, expired.KeyID)
+			require.Equal(t, 201, *expired.ResponseCode)
+			require.Equal(t, int64(42), *expired.ResourceID)
+			require.True(t, key.CreatedAt.Equal(expired.CreatedAt))
+			var n int
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys`).Scan(&n))
+			require.Zero(t, n, "the claim inserted no key")
+		}
 	})
 
 	t.Run("ClaimOfAnotherRequestIsReused", func(t *testing.T) {
@@ -495,9 +503,11 @@ func TestReapedKeys(t *testing.T) {
 		} {
 			req := request(b, key.IdempotencyKey)
 			change(&req)
-			_, _, err := b.store.Claim(ctx, req)
-			require.ErrorIs(t, err, ErrKeyReused)
-			require.NotErrorIs(t, err, ErrKeyExpired)
+			for _, store := range b.stores {
+				_, _, err := store.Claim(ctx, req)
+				require.ErrorIs(t, err, ErrKeyReused)
+				require.NotErrorIs(t, err, ErrKeyExpired)
+			}
 		}
 	})
 
@@ -566,8 +576,18 @@ func TestReapedKeys(t *testing.T) {
 // request as the claim would have.
 func TestClaimAsTheKeyIsReaped(t *testing.T) {
 	t.Parallel()
+	for i, path := range []string{"Fast", "Plain"} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			b := setupAbandoned(t)
+			b.store = b.stores[i]
+			testClaimAsTheKeyIsReaped(t, b)
+		})
+	}
+}
+
+func testClaimAsTheKeyIsReaped(t *testing.T, b *abandonedBundle) {
 	ctx := context.Background()
-	b := setupAbandoned(t)
 	old := insertKey(t, b, keyState{point: Finished, age: testMaxAge + time.Hour, idle: time.Hour})
 	_, err := b.pool.Exec(ctx, `UPDATE idempotency_keys SET resource_id = 42 WHERE id = $1`, old.ID)
 	require.NoError(t, err)
@@ -593,7 +613,7 @@ func TestClaimAsTheKeyIsReaped(t *testing.T) {
 	require.ErrorAs(t, err, &expired)
 	require.Equal(t, old.ID, expired.KeyID)
 	require.Equal(t, int64(42), *expired.ResourceID)
-	require.True(t, wrote, "the phase ran, and rolled back")
+	require.Equal(t, !b.store.plain, wrote, "the phase ran and rolled back, or on the plain path its fence came first")
 	var keys int
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys`).Scan(&keys))
 	require.Zero(t, keys, "the key claimed in the window is retired")

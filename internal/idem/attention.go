@@ -60,19 +60,37 @@ const setAsideSQL = `
 	)
 	SELECT idempotency_key_phase_check(count(*) = 1, $6) FROM changed`
 
-// queueSetAside queues the move of a phase that sets the phase's key
-// aside for reason (see SetAside): the flag, under the row lock of the
-// fence ahead of it.
-func (s *Store) queueSetAside(tx *Tx, reason string) *queuedPhase {
-	key, from := tx.key, tx.from
-	tx.lockFirst()
-	tx.batch.Queue(setAsideSQL, key.ID, key.lockToken(), from, reason, s.actor, fmt.Sprintf("set key %d aside at %s", key.ID, from))
-	return &queuedPhase{next: from, settle: func(ctx context.Context) {
+// attentionMove is the statement, with its arguments, of a move that sets
+// the phase's key aside (setAsideSQL) or reopens it (reopenSQL); ok is
+// false for any other move. Either goes behind the fence's row lock, never
+// as the fence.
+func (tx *Tx) attentionMove(out Outcome) (sql string, args []any, ok bool) {
+	key, from, actor := tx.key, tx.from, tx.store.actor
+	switch {
+	case out.attention != "":
+		return setAsideSQL, []any{key.ID, key.lockToken(), from, out.attention, actor,
+			fmt.Sprintf("set key %d aside at %s", key.ID, from)}, true
+	case out.reopen:
+		return reopenSQL, []any{key.ID, key.lockToken(), from, actor, fmt.Sprintf("reopen key %d at %s", key.ID, from)}, true
+	}
+	return "", nil, false
+}
+
+// followAttention makes the in-memory key follow out, the committed move
+// of a phase, when it set the key aside or reopened it; it reports whether
+// it did.
+func (s *Store) followAttention(key *Key, out Outcome) bool {
+	switch {
+	case out.attention != "":
 		s.metrics.Outcome(metrics.OutcomeNeedsAttention)
-		key.AttentionReason = &reason
-		key.LockedAt, key.LockToken = nil, nil
-		annotate(ctx, key)
-	}}
+		key.AttentionReason = &out.attention
+	case out.reopen:
+		key.AttentionReason, key.UnknownOutcomes = nil, 0
+	default:
+		return false
+	}
+	key.LockedAt, key.LockToken = nil, nil
+	return true
 }
 
 // unknownOutcomeSQL counts an unknown outcome on a key ($1) this request
@@ -200,16 +218,3 @@ const reopenSQL = `
 		RETURNING 1
 	)
 	SELECT idempotency_key_phase_check(count(*) = 1, $5) FROM changed`
-
-// queueReopen queues the move of a phase that reopens its key (see
-// Reopen), under the row lock of the fence ahead of it.
-func (s *Store) queueReopen(tx *Tx) *queuedPhase {
-	key, from := tx.key, tx.from
-	tx.lockFirst()
-	tx.batch.Queue(reopenSQL, key.ID, key.lockToken(), from, s.actor, fmt.Sprintf("reopen key %d at %s", key.ID, from))
-	return &queuedPhase{next: from, settle: func(ctx context.Context) {
-		key.AttentionReason, key.UnknownOutcomes = nil, 0
-		key.LockedAt, key.LockToken = nil, nil
-		annotate(ctx, key)
-	}}
-}

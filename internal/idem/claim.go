@@ -1,14 +1,18 @@
 // First reading: the claim, the first atomic phase of every idempotent
-// request. A new key is inserted, locked for its request; an existing one
-// is locked FOR UPDATE and decided in the order a client needs: another
-// request under the same key is refused (422), a finished key replays its
-// stored response, a key another request holds is refused (409), and only
-// then is a released or stale lock taken over.
+// request, as Postgres receives it. In one transaction, a new key is
+// inserted, locked for its request; an existing one is locked FOR UPDATE
+// and decided in the order a client needs: another request under the same
+// key is refused (422), a finished key replays its stored response, a key
+// another request holds is refused (409), and only then is a released or
+// stale lock taken over.
 //
-// Left to a second reading: the single statement that inserts a new key
-// or reads back a finished one (fastpath.go); the keys the reaper deleted
-// and the 410 that refuses their late retries (tombstone.go); the steps
-// each statement appends to the key for the console (steps.go).
+// Left to a second reading: the same claim in one statement, the fast
+// path's (claimFast, fastpath.go); the keys the reaper deleted, which the
+// insert leaves alone and whose late retries are refused (reaped,
+// tombstone.go); a guard sent ahead of the claim (Request.Guard, guard.go);
+// the steps each statement appends to the key for the console (steps.go);
+// each claim's outcome counted, and the key named in the request's logs
+// (Store.count, annotate, store.go).
 
 package idem
 
@@ -25,69 +29,87 @@ import (
 // Claim is the first atomic phase of an idempotent request. It returns the
 // key locked for this request, or, if the key is already finished, the
 // key unlocked with its stored response (the caller replays it; replayed
-// is true). The checks run in the order a client needs them: a different
-// request under the same key is refused first (ErrKeyReused), then a
-// finished key replays, then a live lock refuses (ErrInFlight), and only
-// then is a stale or released lock taken over. A key the reaper has
-// deleted, and still keeps a record of, is refused: an *ExpiredError for
-// the request it was used for, ErrKeyReused for another.
+// is true). Otherwise it refuses the request: ErrKeyReused, ErrInFlight,
+// or, for a key the reaper deleted, an *ExpiredError.
 func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool, err error) {
-	// The two common cases take one statement (fastpath.go): a key never
-	// seen before is inserted at started, already locked for this request
-	// (the unique index on user and key lets exactly one of several
-	// concurrent requests insert it), and a finished key is read back and
-	// replayed.
-	key, replayed, err = s.claimFast(ctx, req)
-	if key != nil || err != nil {
-		return key, replayed, err
+	if !s.plain {
+		return s.claimFast(ctx, req)
 	}
-	// Everything else is decided under the key's row lock.
-	return s.claimExisting(ctx, req)
-}
-
-// claimExisting arbitrates a key that already exists.
-func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, error) {
-	var (
-		key      *Key
-		replayed bool
-		outcome  metrics.Outcome
-	)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// FOR UPDATE serialises concurrent claims of the same key: the
-		// decision below is made while no one else can change the row.
-		l, err := s.lockKey(ctx, tx, lockKeySQL, req.UserID, req.Key, req.Method, req.Path, req.Params)
+	var outcome metrics.Outcome
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if req.Guard != nil {
+			if _, err := tx.Exec(ctx, req.Guard.SQL, req.Guard.Args...); err != nil {
+				return err
+			}
+		}
+		// The unique index lets exactly one of several concurrent requests
+		// insert a new key; the others wait for it, and decide below.
+		rows, err := tx.Query(ctx, insertKeySQL,
+			req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, newLockToken(), s.actor)
+		if err == nil {
+			key, err = collectKey(rows)
+		}
 		switch {
-		case errors.Is(err, errNoKey):
-			// No key: the reaper deleted it, before the claim's insert or
-			// (vanishingly rarely) since (tombstone.go).
-			var expired error
-			outcome, expired = s.reaped(ctx, tx, req)
-			return expired
 		case err != nil:
-			return err
-		}
-		annotate(ctx, &l.Key)
-		switch {
-		case !l.Matches:
-			outcome = metrics.OutcomeReuseMismatch
-			return fmt.Errorf("key %d: %w", l.ID, ErrKeyReused)
-		case l.RecoveryPoint == Finished:
-			key, replayed, outcome = &l.Key, true, metrics.OutcomeReplay
+			return fmt.Errorf("claim idempotency key: %w", err)
+		case key != nil:
+			outcome = metrics.OutcomeNew
 			return nil
-		case l.LockFresh:
-			outcome = metrics.OutcomeInFlightConflict
-			return fmt.Errorf("key %d: %w", l.ID, ErrInFlight)
 		}
-		key, outcome, err = s.take(ctx, tx, &l.Key)
+		key, replayed, outcome, err = s.decide(ctx, tx, req)
 		return err
 	})
-	if err == nil || errors.Is(err, ErrKeyReused) || errors.Is(err, ErrInFlight) || errors.Is(err, ErrKeyExpired) {
-		s.metrics.Outcome(outcome)
-	}
+	s.count(outcome, err)
 	if err != nil {
 		return nil, false, err
 	}
+	annotate(ctx, key)
 	return key, replayed, nil
+}
+
+// insertKeySQL inserts a new key ($1, the user; $2, the client's key) for
+// the request ($3 to $6) at started, locked under a fresh lock token ($7),
+// with its first step ($8, the actor); nothing where the key exists, or
+// where the reaper deleted it and keeps its record.
+const insertKeySQL = `
+	INSERT INTO idempotency_keys
+		(user_id, idempotency_key, request_method, request_path, request_params,
+		 origin_ip, recovery_point, locked_at, lock_token, steps)
+	SELECT $1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::inet, 'started', now(), $7::uuid,
+	       jsonb_build_array(jsonb_build_object('at', clock_timestamp(), 'event', 'claimed'::text,
+	                                            'recovery_point', 'started'::text, 'actor', $8::text, 'attempt', 1))
+	WHERE NOT EXISTS (SELECT 1 FROM reaped_keys WHERE user_id = $1::bigint AND idempotency_key = $2::text)
+	ON CONFLICT (user_id, idempotency_key) DO NOTHING
+	RETURNING id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
+	          request_method, request_params, request_path, origin_ip,
+	          response_code, response_body, recovery_point, user_id,
+	          first_foreign_attempt_at, unknown_outcomes, attention_reason, claims, identity`
+
+// decide arbitrates, in tx, the claim of a key that already exists, and
+// says which outcome it was.
+func (s *Store) decide(ctx context.Context, tx pgx.Tx, req Request) (*Key, bool, metrics.Outcome, error) {
+	// FOR UPDATE serialises concurrent claims of the same key: the
+	// decision below is made while no one else can change the row.
+	l, err := s.lockKey(ctx, tx, lockKeySQL, req.UserID, req.Key, req.Method, req.Path, req.Params)
+	switch {
+	case errors.Is(err, errNoKey):
+		// No key: the reaper deleted it (tombstone.go).
+		outcome, err := s.reaped(ctx, tx, req)
+		return nil, false, outcome, err
+	case err != nil:
+		return nil, false, 0, err
+	}
+	annotate(ctx, &l.Key)
+	switch {
+	case !l.Matches:
+		return nil, false, metrics.OutcomeReuseMismatch, fmt.Errorf("key %d: %w", l.ID, ErrKeyReused)
+	case l.RecoveryPoint == Finished:
+		return &l.Key, true, metrics.OutcomeReplay, nil
+	case l.LockFresh:
+		return nil, false, metrics.OutcomeInFlightConflict, fmt.Errorf("key %d: %w", l.ID, ErrInFlight)
+	}
+	key, outcome, err := s.take(ctx, tx, &l.Key)
+	return key, false, outcome, err
 }
 
 // lockKeySQL reads a request's key ($2, the user; $3, the client's key)
@@ -105,8 +127,7 @@ const lockKeySQL = `
 	WHERE user_id = $2 AND idempotency_key = $3
 	FOR UPDATE`
 
-// lockedKey is a key read FOR UPDATE by lockKey: the row, whether it was
-// claimed for the request at hand, and whether its lock is still live.
+// lockedKey is a key read FOR UPDATE, with what lockKeySQL says of it.
 type lockedKey struct {
 	Key
 	Matches   bool `db:"matches"`
@@ -118,8 +139,7 @@ var errNoKey = errors.New("no such idempotency key")
 
 // lockKey reads, in tx, the key that sql (lockKeySQL, or the console's
 // lockKeyByIDSQL) locks FOR UPDATE; args are the statement's from $2 on
-// ($1 is the lock timeout). What the caller decides from the row no one
-// else can change until tx ends.
+// ($1 is the lock timeout).
 func (s *Store) lockKey(ctx context.Context, tx pgx.Tx, sql string, args ...any) (*lockedKey, error) {
 	rows, err := tx.Query(ctx, sql, append([]any{s.lockTimeout}, args...)...)
 	if err != nil {
@@ -136,8 +156,7 @@ func (s *Store) lockKey(ctx context.Context, tx pgx.Tx, sql string, args ...any)
 }
 
 // takeSQL locks a key ($1) for a new claim with a fresh lock token ($2),
-// counts the claim, and appends its step ($3, the event; $4, the actor;
-// see steps.go), all in one statement.
+// counts the claim, and appends its step ($3, the event; $4, the actor).
 const takeSQL = `
 	UPDATE idempotency_keys
 	SET locked_at = now(), last_run_at = now(), lock_token = $2, claims = claims + 1,
@@ -151,11 +170,8 @@ const takeSQL = `
 	          response_code, response_body, recovery_point, user_id,
 	          first_foreign_attempt_at, unknown_outcomes, attention_reason, claims, identity`
 
-// take claims k, locked by lockKey and found free to take (released, or
-// its lock stale), for a new attempt: a fresh lock token, one more claim,
-// and the step that says which. A lock still on k is stale (the caller
-// has checked), and taking it fences its holder off. It returns the key
-// as taken and the claim's outcome.
+// take claims k, locked and found free (released, or its lock stale), for
+// a new attempt. Taking a stale lock fences its holder off.
 func (s *Store) take(ctx context.Context, tx pgx.Tx, k *Key) (*Key, metrics.Outcome, error) {
 	event, outcome := StepResumed, metrics.OutcomeResumed
 	if k.LockedAt != nil {

@@ -1,4 +1,7 @@
-// Second reading: the claim's fast path (claim.go reads it as one call).
+// Second reading: the claim's fast path, the default (Config.Plain
+// false): the claim of claim.go, the same decisions, in one statement for
+// the two common cases, a new key and a finished one. The tests run the
+// claim on both paths and hold them equal.
 
 package idem
 
@@ -19,7 +22,7 @@ import (
 // final, so no lock is needed to trust it. Anything else (a different
 // request, a key in flight or abandoned, a key inserted concurrently that
 // this statement's snapshot cannot see) falls through to the locking path
-// (claimExisting).
+// (claimExisting), which decides as claim.go does.
 //
 // The insert is not even tried for a key the statement can see: a replay
 // then costs an index probe, not an id drawn from the sequence and a row
@@ -69,24 +72,19 @@ type claimRow struct {
 	Inserted bool `db:"inserted"`
 }
 
-// claimFast runs claimFastSQL. It returns the key inserted for req, or the
-// finished key to replay (replayed is true); a nil key when neither, for
-// the locking path to decide.
+// claimFast is Claim on the fast path: claimFastSQL, with the request's
+// guard, if any, sent ahead of it in the same round trip and a
+// transaction of its own (a guard that fails leaves the claim unsent, and
+// its error is returned); then, for a key it neither inserted nor
+// replayed, the locking path.
 func (s *Store) claimFast(ctx context.Context, req Request) (key *Key, replayed bool, err error) {
-	return s.claimFastGuarded(ctx, req, nil)
-}
-
-// claimFastGuarded is claimFast with guard, when not nil, sent ahead of
-// the claim in the same round trip and the same transaction: a guard that
-// fails leaves the claim unsent, and its error is returned.
-func (s *Store) claimFastGuarded(ctx context.Context, req Request, guard *Guard) (key *Key, replayed bool, err error) {
 	args := []any{req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, newLockToken(), s.actor}
 	var claimed []*claimRow
 	collect := func(rows pgx.Rows) error {
 		claimed, err = pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[claimRow])
 		return err
 	}
-	if guard == nil {
+	if req.Guard == nil {
 		rows, qerr := s.pool.Query(ctx, claimFastSQL, args...)
 		if qerr == nil {
 			qerr = collect(rows)
@@ -94,7 +92,7 @@ func (s *Store) claimFastGuarded(ctx context.Context, req Request, guard *Guard)
 		err = qerr
 	} else {
 		b := &pgx.Batch{}
-		b.Queue(guard.SQL, guard.Args...)
+		b.Queue(req.Guard.SQL, req.Guard.Args...)
 		b.Queue(claimFastSQL, args...).Query(collect)
 		err = s.pool.SendBatch(ctx, b).Close()
 	}
@@ -102,7 +100,8 @@ func (s *Store) claimFastGuarded(ctx context.Context, req Request, guard *Guard)
 		return nil, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
 	if len(claimed) != 1 {
-		return nil, false, nil
+		// Everything else is decided under the key's row lock.
+		return s.claimExisting(ctx, req)
 	}
 	key = &claimed[0].Key
 	annotate(ctx, key)
@@ -112,4 +111,24 @@ func (s *Store) claimFastGuarded(ctx context.Context, req Request, guard *Guard)
 	}
 	s.metrics.Outcome(metrics.OutcomeReplay)
 	return key, true, nil
+}
+
+// claimExisting arbitrates a key that already exists, in a transaction
+// of its own, as the plain claim does in its (decide).
+func (s *Store) claimExisting(ctx context.Context, req Request) (*Key, bool, error) {
+	var (
+		key      *Key
+		replayed bool
+		outcome  metrics.Outcome
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		key, replayed, outcome, err = s.decide(ctx, tx, req)
+		return err
+	})
+	s.count(outcome, err)
+	if err != nil {
+		return nil, false, err
+	}
+	return key, replayed, nil
 }

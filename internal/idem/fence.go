@@ -12,7 +12,7 @@
 // a statement fewer per phase (docs/scaling.md, "Postgres's cost per
 // ride"). A phase whose first statement is another (it reads before it
 // knows its move, or it sets the key aside or reopens it) opens with a
-// lock of the key's row instead (fenceSQL), placed ahead of that
+// lock of the key's row instead (fenceLockSQL), placed ahead of that
 // statement. Nothing is reordered: Postgres receives a phase's statements
 // in the order the phase function says them.
 //
@@ -34,12 +34,12 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 )
 
-// fenceSQL is the fence of a phase of key $1 under lock token $2 from
-// recovery point $3 that does not open with its move: it locks the key's
+// fenceLockSQL is the fast path's fence of a phase of key $1 under lock
+// token $2 from recovery point $3 that does not open with its move: it locks the key's
 // row and returns nothing, or refuses. The row is counted, so that a key
 // that is no longer the phase's still yields the one row that calls the
 // refusal.
-const fenceSQL = `
+const fenceLockSQL = `
 	SELECT idempotency_key_fence_refuse($1, $3, f.reaped)
 	FROM (SELECT count(*) AS held,
 	             coalesce(bool_or($3 = 'started' AND EXISTS (
@@ -87,7 +87,7 @@ func (tx *Tx) lockFirst() {
 		return
 	}
 	tx.fencePending = false
-	tx.batch.Queue(fenceSQL, tx.key.ID, tx.key.lockToken(), string(tx.from))
+	tx.batch.Queue(fenceLockSQL, tx.key.ID, tx.key.lockToken(), string(tx.from))
 }
 
 // fenceFirst reports whether the fence is still pending, and so whether

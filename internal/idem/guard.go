@@ -1,78 +1,68 @@
 // Second reading: a guard, a statement an endpoint sends ahead of an
-// atomic phase, in the phase's round trip, that can stop the phase from
-// running: the ride's cap on charges (package ratelimit) is one; or ahead
-// of the claim, as the check of a remembered user is (package user). And
-// Discard, which deletes a key its request was refused under before it did
-// anything.
+// atomic phase (Tx.Guard) that can stop the phase from running: the
+// ride's cap on charges (package ratelimit) is one; or ahead of the claim
+// (Request.Guard), as the check of a remembered user is (package user).
+// And Discard, which deletes a key its request was refused under before
+// it did anything.
 
 package idem
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 	"time"
 
-	"github.com/rocketrides/rocketrides/internal/platform/db"
+	"github.com/jackc/pgx/v5"
 )
 
-// Guard is a statement sent ahead of an atomic phase, in a transaction of
-// its own that commits before the phase's BEGIN, and in the same round
-// trip. It stops the phase by failing (a raise, a constraint it breaks):
-// a pipeline skips everything after an error, so a guard that fails
-// leaves the phase unsent. What it wrote commits only when it does not
-// fail. A guard that writes should write where a commit waits for no WAL
-// flush (an unlogged table), or the phase behind it waits for two, and
-// the guard's row locks are held through the first.
+// Guard is a statement that can stop a claim or a phase from running: it
+// stops it by failing (a raise, a constraint it breaks). On the fast path
+// it goes ahead of the claim or the phase, in a transaction of its own
+// and in the same round trip: a pipeline skips everything after an error,
+// so a guard that fails leaves the claim or the phase unsent, and what it
+// wrote commits whatever the phase does. On the plain path it is the
+// first statement of the claim's or the phase's transaction (after the
+// phase's fence), and commits with it or not at all. A guard that writes
+// should write where a commit waits for no WAL flush (an unlogged table),
+// or the phase behind it waits for two, and the guard's row locks are
+// held through the first.
 type Guard struct {
 	SQL  string
 	Args []any
 }
 
-// PhaseGuarded runs fn as Phase does, with guard sent ahead of it in the
-// same round trip (see Guard). A guard that fails fails the phase with
-// its error, and nothing of the phase runs. When Postgres aborts the
-// phase itself for a concurrent transaction, the phase runs again without
-// the guard, which has committed. A nil guard is Phase.
-func (s *Store) PhaseGuarded(ctx context.Context, key *Key, guard *Guard, fn PhaseFunc) error {
-	if guard == nil {
-		return s.Phase(ctx, key, fn)
-	}
-	defer s.metrics.PhaseDone(string(key.RecoveryPoint), time.Now())
-	err := s.phaseOnce(ctx, key, guard, fn)
+// Guard sends guard, if not nil, ahead of the phase (see Guard); a guard
+// that fails fails the phase with its error, and nothing of the phase
+// runs. A phase function calls it first, before any statement of its own.
+// When Postgres aborts the phase itself for a concurrent transaction, the
+// fast path runs the phase again without the guard, which has committed.
+func (tx *Tx) Guard(guard *Guard) {
 	switch {
-	case errors.Is(err, errReapedPredecessor):
-		return s.retire(ctx, key)
-	case err == nil || !db.IsRetryable(err):
-		return err
+	case guard == nil:
+	case tx.moved != nil || tx.wrote || (tx.batch != nil && !tx.fencePending):
+		tx.fail(fmt.Errorf("bug: phase at %s for key %d sends a guard after its first statement", tx.from, tx.key.ID))
+	case tx.batch == nil:
+		tx.queued = append(tx.queued, &pgx.QueuedQuery{SQL: guard.SQL, Arguments: guard.Args})
+	case !tx.skipGuards:
+		// Its BEGIN and COMMIT are explicit, ahead of the phase's BEGIN:
+		// a statement sent before the phase's BEGIN in the same pipeline
+		// would otherwise be folded into the phase's transaction, and its
+		// row locks held until the phase commits.
+		tx.batch.QueuedQueries = slices.Insert(tx.batch.QueuedQueries, tx.begin,
+			&pgx.QueuedQuery{SQL: `BEGIN`}, &pgx.QueuedQuery{SQL: guard.SQL, Arguments: guard.Args},
+			&pgx.QueuedQuery{SQL: `COMMIT`})
+		tx.begin += 3
 	}
-	return s.retryPhase(ctx, key, fn, 2, err)
 }
 
-// ClaimGuarded is Claim with guard sent ahead of the claim's first
-// statement, in its round trip and its transaction: a guard that fails
-// fails the claim with its error, and nothing is claimed. The api checks
-// there that a user it remembered for a token still holds it (package
-// user), which saves the token's look-up a round trip of its own. A nil
-// guard is Claim.
+// ClaimGuarded is Claim with guard as the request's (Request.Guard): the
+// api checks there that a user it remembered for a token still holds it
+// (package user), which saves the token's look-up a round trip of its
+// own.
 func (s *Store) ClaimGuarded(ctx context.Context, req Request, guard *Guard) (key *Key, replayed bool, err error) {
-	key, replayed, err = s.claimFastGuarded(ctx, req, guard)
-	if key != nil || err != nil {
-		return key, replayed, err
-	}
-	// The guard has passed: what is left is decided under the key's row
-	// lock, as Claim decides it.
-	return s.claimExisting(ctx, req)
-}
-
-// queueGuard queues guard on tx in a transaction of its own. Its BEGIN
-// and COMMIT are explicit: a statement sent before the phase's BEGIN in
-// the same pipeline would otherwise be folded into the phase's
-// transaction, and its row locks held until the phase commits.
-func (tx *Tx) queueGuard(guard *Guard) {
-	tx.batch.Queue(`BEGIN`)
-	tx.batch.Queue(guard.SQL, guard.Args...)
-	tx.batch.Queue(`COMMIT`)
+	req.Guard = guard
+	return s.Claim(ctx, req)
 }
 
 // discardSQL deletes a key ($1) that this request holds (lock token $2)

@@ -101,18 +101,12 @@ type Request struct {
 	Key    string
 	Method string
 	Path   string
-	// Params is the request's parameters as canonical JSON. Keys compare
-	// as JSONB, so key order and number spelling do not matter; the
-	// record of a reaped key keeps only a hash of the JSONB text, in which
-	// key order and spacing do not matter but number spelling does (1 is
-	// not 1.0): send each number in one spelling, as Go's encoding/json
-	// writes a float64.
-	//
-	// A json.RawMessage, not a []byte: pgx sends it as JSON text in every
-	// exec mode, where a []byte goes as bytea, which the exec and
-	// simple_protocol modes (a pooler's, docs/scaling.md) write out as
-	// \x... and the jsonb column refuses. The same holds for every JSON
-	// value the project binds.
+	// Params is the request's parameters as canonical JSON, compared as
+	// JSONB; a reaped key's record keeps a hash of their JSONB text, where
+	// 1 is not 1.0. A json.RawMessage, which pgx sends as JSON text in
+	// every exec mode, where a []byte would go as bytea.
 	Params   json.RawMessage
 	OriginIP netip.Addr
+	// Guard, when not nil, is a check the claim makes first (guard.go).
+	Guard *Guard
 }

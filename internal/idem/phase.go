@@ -1,42 +1,44 @@
-// First reading: an atomic phase. One transaction holds the endpoint's
-// writes and the statement that moves the key to its next recovery point
-// (or stores its response), which goes first and is the fence: they
-// commit together or not at all. And Unlock, which releases a key after a
-// failure so that a retry resumes from the last recovery point.
+// First reading: an atomic phase, as Postgres receives it. BEGIN; the
+// fence, an UPDATE that changes the key only if it still carries this
+// request's lock token and recovery point (no row: the lock is lost, and
+// everything rolls back); the phase function's statements, each on its
+// own and in the order it says them, its move to the next recovery point
+// (or its stored response) first; COMMIT. And Unlock, which releases a
+// key after a failure so that a retry resumes from the last recovery point.
 //
-// Left to a second reading: how a phase goes to Postgres in one round
-// trip, two phases in one pipeline, and the retries after a serialization
-// failure (pipeline.go); the fence's SQL and its errors (fence.go); the
-// outcomes beyond the article, a key set aside for a person or reopened
-// and the time of the first foreign call (attention.go), and the id of
-// what the request created (tombstone.go); the steps (steps.go).
+// Left to a second reading: the fast path, the default, a phase in one
+// round trip, its move as the fence (phasePipelined, queuePipelined,
+// flushPipelined, movePipelined: pipeline.go, fence.go); the retries
+// after a deadlock (Store.retry, store.go); a key with a reaped
+// predecessor (errReapedPredecessor, tombstone.go); a guard (Tx.Guard);
+// a key set aside or reopened (attentionMove, followAttention:
+// attention.go); what follows the commit (behindCommitFailed); the steps
+// (steps.go); the metrics (Idempotency.Outcome, Idempotency.PhaseDone)
+// and logs (annotate).
 
 package idem
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 )
 
 // Outcome is what an atomic phase decides: move to the next recovery
 // point, finish the request with a response, or set it aside for a human.
 type Outcome struct {
-	next     RecoveryPoint
-	response Response
-	// foreignCall records the first foreign call's time (see
-	// AdvanceToForeignCall).
-	foreignCall bool
-	// attention, when set, is why the key is set aside (see SetAside).
-	attention string
-	// createdFrom, when set, is the sequence the id of what the request
-	// created came from (see Creates).
-	createdFrom *string
-	// reopen clears a set-aside and releases the key (see Reopen).
-	reopen bool
+	next        RecoveryPoint
+	response    Response
+	foreignCall bool    // record the first foreign call's time (AdvanceToForeignCall)
+	attention   string  // why the key is set aside (SetAside)
+	createdFrom *string // the sequence of what the phase creates (Creates)
+	reopen      bool    // clear a set-aside and release the key (Reopen)
 }
 
 // Advance moves the key to recovery point next.
@@ -54,80 +56,166 @@ func Respond(code int, body []byte) Outcome {
 // receive them.
 type PhaseFunc func(ctx context.Context, tx *Tx) error
 
+// Tx is the transaction of one atomic phase, as its phase function sees
+// it. Its statements (Queue, Move) go to Postgres in the order queued, at
+// the next Flush and before COMMIT. The first error fails the phase.
+type Tx struct {
+	store *Store
+	key   *Key
+	from  RecoveryPoint // the recovery point the phase started from
+	moved *move         // the phase's move, once said
+	wrote bool          // a statement was queued before the move
+	after []afterCommit // sent once the phase has committed
+	err   error
+
+	tx       pgx.Tx             // the plain path's transaction
+	queued   []*pgx.QueuedQuery // what the next Flush sends
+	pipeline                    // the fast path's (pipeline.go)
+}
+
+// move is a phase's move (Move), and what Postgres answered to it.
+type move struct {
+	out                   Outcome
+	stored                []byte // the response as stored
+	firstForeignAttemptAt *time.Time
+}
+
 // Phase runs fn and records its outcome on key in one transaction, so the
 // phase's writes and the new recovery point commit together or not at
-// all. The transaction opens with the fence, most often the move itself:
-// it changes the key only if the key still carries this request's lock
-// token and is still at the recovery point the phase started from;
-// otherwise it rolls back and Phase returns ErrLockLost. Serialization
-// failures and deadlocks run the whole phase again, a bounded number of
-// times.
+// all. A phase whose key is no longer this request's returns ErrLockLost.
 func (s *Store) Phase(ctx context.Context, key *Key, fn PhaseFunc) error {
+	if !s.plain {
+		return s.phasePipelined(ctx, key, fn)
+	}
 	defer s.metrics.PhaseDone(string(key.RecoveryPoint), time.Now())
-	return s.retryPhase(ctx, key, fn, 1, nil)
+	return s.retry(ctx, key, func(int) error { return s.phase(ctx, key, fn) }, 1, nil)
 }
 
-// Move says where the phase takes the key: its next recovery point, or the
-// response that finishes it (or, beyond the article, a set-aside or a
-// reopening: attention.go). A phase says it once, and first where it
-// can: sent ahead of the phase's writes, the move is the phase's fence,
-// and a phase that creates (Creates) must say it first, since its writes
-// take the id the move draws.
+// phase makes one attempt at the atomic phase fn of key.
+func (s *Store) phase(ctx context.Context, key *Key, fn PhaseFunc) error {
+	tx := &Tx{store: s, key: key, from: key.RecoveryPoint}
+	err := pgx.BeginFunc(ctx, s.pool, func(ptx pgx.Tx) error { // BEGIN; COMMIT, or ROLLBACK after an error
+		var reaped bool // the fence: no row, another request has the key
+		err := ptx.QueryRow(ctx, fenceSQL, key.ID, key.lockToken(), key.RecoveryPoint).Scan(&reaped)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			s.metrics.Outcome(metrics.OutcomeLockLost)
+			return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, ErrLockLost)
+		case err != nil:
+			return fmt.Errorf("fence key %d at %s: %w", key.ID, key.RecoveryPoint, err)
+		case reaped:
+			return errReapedPredecessor
+		}
+		tx.tx = ptx
+		if err := fn(ctx, tx); err != nil {
+			return err
+		}
+		if tx.moved == nil {
+			return fmt.Errorf("bug: phase at %s for key %d says no move", tx.from, key.ID)
+		}
+		return tx.Flush(ctx)
+	})
+	if err != nil {
+		return err
+	}
+	for _, a := range tx.after {
+		if _, err := s.pool.Exec(ctx, a.sql, a.args...); err != nil {
+			s.behindCommitFailed(ctx, key, err)
+		}
+	}
+	s.follow(ctx, key, tx.moved) // committed: only now may the in-memory key follow
+	return nil
+}
+
+// fenceSQL is the fence of a phase of key $1 under lock token $2 from
+// recovery point $3: it locks the key's row and refreshes its lock, or
+// changes no row. From started, it also says whether the reaper deleted
+// an earlier key of the same request and user (tombstone.go).
+const fenceSQL = `
+	UPDATE idempotency_keys k SET locked_at = now()
+	WHERE id = $1 AND lock_token = $2 AND recovery_point = $3::text
+	RETURNING $3::text = 'started' AND EXISTS (
+		SELECT 1 FROM reaped_keys r WHERE r.user_id = k.user_id AND r.idempotency_key = k.idempotency_key)`
+
+// Queue adds a statement to the phase, sent at the next Flush.
+func (tx *Tx) Queue(sql string, args ...any) *pgx.QueuedQuery {
+	tx.wrote = tx.wrote || tx.moved == nil
+	if tx.batch != nil {
+		return tx.queuePipelined(sql, args...)
+	}
+	q := &pgx.QueuedQuery{SQL: sql, Arguments: args}
+	tx.queued = append(tx.queued, q)
+	return q
+}
+
+// Flush sends the statements queued since the last Flush, each on its own
+// and in order, and hands each answer to its callback. It returns the
+// first error.
+func (tx *Tx) Flush(ctx context.Context) error {
+	if tx.batch != nil {
+		return tx.flushPipelined(ctx)
+	}
+	queued := tx.queued
+	tx.queued = nil
+	for _, q := range queued {
+		if tx.err != nil {
+			break
+		}
+		rows, err := tx.tx.Query(ctx, q.SQL, q.Arguments...)
+		if err == nil {
+			err = answer(q, rows)
+		}
+		tx.fail(err)
+	}
+	return tx.err
+}
+
+// Move says where the phase takes the key (Advance, Respond). A phase
+// says it once, and first where it can: one that creates (Creates) must,
+// since its writes take the id the move draws.
 func (tx *Tx) Move(out Outcome) {
-	if tx.moved != nil {
+	switch {
+	case tx.moved != nil:
 		tx.fail(fmt.Errorf("bug: phase at %s for key %d moves twice", tx.from, tx.key.ID))
 		return
+	case out.createdFrom != nil && tx.wrote:
+		tx.fail(fmt.Errorf("bug: phase at %s for key %d creates from %s but its move is not its first statement",
+			tx.from, tx.key.ID, *out.createdFrom))
+		return
 	}
-	switch {
-	case out.attention != "":
-		tx.moved = tx.store.queueSetAside(tx, out.attention)
-	case out.reopen:
-		tx.moved = tx.store.queueReopen(tx)
-	default:
-		tx.moved = tx.store.queueAdvance(tx, out)
+	m := &move{out: out}
+	tx.moved = m
+	sql, args := tx.moveSQL(out)
+	if tx.batch != nil {
+		tx.movePipelined(m, sql, args)
+		return
+	}
+	q := tx.Queue(sql, args...)
+	if sql == advanceSQL {
+		q.QueryRow(func(row pgx.Row) error { return row.Scan(&m.stored, &m.firstForeignAttemptAt) })
 	}
 }
 
-// queuePhase queues, on tx, the atomic phase fn of key from recovery point
-// from: BEGIN, fn's statements, the fence ahead of the first of them (most
-// often the move itself), and COMMIT. Nothing is sent but what fn
-// flushes.
-func (s *Store) queuePhase(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, fn PhaseFunc) (*queuedPhase, error) {
-	tx.batch.Queue(`BEGIN`)
-	// The fence goes right after BEGIN: it goes on only if the key still
-	// carries this request's lock token and recovery point, and otherwise
-	// raises, which aborts the transaction. Nothing queued after it can
-	// commit, so the phase sends its writes and COMMIT without waiting for
-	// the fence's answer. When the phase's first statement is its move,
-	// the move is the fence.
-	tx.openFence(s, key, from)
-	if err := fn(ctx, tx); err != nil {
-		return nil, err
+// moveSQL is the statement, and its arguments, that records out.
+func (tx *Tx) moveSQL(out Outcome) (string, []any) {
+	if sql, args, ok := tx.attentionMove(out); ok {
+		return sql, args
 	}
-	q := tx.moved
-	switch {
-	case tx.err != nil:
-		return nil, tx.err
-	case q == nil:
-		return nil, fmt.Errorf("bug: phase at %s for key %d says no move", from, key.ID)
+	var code *int
+	var body json.RawMessage
+	if out.next == Finished {
+		code, body = &out.response.Code, out.response.Body
 	}
-	tx.queueCommit(&q.committed)
-	return q, nil
+	return advanceSQL, []any{tx.key.ID, tx.key.lockToken(), tx.from, out.next, code, body,
+		out.foreignCall, tx.store.actor, out.createdFrom}
 }
 
 // advanceSQL moves a key ($1, held under lock token $2 at recovery point
 // $3) to its next recovery point $4, or finishes it with the response $5,
-// $6. It goes first and is the phase's fence: fencedAdvanceSQL (fence.go)
-// wraps it so that, should it change no row, it refuses the phase.
-// Intermediate phases refresh locked_at as a heartbeat; finishing releases
-// the lock.
-//
-// The same statement records what the extensions need: the first foreign
-// call's time ($7, attention.go), the id of what the phase creates, drawn
-// here from its sequence ($9, tombstone.go) and the step ($8, the actor;
-// steps.go). A phase commits on a key set aside only when a person took
-// the key to settle it (nothing else works such a key), so it also clears
-// the flag.
+// $6, which releases the lock. It also records the first foreign call's
+// time ($7, attention.go), the id of what the phase creates, drawn here
+// ($9, tombstone.go), and the step ($8, the actor), and clears a set-aside
+// that a person is settling.
 const advanceSQL = `
 	UPDATE idempotency_keys
 	SET recovery_point = $4::text,
@@ -146,57 +234,25 @@ const advanceSQL = `
 	WHERE id = $1 AND lock_token = $2 AND recovery_point = $3::text
 	RETURNING response_body, first_foreign_attempt_at`
 
-// queueAdvance queues the move of the phase's key (advanceSQL): its next
-// recovery point, or its response. It is the phase's fence when it is the
-// phase's first statement.
-func (s *Store) queueAdvance(tx *Tx, out Outcome) *queuedPhase {
-	key, from := tx.key, tx.from
-	var code *int
-	var body json.RawMessage
-	if out.next == Finished {
-		code, body = &out.response.Code, out.response.Body
+// follow makes the in-memory key follow m once its phase has committed.
+func (s *Store) follow(ctx context.Context, key *Key, m *move) {
+	defer annotate(ctx, key)
+	if s.followAttention(key, m.out) {
+		return
 	}
-	var (
-		stored                []byte
-		firstForeignAttemptAt *time.Time
-	)
-	sql := advanceSQL
-	switch {
-	case tx.fenceFirst():
-		sql = fencedAdvanceSQL
-	case out.createdFrom != nil:
-		tx.fail(fmt.Errorf("bug: phase at %s for key %d creates from %s but its move is not its first statement",
-			from, key.ID, *out.createdFrom))
-		return nil
+	key.RecoveryPoint = m.out.next
+	key.AttentionReason = nil
+	key.FirstForeignAttemptAt = m.firstForeignAttemptAt
+	if m.out.next == Finished {
+		// Postgres's rendering: this answer and every replay are the same.
+		code := m.out.response.Code
+		key.ResponseCode, key.ResponseBody = &code, m.stored
+		key.LockedAt, key.LockToken = nil, nil
 	}
-	tx.batch.Queue(sql,
-		key.ID, key.lockToken(), from, out.next, code, body, out.foreignCall, s.actor, out.createdFrom,
-	).QueryRow(func(row pgx.Row) error {
-		if err := row.Scan(&stored, &firstForeignAttemptAt); err != nil {
-			return fmt.Errorf("advance key %d from %s to %s: %w", key.ID, from, out.next, err)
-		}
-		return nil
-	})
-	return &queuedPhase{next: out.next, locked: out.next != Finished, advances: true, settle: func(ctx context.Context) {
-		// Committed: only now may the in-memory key follow.
-		key.RecoveryPoint = out.next
-		key.AttentionReason = nil
-		key.FirstForeignAttemptAt = firstForeignAttemptAt
-		if out.next == Finished {
-			code := out.response.Code
-			// The stored body is what Postgres gives back (JSONB's own
-			// rendering), so this first response and every replay are
-			// the same bytes.
-			key.ResponseCode, key.ResponseBody = &code, stored
-			key.LockedAt, key.LockToken = nil, nil
-		}
-		annotate(ctx, key)
-	}}
 }
 
 // unlockSQL releases a key ($1) if this request still holds it (lock
-// token $2), keeping its recovery point, and appends the step ($3, the
-// actor; steps.go).
+// token $2), keeping its recovery point, and appends the step ($3).
 const unlockSQL = `
 	UPDATE idempotency_keys
 	SET locked_at = NULL, lock_token = NULL,
@@ -207,10 +263,8 @@ const unlockSQL = `
 	WHERE id = $1 AND lock_token = $2`
 
 // Unlock releases key after a failure so that a retry need not wait for
-// the lock to go stale. It keeps the recovery point: the retry resumes
-// where this request stopped. The lock is released only if this request
-// still holds it. Unlock runs even if ctx was cancelled (the client hung
-// up), since that is exactly when a retry is coming.
+// the lock to go stale, and resumes where this request stopped. It runs
+// even if ctx was cancelled (the client hung up): a retry is coming.
 func (s *Store) Unlock(ctx context.Context, key *Key) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

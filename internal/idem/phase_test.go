@@ -17,9 +17,9 @@ import (
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 )
 
-// traced is a store on a pool of one connection whose round trips are
-// counted (one connection, so its statement cache is warm after the first
-// use), with a user of its own.
+// traced is a store, on the plain path or the fast one, on a pool of one
+// connection whose round trips are counted (one connection, so its
+// statement cache is warm after the first use), with a user of its own.
 type traced struct {
 	pool    *pgxpool.Pool
 	store   *idem.Store
@@ -27,7 +27,7 @@ type traced struct {
 	userID  int64
 }
 
-func newTraced(t testing.TB, name string) *traced {
+func newTraced(t testing.TB, name string, plain bool) *traced {
 	t.Helper()
 	ctx := context.Background()
 	tr := &traced{}
@@ -36,7 +36,7 @@ func newTraced(t testing.TB, name string) *traced {
 		INSERT INTO users (email, stripe_customer_id, api_token_hash)
 		VALUES ($1 || '@example.com', 'cus_' || $1, sha256('t')) RETURNING id`, name).Scan(&tr.userID))
 	var err error
-	tr.store, err = idem.New(&idem.Config{Pool: tr.pool, LockTimeout: time.Minute})
+	tr.store, err = idem.New(&idem.Config{Pool: tr.pool, LockTimeout: time.Minute, Plain: plain})
 	require.NoError(t, err)
 	return tr
 }
@@ -50,17 +50,22 @@ func (tr *traced) claim(t testing.TB, key string) *idem.Key {
 	return k
 }
 
-// TestPhaseRoundTrips pins what an atomic phase costs on the wire: the
-// fence raises rather than answers, so BEGIN, the fence, the phase's
-// writes, the new recovery point and COMMIT go out together, one round
-// trip; a phase that needs an answer on the way (Flush) pays one more.
-// The move to the new recovery point is the fence, a statement of its
-// own only in a phase that reads on the way.
+// TestPhaseRoundTrips pins what an atomic phase costs on the wire. On the
+// fast path the fence raises rather than answers, so BEGIN, the fence,
+// the phase's writes, the new recovery point and COMMIT go out together,
+// one round trip; a phase that needs an answer on the way (Flush) pays
+// one more. The move to the new recovery point is the fence, a statement
+// of its own only in a phase that reads on the way. On the plain path
+// every statement is a round trip of its own, the fence always one.
 func TestPhaseRoundTrips(t *testing.T) {
 	t.Parallel()
+	forEachPath(t, testPhaseRoundTrips)
+}
+
+func testPhaseRoundTrips(t *testing.T, plain bool) {
 	ctx := context.Background()
 
-	tr := newTraced(t, "trips")
+	tr := newTraced(t, "trips", plain)
 	store, counter := tr.store, tr.counter
 	claim := func(key string) *idem.Key { return tr.claim(t, key) }
 
@@ -94,15 +99,21 @@ func TestPhaseRoundTrips(t *testing.T) {
 	key := claim("measured")
 	for _, phase := range []struct {
 		fn                idem.PhaseFunc
-		trips, statements int64
+		trips, statements int64 // on the fast path
+		plain             int64 // round trips on the plain path, one a statement
 	}{
-		{writeOnly("halfway"), 1, 5},     // BEGIN, the move, two inserts, COMMIT
-		{writeOnly("almost_done"), 1, 5}, // the same
-		{readThenWrite, 2, 6},            // BEGIN, the fence, the read; the move, the insert, COMMIT
+		{writeOnly("halfway"), 1, 5, 6},     // BEGIN, the move, two inserts, COMMIT; the fence apart on the plain path
+		{writeOnly("almost_done"), 1, 5, 6}, // the same
+		{readThenWrite, 2, 6, 6},            // BEGIN, the fence, the read; the move, the insert, COMMIT
 	} {
 		from := key.RecoveryPoint
 		counter.Reset()
 		require.NoError(t, store.Phase(ctx, key, phase.fn))
+		if plain {
+			require.Equal(t, phase.plain, counter.Total(), "round trips of the phase from %s", from)
+			require.Zero(t, counter.Batches.Load(), "nothing pipelined")
+			continue
+		}
 		require.Equal(t, phase.trips, counter.Total(), "round trips of the phase from %s", from)
 		require.Equal(t, phase.statements, counter.Batched.Load(), "statements of the phase from %s", from)
 		require.Zero(t, counter.Queries.Load(), "statements sent on their own")
@@ -111,12 +122,17 @@ func TestPhaseRoundTrips(t *testing.T) {
 }
 
 // TestClaimRoundTrips pins what the claim of a new key costs: one round
-// trip, the reaped keys' guard included.
+// trip on the fast path, the reaped keys' guard included; on the plain
+// path three, BEGIN, the insert and COMMIT.
 func TestClaimRoundTrips(t *testing.T) {
 	t.Parallel()
+	forEachPath(t, testClaimRoundTrips)
+}
+
+func testClaimRoundTrips(t *testing.T, plain bool) {
 	ctx := context.Background()
 
-	tr := newTraced(t, "trips")
+	tr := newTraced(t, "trips", plain)
 	pool, store, counter, userID := tr.pool, tr.store, tr.counter, tr.userID
 	// Records of reaped keys exist, and one of them is this user's.
 	_, err := pool.Exec(ctx, `
@@ -133,19 +149,28 @@ func TestClaimRoundTrips(t *testing.T) {
 
 	counter.Reset()
 	require.NoError(t, claim("measured"))
-	require.Equal(t, int64(1), counter.Total(), "round trips of a new key's claim")
+	want := int64(1)
+	if plain {
+		want = 3
+	}
+	require.Equal(t, want, counter.Total(), "round trips of a new key's claim")
 
 	require.ErrorIs(t, claim("reaped"), idem.ErrKeyReused, "the guard holds: another request under a reaped key")
 }
 
 // TestPhaseThen pins two atomic phases with no foreign call between them:
-// one round trip, two commits, and a second that fails leaves the first
-// committed on its own.
+// one round trip on the fast path, two commits, and a second that fails
+// leaves the first committed on its own. The plain path runs them one
+// after the other, to the same end.
 func TestPhaseThen(t *testing.T) {
 	t.Parallel()
+	forEachPath(t, testPhaseThen)
+}
+
+func testPhaseThen(t *testing.T, plain bool) {
 	ctx := context.Background()
 
-	tr := newTraced(t, "then")
+	tr := newTraced(t, "then", plain)
 	pool, store, counter := tr.pool, tr.store, tr.counter
 	claim := func(key string) *idem.Key { return tr.claim(t, key) }
 	job := func(next idem.Outcome) idem.PhaseFunc {
@@ -174,7 +199,9 @@ func TestPhaseThen(t *testing.T) {
 	key := claim("measured")
 	counter.Reset()
 	require.NoError(t, store.PhaseThen(ctx, key, job(idem.Advance("halfway")), job(idem.Respond(201, []byte(`{}`)))))
-	require.Equal(t, int64(1), counter.Total(), "round trips of the two phases")
+	if !plain {
+		require.Equal(t, int64(1), counter.Total(), "round trips of the two phases")
+	}
 	require.Equal(t, idem.Finished, key.RecoveryPoint)
 	require.Equal(t, []idem.RecoveryPoint{idem.Started, "halfway", idem.Finished}, points(key), "a commit for each recovery point")
 
@@ -199,11 +226,15 @@ func TestPhaseThen(t *testing.T) {
 // it is logged.
 func TestQueueAfterCommit(t *testing.T) {
 	t.Parallel()
+	forEachPath(t, testQueueAfterCommit)
+}
+
+func testQueueAfterCommit(t *testing.T, plain bool) {
 	ctx := context.Background()
 
-	tr := newTraced(t, "after")
+	tr := newTraced(t, "after", plain)
 	var logs bytes.Buffer
-	store, err := idem.New(&idem.Config{Pool: tr.pool, LockTimeout: time.Minute,
+	store, err := idem.New(&idem.Config{Pool: tr.pool, LockTimeout: time.Minute, Plain: plain,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
 	jobs := func(name string) (n int) {
@@ -255,7 +286,7 @@ func TestQueueAfterCommit(t *testing.T) {
 // B/op are the process's own.
 func BenchmarkRidePhases(b *testing.B) {
 	ctx := context.Background()
-	tr := newTraced(b, "bench")
+	tr := newTraced(b, "bench", false)
 	write := func(next idem.RecoveryPoint, writes int) idem.PhaseFunc {
 		return func(_ context.Context, tx *idem.Tx) error {
 			if next == idem.Finished {

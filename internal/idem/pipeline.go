@@ -1,11 +1,12 @@
-// Second reading: how an atomic phase (phase.go) goes to Postgres. A
-// phase's statements are queued on its Tx and sent together, BEGIN to
-// COMMIT, in one round trip unless the phase needs an answer on the way;
-// PhaseThen sends two phases that no foreign call separates in one
-// pipeline, each its own transaction; a phase that Postgres aborts for a
-// serialization failure or deadlock runs again. (A guard sent ahead of a
-// phase, in its round trip, is guard.go's.) A phase function reads the
-// same whichever way it is sent.
+// Second reading: the fast path of an atomic phase (phase.go), the
+// default (Config.Plain false). A phase's statements are queued on its Tx
+// and sent together, BEGIN to COMMIT, in one round trip unless the phase
+// needs an answer on the way, and its move, said first, is its fence
+// (fence.go); PhaseThen sends two phases that no foreign call separates in
+// one pipeline, each its own transaction. (A guard sent ahead of a phase,
+// in its round trip, is guard.go's.) A phase function reads the same on
+// both paths, and Postgres receives its statements in the same order; the
+// tests run both and hold them equal.
 
 package idem
 
@@ -27,74 +28,63 @@ import (
 // concurrent transactions.
 var ErrContention = errors.New("database contention")
 
-// Tx is the transaction of one atomic phase, pipelined. Statements are
-// queued and go to Postgres together, in order, when the phase needs an
-// answer (Flush) and at commit, so a phase costs as few round trips as its
-// data dependencies allow: one for each phase of a ride (BEGIN, the new
-// recovery point, which is the fence, the writes and COMMIT), where a
-// statement-at-a-time transaction costs four or five. Each statement's
-// result reaches the callback set on its QueuedQuery; the first error
-// aborts the phase and rolls it back.
-type Tx struct {
-	conn  *pgx.Conn
-	batch *pgx.Batch
-	// after is sent behind the last COMMIT (QueueAfterCommit).
-	after []afterCommit
-
-	// The phase being queued: its store, key and starting recovery point,
-	// whether its fence is yet to go out (fence.go), its move once said
-	// (Move), and the first bug its function made.
-	store        *Store
-	key          *Key
-	from         RecoveryPoint
+// pipeline is a Tx's on the fast path: the pipeline the phase is queued
+// on, where its BEGIN is, whether its fence is yet to go out (fence.go),
+// and whether its guards went out with an earlier attempt (guard.go).
+type pipeline struct {
+	conn         *pgx.Conn
+	batch        *pgx.Batch
+	begin        int
 	fencePending bool
-	moved        *queuedPhase
-	err          error
+	skipGuards   bool
 }
 
+// afterCommit is a statement sent once the phase has committed
+// (QueueAfterCommit).
 type afterCommit struct {
 	sql  string
 	args []any
 }
 
-// Queue adds a statement to the phase, to be sent with the next Flush or
-// with the COMMIT.
-func (tx *Tx) Queue(sql string, args ...any) *pgx.QueuedQuery {
-	tx.lockFirst() // the phase's first statement is not its move
-	return tx.batch.Queue(sql, args...)
+// QueueAfterCommit adds a statement sent behind the phase's COMMIT, in a
+// transaction of its own (on the fast path, in the same round trip): for
+// a signal that should follow the phase's commit rather than share it
+// (jobs.wake says why). It runs only if the phase committed, and its own
+// failure does not fail the phase, which has committed: it is logged
+// (Config.Logger).
+func (tx *Tx) QueueAfterCommit(sql string, args ...any) {
+	tx.after = append(tx.after, afterCommit{sql, args})
 }
 
-// fail records err, a bug in the phase function's use of tx, which fails
-// the phase.
+// fail records err, if not nil, as the phase's failure, unless it has one
+// already.
 func (tx *Tx) fail(err error) {
 	if tx.err == nil {
 		tx.err = err
 	}
 }
 
-// QueueAfterCommit adds a statement sent behind the phase's COMMIT, in the
-// same round trip, in a transaction of its own: for a signal that should
-// follow the phase's commit rather than share it (jobs.wake says why). It
-// runs only if the phase committed, since a pipeline stops at its first
-// error; and its own failure does not fail the phase, which has committed:
-// it is logged (Config.Logger).
-func (tx *Tx) QueueAfterCommit(sql string, args ...any) {
-	tx.after = append(tx.after, afterCommit{sql, args})
-}
-
-// flushCommitted sends the queued statements, the phase's COMMIT the last
-// of them, and behind it what QueueAfterCommit queued.
-func (tx *Tx) flushCommitted(ctx context.Context) error {
-	for _, a := range tx.after {
-		tx.batch.Queue(a.sql, a.args...)
+// Next is the recovery point the phase's move (Move) takes the key to;
+// empty before the phase says it, or when it sets the key aside or
+// reopens it, which keeps its recovery point. For machinery that wraps a
+// phase function, such as an endpoint's test seams.
+func (tx *Tx) Next() RecoveryPoint {
+	if tx.moved == nil || tx.moved.out.attention != "" || tx.moved.out.reopen {
+		return ""
 	}
-	tx.after = nil
-	return tx.Flush(ctx)
+	return tx.moved.out.next
 }
 
-// Flush sends the queued statements in one round trip and hands each
-// result to its callback. It returns the first error.
-func (tx *Tx) Flush(ctx context.Context) error {
+// queuePipelined is Queue on the fast path: the statement waits in the
+// pipeline for the next Flush or the COMMIT.
+func (tx *Tx) queuePipelined(sql string, args ...any) *pgx.QueuedQuery {
+	tx.lockFirst() // the phase's first statement is not its move
+	return tx.batch.Queue(sql, args...)
+}
+
+// flushPipelined is Flush on the fast path: the queued statements go out
+// in one round trip, and each result reaches its callback.
+func (tx *Tx) flushPipelined(ctx context.Context) error {
 	tx.lockFirst() // what goes out now must go out fenced
 	if tx.err != nil {
 		return tx.err
@@ -104,37 +94,42 @@ func (tx *Tx) Flush(ctx context.Context) error {
 	return tx.conn.SendBatch(ctx, b).Close()
 }
 
-// Next is the recovery point the phase's move (Move) takes the key to;
-// empty before the phase says it, or when it sets the key aside or
-// reopens it, which keeps its recovery point. For machinery that wraps a
-// phase function, such as an endpoint's test seams.
-func (tx *Tx) Next() RecoveryPoint {
-	if tx.moved == nil || !tx.moved.advances {
-		return ""
+// movePipelined queues m, the phase's move, sql with args: as the fence,
+// when it is the phase's first statement and moves the key on
+// (fencedAdvanceSQL), and otherwise behind the lock that fences the phase.
+func (tx *Tx) movePipelined(m *move, sql string, args []any) {
+	if sql != advanceSQL {
+		tx.queuePipelined(sql, args...)
+		return
 	}
-	return tx.moved.next
+	if tx.fenceFirst() {
+		sql = fencedAdvanceSQL
+	}
+	tx.batch.Queue(sql, args...).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&m.stored, &m.firstForeignAttemptAt); err != nil {
+			return fmt.Errorf("advance key %d from %s to %s: %w", tx.key.ID, tx.from, m.out.next, err)
+		}
+		return nil
+	})
 }
 
-// retryPhase runs fn from attempt on; err is the previous attempt's.
+// phasePipelined is Phase on the fast path.
+func (s *Store) phasePipelined(ctx context.Context, key *Key, fn PhaseFunc) error {
+	defer s.metrics.PhaseDone(string(key.RecoveryPoint), time.Now())
+	return s.retryPhase(ctx, key, fn, 1, nil)
+}
+
+// retryPhase makes attempts at fn from attempt on; err is the previous
+// attempt's. A guard goes out with the first attempt only: it committed
+// on its own, ahead of the phase (guard.go).
 func (s *Store) retryPhase(ctx context.Context, key *Key, fn PhaseFunc, attempt int, err error) error {
-	for ; attempt <= s.phaseAttempts; attempt++ {
-		err = s.phaseOnce(ctx, key, nil, fn)
-		if errors.Is(err, errReapedPredecessor) {
-			return s.retire(ctx, key)
-		}
-		if err == nil || !db.IsRetryable(err) {
-			return err
-		}
-	}
-	return fmt.Errorf("phase at %s for key %d gave up after %d attempts: %w: %w",
-		key.RecoveryPoint, key.ID, s.phaseAttempts, ErrContention, err)
+	return s.retry(ctx, key, func(attempt int) error { return s.phaseOnce(ctx, key, fn, attempt > 1) }, attempt, err)
 }
 
 // phaseOnce makes one attempt at the atomic phase fn of key: its
 // statements, BEGIN to COMMIT, go out in one round trip unless fn flushes
-// on the way, and the in-memory key follows once COMMIT has answered. A
-// guard, when not nil, goes out ahead of them (guard.go).
-func (s *Store) phaseOnce(ctx context.Context, key *Key, guard *Guard, fn PhaseFunc) error {
+// on the way, and the in-memory key follows once COMMIT has answered.
+func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc, skipGuards bool) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err)
@@ -144,10 +139,7 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, guard *Guard, fn PhaseF
 	defer conn.Release()
 	defer rollback(ctx, conn.Conn()) // a no-op once committed
 
-	tx := &Tx{conn: conn.Conn(), batch: &pgx.Batch{}}
-	if guard != nil {
-		tx.queueGuard(guard)
-	}
+	tx := &Tx{pipeline: pipeline{conn: conn.Conn(), batch: &pgx.Batch{}, skipGuards: skipGuards}}
 	q, err := s.queuePhase(ctx, tx, key, key.RecoveryPoint, fn)
 	if err != nil {
 		return s.fenceError(key, err)
@@ -160,8 +152,61 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, guard *Guard, fn PhaseF
 		}
 		s.behindCommitFailed(ctx, key, err)
 	}
-	q.settle(ctx)
+	s.follow(ctx, key, q.moved)
 	return nil
+}
+
+// queuedPhase is an atomic phase queued on a Tx, COMMIT included.
+type queuedPhase struct {
+	moved *move
+	// committed is set when COMMIT has answered COMMIT.
+	committed bool
+}
+
+// locked reports whether the request still holds the key after the
+// phase: it moved the key to an intermediate recovery point, neither
+// finishing it nor setting it aside or reopening it.
+func (q *queuedPhase) locked() bool {
+	out := q.moved.out
+	return out.next != Finished && out.attention == "" && !out.reopen
+}
+
+// queuePhase queues, on tx, the atomic phase fn of key from recovery point
+// from: BEGIN, fn's statements, the fence ahead of the first of them (most
+// often the move itself), and COMMIT. Nothing is sent but what fn
+// flushes.
+func (s *Store) queuePhase(ctx context.Context, tx *Tx, key *Key, from RecoveryPoint, fn PhaseFunc) (*queuedPhase, error) {
+	tx.begin = len(tx.batch.QueuedQueries)
+	tx.batch.Queue(`BEGIN`)
+	// The fence goes right after BEGIN: it goes on only if the key still
+	// carries this request's lock token and recovery point, and otherwise
+	// raises, which aborts the transaction. Nothing queued after it can
+	// commit, so the phase sends its writes and COMMIT without waiting for
+	// the fence's answer. When the phase's first statement is its move,
+	// the move is the fence.
+	tx.openFence(s, key, from)
+	if err := fn(ctx, tx); err != nil {
+		return nil, err
+	}
+	switch {
+	case tx.err != nil:
+		return nil, tx.err
+	case tx.moved == nil:
+		return nil, fmt.Errorf("bug: phase at %s for key %d says no move", from, key.ID)
+	}
+	q := &queuedPhase{moved: tx.moved}
+	tx.queueCommit(&q.committed)
+	return q, nil
+}
+
+// flushCommitted sends the queued statements, the phase's COMMIT the last
+// of them, and behind it what QueueAfterCommit queued.
+func (tx *Tx) flushCommitted(ctx context.Context) error {
+	for _, a := range tx.after {
+		tx.batch.Queue(a.sql, a.args...)
+	}
+	tx.after = nil
+	return tx.flushPipelined(ctx)
 }
 
 // behindCommitFailed logs err, the failure of a statement sent behind a
@@ -181,12 +226,18 @@ func (s *Store) behindCommitFailed(ctx context.Context, key *Key, err error) {
 // key at the recovery point it reached, which is where a retry resumes.
 // (A pipeline stops at its first error, so a first that fails sends no
 // second.) If first finishes the key, sets it aside or reopens it, second
-// does not run.
+// does not run. On the plain path, the two phases run one after the other.
 //
 // A phase Postgres aborts for a concurrent transaction is run again as
 // Phase runs it, one phase at a time; the pipelined try counts as its
 // first attempt.
 func (s *Store) PhaseThen(ctx context.Context, key *Key, first, second PhaseFunc) error {
+	if s.plain {
+		if err := s.Phase(ctx, key, first); err != nil || key.LockToken == nil || key.AttentionReason != nil {
+			return err
+		}
+		return s.Phase(ctx, key, second)
+	}
 	start, from := time.Now(), key.RecoveryPoint
 	q, q2, err := s.phasesOnce(ctx, key, first, second)
 	switch {
@@ -216,7 +267,7 @@ func (s *Store) PhaseThen(ctx context.Context, key *Key, first, second PhaseFunc
 	}
 	s.metrics.PhaseDone(string(from), start)
 	if q2 != nil {
-		s.metrics.PhaseDone(string(q.next), start)
+		s.metrics.PhaseDone(string(q.moved.out.next), start)
 	}
 	return nil
 }
@@ -232,18 +283,18 @@ func (s *Store) phasesOnce(ctx context.Context, key *Key, first, second PhaseFun
 	defer conn.Release()
 	defer rollback(ctx, conn.Conn()) // a no-op once committed
 
-	tx := &Tx{conn: conn.Conn(), batch: &pgx.Batch{}}
+	tx := &Tx{pipeline: pipeline{conn: conn.Conn(), batch: &pgx.Batch{}}}
 	q1, err = s.queuePhase(ctx, tx, key, key.RecoveryPoint, first)
 	if err != nil {
 		return nil, nil, s.fenceError(key, err)
 	}
 	var stopped error // second's own, before it was sent
-	if q1.locked {
+	if q1.locked() {
 		// The second's BEGIN follows the first's COMMIT: every transaction
 		// in the pipeline is explicit, since a statement sent before a
 		// BEGIN in the same implicit block would be folded into the
 		// BEGIN's transaction.
-		q2, stopped = s.queuePhase(ctx, tx, key, q1.next, second)
+		q2, stopped = s.queuePhase(ctx, tx, key, q1.moved.out.next, second)
 	}
 	// A second whose own code failed may have queued part of its
 	// transaction; it goes out without its COMMIT and is rolled back.
@@ -255,71 +306,29 @@ func (s *Store) phasesOnce(ctx context.Context, key *Key, first, second PhaseFun
 	if !q1.committed {
 		return q1, nil, s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, cmp.Or(err, stopped)))
 	}
-	q1.settle(ctx)
+	s.follow(ctx, key, q1.moved)
 	switch {
 	case stopped != nil:
 		return q1, nil, s.fenceError(key, stopped)
 	case err != nil:
 		return q1, nil, s.fenceError(key, fmt.Errorf("phase at %s for key %d: %w", key.RecoveryPoint, key.ID, err))
 	case q2 != nil:
-		q2.settle(ctx)
+		s.follow(ctx, key, q2.moved)
 	}
 	return q1, q2, nil
 }
 
-// queuedPhase is an atomic phase queued on a Tx, COMMIT included.
-type queuedPhase struct {
-	// next is the recovery point the phase moves the key to; locked says
-	// whether this request still holds the key after it (an intermediate
-	// recovery point, not finished, not set aside or reopened).
-	next   RecoveryPoint
-	locked bool
-	// advances says the phase moves the key to next, rather than setting
-	// it aside or reopening it.
-	advances bool
-	// committed is set when COMMIT has answered COMMIT.
-	committed bool
-	// settle makes the in-memory key follow; only once committed.
-	settle func(ctx context.Context)
-}
-
-// queueCommit queues COMMIT. committed, if not nil, is set once Postgres
-// has answered COMMIT; a transaction that Postgres ends with ROLLBACK
-// instead (it failed earlier) is pgx.ErrTxCommitRollback.
+// queueCommit queues COMMIT. committed is set once Postgres has answered
+// COMMIT; a transaction that Postgres ends with ROLLBACK instead (it
+// failed earlier) is pgx.ErrTxCommitRollback.
 func (tx *Tx) queueCommit(committed *bool) {
 	tx.batch.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != "COMMIT" {
 			return pgx.ErrTxCommitRollback
 		}
-		if committed != nil {
-			*committed = true
-		}
+		*committed = true
 		return nil
 	})
-}
-
-// commit queues COMMIT and sends what is queued.
-func (tx *Tx) commit(ctx context.Context) error {
-	tx.queueCommit(nil)
-	return tx.Flush(ctx)
-}
-
-// inTx runs fn's queued statements in one transaction, pipelined as a
-// phase's are, but unfenced: for work on many keys at once (Reap).
-func (s *Store) inTx(ctx context.Context, fn func(tx *Tx) error) error {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	defer rollback(ctx, conn.Conn()) // a no-op once committed
-
-	tx := &Tx{conn: conn.Conn(), batch: &pgx.Batch{}}
-	tx.batch.Queue(`BEGIN`)
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.commit(ctx)
 }
 
 // rollback ends a phase's transaction after a failure. It runs even if

@@ -35,7 +35,9 @@ func TestStepStatements(t *testing.T) {
 			t.Errorf("%s does not append its step as steps.go says:\n%s", name, sql)
 		}
 	}
-	if !regexp.MustCompile(`steps\) SELECT .* jsonb_build_array\(` + step + `\)`).MatchString(oneLine(claimFastSQL)) {
-		t.Errorf("claimFastSQL does not record the claim's step as steps.go says:\n%s", claimFastSQL)
+	for name, sql := range map[string]string{"claimFastSQL": claimFastSQL, "insertKeySQL": insertKeySQL} {
+		if !regexp.MustCompile(`steps\) SELECT .* jsonb_build_array\(` + step + `\)`).MatchString(oneLine(sql)) {
+			t.Errorf("%s does not record the claim's step as steps.go says:\n%s", name, sql)
+		}
 	}
 }

@@ -18,7 +18,10 @@ import (
 // A key's steps tell its story: who took which step, on which attempt.
 func TestSteps(t *testing.T) {
 	t.Parallel()
+	forEachPath(t, testSteps)
+}
 
+func testSteps(t *testing.T, plain bool) {
 	type testBundle struct {
 		pool                   *pgxpool.Pool
 		api, completer, person *idem.Store
@@ -33,7 +36,7 @@ func TestSteps(t *testing.T) {
 			VALUES ('steps@example.com', 'cus_steps', sha256('t'))
 			RETURNING id`).Scan(&userID))
 		store := func(actor string) *idem.Store {
-			s, err := idem.New(&idem.Config{Pool: pool, LockTimeout: time.Minute, Actor: actor})
+			s, err := idem.New(&idem.Config{Pool: pool, LockTimeout: time.Minute, Actor: actor, Plain: plain})
 			require.NoError(t, err)
 			return s
 		}

@@ -1,6 +1,8 @@
 // Second reading: the Store, its Config and their defaults, and the small
 // helpers every file of the store shares: the log attributes of the key a
-// request works, the lock token as a query argument, a key read back.
+// request works, the count of a claim's outcome, the lock token as a query
+// argument, a key read back, a statement's answer handed to its callback,
+// and the retries of a phase that Postgres aborted.
 
 package idem
 
@@ -15,9 +17,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/logctx"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 )
@@ -58,6 +62,12 @@ type Config struct {
 	// Logger receives what fails without failing the call that saw it (a
 	// statement behind a phase's commit). Defaults to slog.Default().
 	Logger *slog.Logger
+	// Plain sends each statement of the claim and of every phase to
+	// Postgres on its own, in the order claim.go and phase.go show them
+	// (IDEMPOTENCY_PIPELINE=off). False, the default, takes the fast path:
+	// the claim of a new or finished key in one statement (fastpath.go),
+	// and each phase in one round trip (pipeline.go). Both decide the same.
+	Plain bool
 }
 
 func (c *Config) validate() error {
@@ -82,6 +92,7 @@ type Store struct {
 	metrics       *metrics.Idempotency
 	actor         string
 	logger        *slog.Logger
+	plain         bool
 }
 
 // New returns a Store for config.
@@ -99,11 +110,15 @@ func New(config *Config) (*Store, error) {
 		metrics:       config.Metrics,
 		actor:         cmp.Or(config.Actor, DefaultActor),
 		logger:        cmp.Or(config.Logger, slog.Default()),
+		plain:         config.Plain,
 	}, nil
 }
 
 // LockTimeout is the age at which a lock counts as stale.
 func (s *Store) LockTimeout() time.Duration { return s.lockTimeout }
+
+// Plain reports whether the store takes the plain path (Config.Plain).
+func (s *Store) Plain() bool { return s.plain }
 
 var actorPattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,29}$`)
 
@@ -111,6 +126,77 @@ var actorPattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,29}$`)
 // from now on (see package logctx).
 func annotate(ctx context.Context, key *Key) {
 	logctx.Set(ctx, slog.Int64(logctx.IdempotencyKeyID, key.ID), slog.String(logctx.RecoveryPoint, string(key.RecoveryPoint)))
+}
+
+// count records a claim's outcome for the metrics: a claim that decided,
+// taking the key or refusing the request, not one that failed on the way.
+func (s *Store) count(outcome metrics.Outcome, err error) {
+	if err == nil || errors.Is(err, ErrKeyReused) || errors.Is(err, ErrInFlight) || errors.Is(err, ErrKeyExpired) {
+		s.metrics.Outcome(outcome)
+	}
+}
+
+// retry makes attempts at a phase of key, from attempt on, until one
+// succeeds or fails with what another attempt cannot mend; err is the
+// previous attempt's. Postgres aborts a phase for a deadlock or a
+// serialization failure, which a new attempt usually escapes. A key found
+// at its first phase to have a reaped predecessor is retired.
+func (s *Store) retry(ctx context.Context, key *Key, once func(attempt int) error, attempt int, err error) error {
+	for ; attempt <= s.phaseAttempts; attempt++ {
+		err = once(attempt)
+		if errors.Is(err, errReapedPredecessor) {
+			return s.retire(ctx, key)
+		}
+		if err == nil || !db.IsRetryable(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("phase at %s for key %d gave up after %d attempts: %w: %w",
+		key.RecoveryPoint, key.ID, s.phaseAttempts, ErrContention, err)
+}
+
+// answer hands rows, the answer to q sent on its own, to the callback set
+// on q (QueuedQuery.Query, QueryRow or Exec), as a pipeline would.
+func answer(q *pgx.QueuedQuery, rows pgx.Rows) error {
+	defer rows.Close()
+	if q.Fn == nil {
+		rows.Close()
+		return rows.Err()
+	}
+	return q.Fn(result{rows})
+}
+
+// result is one statement's answer as pgx.BatchResults, for answer.
+type result struct{ rows pgx.Rows }
+
+func (r result) Query() (pgx.Rows, error) { return r.rows, r.rows.Err() }
+func (r result) QueryRow() pgx.Row        { return firstRow(r) }
+func (r result) Tx() pgx.Tx               { return nil }
+func (r result) Close() error {
+	r.rows.Close()
+	return r.rows.Err()
+}
+func (r result) Exec() (pgconn.CommandTag, error) {
+	r.rows.Close()
+	return r.rows.CommandTag(), r.rows.Err()
+}
+
+// firstRow is a result read as pgx.Row: its first row.
+type firstRow struct{ rows pgx.Rows }
+
+func (r firstRow) Scan(dest ...any) error {
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
 }
 
 // newLockToken is a fresh fencing token.

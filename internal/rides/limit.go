@@ -5,9 +5,10 @@
 // from the claim and never counted or refused, and ahead of its first
 // atomic phase, so that a refused request has no ride and no charge.
 //
-// The count goes in the first phase's round trip, in a transaction of its
-// own just ahead of the phase (idem.Guard), and fails when the cap is
-// reached, which leaves the phase unsent. The client's request is then
+// The count is the first phase's guard (idem.Guard): on the fast path it
+// goes in the phase's round trip, in a transaction of its own just ahead
+// of the phase, and on the plain path first in the phase's transaction. It
+// fails when the cap is reached, which leaves the phase unsent. The client's request is then
 // answered 429 and its key deleted (idem.Store.Discard): nothing is stored
 // on it, so the same key succeeds once the window has passed, and the
 // completer cannot finish a request its client was told did not run. A
@@ -15,9 +16,10 @@
 // its request fails as any other that leaves its key so. The
 // completer's own attempt at a key its client left at started is counted
 // too, and refused alike, but keeps its key: it tries again later, as the
-// contract promises that client. A count stands once it has committed,
-// even if the phase behind it then fails and a retry is counted again:
-// the cap errs towards refusing, never towards one charge too many.
+// contract promises that client. On the fast path a count stands once it
+// has committed, even if the phase behind it then fails and a retry is
+// counted again: the cap errs towards refusing, never towards one charge
+// too many.
 
 package rides
 
@@ -28,6 +30,20 @@ import (
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/ratelimit"
 )
+
+// capped is fn with the count of the request's charge sent ahead of it
+// (idem.Tx.Guard) when the request is at started and charges are capped;
+// otherwise fn itself.
+func (r *request) capped(fn idem.PhaseFunc) idem.PhaseFunc {
+	guard := r.chargeGuard()
+	if guard == nil {
+		return fn
+	}
+	return func(ctx context.Context, tx *idem.Tx) error {
+		tx.Guard(guard)
+		return fn(ctx, tx)
+	}
+}
 
 // chargeGuard is the count of the request's charge, sent ahead of its
 // first atomic phase; nil past started, where the charge was counted

@@ -1,36 +1,27 @@
 // First reading: the ride request's DAG, as the article draws it. run has
-// one arm per recovery point; each arm is an atomic phase (r.phase, over
-// idem.Store.Phase) or the foreign state mutation, the Stripe charge with
-// its own idempotency key (StripeKey). Service.Create (service.go) claims
-// the key (idem.Store.Claim), replays a finished one, and runs this DAG.
+// one arm per recovery point; each arm is an atomic phase (request.phase,
+// over idem.Store.Phase) or the foreign state mutation, the Stripe charge
+// with its own idempotency key (StripeKey). Service.Create (service.go)
+// claims the key (idem.Store.Claim), replays a finished one, and runs
+// this DAG.
 //
-// Left to a second reading: how r.phase and r.phases go to Postgres, two
-// phases in one round trip (idem's pipeline.go), and the test seams they
-// and the Stripe client pass (seams.go); what the charge step does when
-// Stripe cannot say whether it charged, or whose charge it answered with
-// (ambiguous.go), and what a person decides then (settle.go); the Stripe
-// request of keys made before it was derived from the client's
-// (service.go); the rides table's statements (store.go); the
-// Service, its config and its entry points (service.go); the HTTP handler
-// and the request's parameters (handler.go, params.go).
+// Left to a second reading, by the names the DAG calls: around each
+// phase, the charge cap (request.capped, request.refused: limit.go) and
+// the test seams (request.seamedPhase, Set.At, and request.phases, which
+// pipelines two phases on the fast path: seams.go); when Stripe cannot
+// say whether it charged, or whose charge it answered with
+// (request.adoptForgottenCharge, request.keyConflict,
+// request.unknownOutcome, request.checkReplay: ambiguous.go); the rides
+// table's statements (insertRide, recordCharge, settleRide, rideByKey,
+// rideByKeyIn: store.go) and the audit record's (audit.Insert); the Stripe
+// client (gateway.Charge, payment.OutcomeOf, payment.Message), the charge
+// of keys made before it was derived from the client's request
+// (request.chargeRequest, sha256Hex) and the unlock after a failure
+// (Service.unlock: service.go); the problem documents (problem.New,
+// Problem.With, Problem.JSON); the parameters (Params.Canonical); the
+// first foreign call's time (idem.AdvanceToForeignCall) and the ride the
+// key names (Outcome.Creates).
 
-// Package rides is the ride request, POST /rides: its parameters, its
-// atomic phases and its HTTP handlers. It owns the rides table.
-//
-// A ride request is a small state machine whose states are recovery
-// points. Each arrow is an atomic phase, one Postgres transaction that
-// makes its writes and moves the recovery point together:
-//
-//	started ──(ride + audit record)──> ride_created
-//	ride_created ──(Stripe charge, then record it)──> charge_created
-//	charge_created ──(staged receipt job + stored 201)──> finished
-//
-// The Stripe charge is the one foreign state mutation. It happens between
-// transactions, never inside one, and carries the idempotency key
-// rocket-rides-<user id>-<SHA-256 of the client's key> (StripeKey), so
-// that a request resumed after any crash, or retried after the database
-// lost its row, asks Stripe for the same charge again and is charged at
-// most once.
 package rides
 
 import (
@@ -95,6 +86,15 @@ func (r *request) run(ctx context.Context) (idem.Response, error) {
 	}
 }
 
+// phase runs fn as an atomic phase of the request's key (idem.Store.Phase),
+// with the charge cap and the test seams around it (see the top).
+func (r *request) phase(ctx context.Context, fn idem.PhaseFunc) error {
+	if err := r.keys.Phase(ctx, r.key, r.capped(r.seamedPhase(fn))); err != nil {
+		return r.refused(ctx, err)
+	}
+	return r.fail.At(ctx, seamAfter[r.key.RecoveryPoint])
+}
+
 // stop ends the request with err, unlocking its key where it stands.
 func (r *request) stop(ctx context.Context, err error) (idem.Response, error) {
 	r.unlock(ctx, r.key)
@@ -125,11 +125,10 @@ func (r *request) createRide(_ context.Context, tx *idem.Tx) error {
 // moves the key to charge_created. A charge Stripe refuses for good is
 // stored as the response instead, and the key is finished.
 //
-// The Stripe call is made outside any transaction: holding one open
-// across a network call would pin a connection and row locks for as long
-// as Stripe takes, and would still not make the call atomic with our
-// writes. Stripe's idempotency key, StripeKey, is what makes it safe to
-// repeat instead.
+// The Stripe call is made outside any transaction: one held open across
+// it would pin a connection and row locks for as long as Stripe takes, and
+// still not make the call atomic with our writes. Stripe's idempotency
+// key, StripeKey, makes it safe to repeat instead.
 func (r *request) charge(ctx context.Context) error {
 	if err := r.loadRide(ctx); err != nil {
 		return err
@@ -171,9 +170,9 @@ func (r *request) charge(ctx context.Context) error {
 			return err
 		}
 	}
-	// No foreign call separates recording the charge from finishing the
-	// request: the two phases go out in one pipeline, each still its own
-	// transaction (tx -> charge_created, tx -> finished).
+	// Recorded (tx -> charge_created), the charge is followed by the next
+	// arm's phase, with no foreign call between: on the fast path both go
+	// out in one pipeline, each still its own transaction.
 	return r.phases(ctx, r.recordCharge(charge.ID), r.stageReceipt)
 }
 
@@ -183,9 +182,7 @@ func (r *request) charge(ctx context.Context) error {
 // retry after the database lost the key's row and its ride (a failover, a
 // restore from backup) makes a new row, sends Stripe the same request,
 // and gets back the charge Stripe made the first time. The metadata also
-// lets a lost ride be restored (restore.go); the ride's id reaches Stripe
-// later, by an update of the charge that cannot charge (package
-// reconcile).
+// lets a lost ride be restored (restore.go).
 func ChargeRequest(u user.User, key *idem.Key, p Params) payment.ChargeRequest {
 	params := p.Canonical()
 	return payment.ChargeRequest{
@@ -245,8 +242,7 @@ func (r *request) recordCharge(chargeID string) idem.PhaseFunc {
 }
 
 // stageReceipt is the atomic phase from charge_created to finished: the
-// 201 is stored, and a staged job sends the receipt once this transaction
-// commits.
+// 201 stored, and a staged job that sends the receipt.
 func (r *request) stageReceipt(ctx context.Context, tx *idem.Tx) error {
 	ride := r.ride
 	if ride == nil || ride.StripeChargeID == nil {

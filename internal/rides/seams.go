@@ -46,20 +46,11 @@ var seamIn = map[idem.RecoveryPoint]string{
 	ChargeCreated: FailInRecordCharge,
 }
 
-// phase runs fn as an atomic phase of the request's key (idem.Store.Phase),
-// then passes the seam just past the recovery point it reached. From
-// started, the charge cap's count goes out ahead of it (limit.go).
-func (r *request) phase(ctx context.Context, fn idem.PhaseFunc) error {
-	if err := r.keys.PhaseGuarded(ctx, r.key, r.chargeGuard(), r.seamedPhase(fn)); err != nil {
-		return r.refused(ctx, err)
-	}
-	return r.fail.At(ctx, seamAfter[r.key.RecoveryPoint])
-}
-
 // phases runs first and then second as two atomic phases of the request's
 // key, sent in one pipeline (idem.Store.PhaseThen): two transactions, two
 // commits, one round trip. The seam past the recovery point reached fires
-// once both have committed.
+// once both have committed. On the plain path it runs first alone, and the
+// DAG's next arm runs second, as the article does.
 //
 // The seam between the two needs the commits apart. The DAG pipelines one
 // pair, recordCharge and stageReceipt, so that seam is after_charge_created.
@@ -67,7 +58,7 @@ func (r *request) phase(ctx context.Context, fn idem.PhaseFunc) error {
 // fires once it has committed, leaving the state a crash between the two
 // leaves; the DAG's next arm then runs second, as a phase of its own.
 func (r *request) phases(ctx context.Context, first, second idem.PhaseFunc) error {
-	if r.fail.Armed(FailAfterChargeCreated) {
+	if r.keys.Plain() || r.fail.Armed(FailAfterChargeCreated) {
 		return r.phase(ctx, first)
 	}
 	if err := r.keys.PhaseThen(ctx, r.key, r.seamedPhase(first), r.seamedPhase(second)); err != nil {

@@ -263,14 +263,15 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Result, error)
 		sql, args := user.HoldsToken(req.User, req.RememberedFor)
 		guard = &idem.Guard{SQL: sql, Args: args}
 	}
-	key, replayed, err := s.keys.ClaimGuarded(claimCtx, idem.Request{
+	key, replayed, err := s.keys.Claim(claimCtx, idem.Request{
 		UserID:   req.User.ID,
 		Key:      req.IdempotencyKey,
 		Method:   http.MethodPost,
 		Path:     Path,
 		Params:   req.Params.Canonical(),
 		OriginIP: req.OriginIP,
-	}, guard)
+		Guard:    guard,
+	})
 	if err != nil {
 		return Result{}, err
 	}
