@@ -52,6 +52,11 @@ const DefaultReceiptFrom = "Rocket Rides <receipts@rocketrides.local>"
 // ReceiptSubject is the subject line of every ride receipt.
 const ReceiptSubject = "Your Rocket Rides receipt"
 
+// maxNotFoundAttempts is how many attempts a receipt job makes at a ride
+// it cannot find before it is cancelled: River waits about 1 s, 16 s, 81 s
+// and 4 min between them, longer than a failover takes.
+const maxNotFoundAttempts = 5
+
 // recordTimeout bounds recording a sent receipt. The record is written
 // even when the job's own context has just ended: a send that is not
 // recorded is sent again on retry.
@@ -164,8 +169,16 @@ func (w *ReceiptWorker) Work(ctx context.Context, job *river.Job[ReceiptArgs]) e
 		args.RideID, args.UserID,
 	).Scan(&email, &riddenAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		// Retrying cannot make the ride appear.
-		return river.JobCancel(fmt.Errorf("ride %d of user %d not found", args.RideID, args.UserID))
+		// The ride's phase staged the job, so the ride exists where the
+		// job does. A read that misses it went, during a split brain, to
+		// the other primary, which the pool also reaches until it is
+		// demoted: try again later. Past a few attempts, retrying cannot
+		// make the ride appear.
+		notFound := fmt.Errorf("ride %d of user %d not found", args.RideID, args.UserID)
+		if job.Attempt < maxNotFoundAttempts {
+			return notFound
+		}
+		return river.JobCancel(notFound)
 	}
 	if err != nil {
 		return fmt.Errorf("look up recipient of ride %d: %w", args.RideID, err)
