@@ -472,8 +472,11 @@ func (s *soak) reconcile(ctx context.Context) {
 	out, err := s.fleet.Run(ctx, "reconciler", []string{"RECONCILER_GRACE=1ms", "RECONCILER_WINDOW=24h"}, "-once")
 	s.summary.Reconciler = firstLine(out)
 	s.summary.ReconcilerLines = strings.Split(strings.TrimSpace(out), "\n")
+	// Exit status 1 is a finding, reported in the lines; anything else is
+	// a reconciler that could not compare.
 	var exit *exec.ExitError
-	if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) {
+	found := errors.As(err, &exit) && exit.ExitCode() == 1
+	if err != nil && !found {
 		s.summary.ReconcilerFailed = true
 		s.summary.Reconciler = fmt.Sprintf("%s (%v)", firstLine(out), firstLine(err.Error()))
 	}
