@@ -19,4 +19,23 @@ var Variables = config.Declare(
 		Help:     "how long a request's lock on its idempotency key protects it; after that a retry, or the completer, may take the key over; at least 1s: a request holds its lock through its atomic phases and its Stripe call, hundreds of milliseconds on an ordinary day, and a shorter lock is taken over by any concurrent retry while its request still runs, so 409 request_in_progress protects nothing and the request in flight fails with lock_lost; less than a second is a slip of the unit (90ms for 90s)",
 		Trades:   "shorter: a crashed request's key is taken over sooner, but a request that is merely slow loses its key more often (fenced, so never a second charge, but it fails with lock_lost); longer: a retry after a crash waits longer (409 request_in_progress). Must stay below REAPER_MAX_AGE and be the same for the api, the completer and the reaper. It need not stay below COMPLETER_MIN_AGE: the completer claims a key as a retry does and leaves a live lock alone, so a request that crashed holding its lock is completed once both have passed",
 		Failures: "Further cases the article does not list (a request stalls past the lock timeout)"},
+	config.Setting{Name: Pipeline, Type: config.TypeString,
+		Help: "on, or off to send each statement of a request's claim and atomic phases to Postgres on its own, in the order the first reading shows them (internal/idem/claim.go and phase.go): the plain path, for reading and comparing; on, the fast path, claims a new or finished key in one statement and sends each phase in one round trip. Both decide the same, each phase fenced by the key's lock token"},
 )
+
+// Pipeline is IDEMPOTENCY_PIPELINE, which picks the store's path.
+const Pipeline = "IDEMPOTENCY_PIPELINE"
+
+// PlainFromEnv reads IDEMPOTENCY_PIPELINE: on (the default), the fast
+// path, or off, the plain path (Config.Plain).
+func PlainFromEnv(env *config.Env) bool {
+	switch v := env.String(Pipeline, "on"); v {
+	case "on":
+		return false
+	case "off":
+		return true
+	default:
+		env.Refuse(Pipeline, "must be on or off")
+		return false
+	}
+}

@@ -24,9 +24,22 @@ import (
 // the spot (runtime.Goexit): no error handling runs, the key keeps its
 // lock until the lock goes stale, exactly as if the process had died.
 // (internal/proof/e2e repeats the matrix with real processes and SIGKILL.)
+// The matrix runs on both of the key store's paths, the fast one and the
+// plain one, which must recover alike.
 func TestCrashMatrix(t *testing.T) {
 	t.Parallel()
+	for _, path := range []struct {
+		name  string
+		plain bool
+	}{{"Fast", false}, {"Plain", true}} {
+		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			testCrashMatrix(t, path.plain)
+		})
+	}
+}
 
+func testCrashMatrix(t *testing.T, plain bool) {
 	const lockTimeout = 300 * time.Millisecond
 	seams := []string{
 		rides.FailAfterClaim,
@@ -41,7 +54,7 @@ func TestCrashMatrix(t *testing.T) {
 		for _, recovery := range []string{"ClientRetries", "CompleterFinishes"} {
 			t.Run(seam+"/"+recovery, func(t *testing.T) {
 				t.Parallel()
-				b := apitest.New(t, apitest.Options{LockTimeout: lockTimeout})
+				b := apitest.New(t, apitest.Options{LockTimeout: lockTimeout, Plain: plain})
 				key := apitest.NewKey()
 
 				var crashed atomic.Bool
@@ -98,7 +111,7 @@ func TestCrashMatrix(t *testing.T) {
 		for _, recovery := range []string{"ClientRetries", "CompleterFinishes"} {
 			t.Run(seam+"/FirstCommitsAlone/"+recovery, func(t *testing.T) {
 				t.Parallel()
-				b := apitest.New(t, apitest.Options{LockTimeout: lockTimeout})
+				b := apitest.New(t, apitest.Options{LockTimeout: lockTimeout, Plain: plain})
 				key := apitest.NewKey()
 				var failed atomic.Bool
 				b.Fail(seam, func(context.Context) error {

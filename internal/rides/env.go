@@ -39,6 +39,9 @@ type Settings struct {
 	// RATE_LIMIT_CHARGES_WINDOW, off with RATE_LIMITS=off): the api and
 	// the completer count them in the same place.
 	Charges ratelimit.Policy
+	// IDEMPOTENCY_PIPELINE=off, default on: the key store's plain path
+	// (see idem.Config.Plain).
+	Plain bool
 	// Actor names the process in the steps it records on keys (see
 	// idem.Config.Actor); set by the command, not read from the
 	// environment. Empty means idem.DefaultActor.
@@ -50,6 +53,7 @@ func SettingsFromEnv(env *config.Env) Settings {
 	s := Settings{
 		Stripe:             payment.ConfigFromEnv(env),
 		LockTimeout:        env.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout),
+		Plain:              idem.PlainFromEnv(env),
 		StripeKeyRetention: env.Duration("STRIPE_KEY_RETENTION", DefaultStripeKeyRetention),
 		MaxChargeAttempts:  env.Int("MAX_CHARGE_ATTEMPTS", DefaultMaxChargeAttempts),
 		// Refused by default: see db.Preflight and docs/failures.md.
@@ -73,7 +77,7 @@ func (s Settings) NewService(ctx context.Context, pool *pgxpool.Pool, reg promet
 		return nil, nil, err
 	}
 	keys, err := idem.New(&idem.Config{Pool: pool, LockTimeout: s.LockTimeout, Metrics: metrics.NewIdempotency(reg), Actor: s.Actor,
-		Logger: logger})
+		Logger: logger, Plain: s.Plain})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -34,6 +34,7 @@ var projectSettings = []string{
 	"GOGC",
 	"HOST",
 	"IDEMPOTENCY_LOCK_TIMEOUT",
+	"IDEMPOTENCY_PIPELINE",
 	"LOCALPG_PORT",
 	"LOG_FORMAT",
 	"LOG_LEVEL",

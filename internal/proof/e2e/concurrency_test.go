@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet/fleettest"
 	"github.com/rocketrides/rocketrides/internal/testkit/invariant"
@@ -37,52 +38,59 @@ func TestConcurrencyAcrossProcesses(t *testing.T) {
 		return b
 	}
 
+	// On both of the key store's paths: the claim's one statement, and the
+	// plain INSERT ... ON CONFLICT then SELECT ... FOR UPDATE.
 	t.Run("OneKeyFromFiftyClientsChargesOnce", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		key := uuid.NewString()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		for _, pipeline := range []string{"on", "off"} {
+			t.Run("Pipeline"+pipeline, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, idem.Pipeline+"="+pipeline)
+				key := uuid.NewString()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
 
-		replies := make([]reply, 50)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range replies {
-			wg.Go(func() {
-				<-start
-				replies[i] = b.client.postRide(ctx, b.urls[i%len(b.urls)], key)
+				replies := make([]reply, 50)
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				for i := range replies {
+					wg.Go(func() {
+						<-start
+						replies[i] = b.client.postRide(ctx, b.urls[i%len(b.urls)], key)
+					})
+				}
+				close(start)
+				wg.Wait()
+
+				var fresh []reply
+				counts := map[string]int{}
+				for _, r := range replies {
+					require.NoError(t, r.Err)
+					switch {
+					case r.fresh():
+						fresh = append(fresh, r)
+						counts["201"]++
+					case r.Status == http.StatusCreated && r.Replayed:
+						counts["201 replayed"]++
+					case r.Status == http.StatusConflict:
+						counts["409"]++
+					default:
+						t.Fatalf("only 201, a replayed 201 or 409 may answer a duplicate: %s", r)
+					}
+				}
+				t.Logf("answers: %v", counts)
+				require.Len(t, fresh, 1, "exactly one request runs")
+				for _, r := range replies {
+					if r.Status == http.StatusCreated {
+						require.Equal(t, string(fresh[0].Body), string(r.Body), "a replay is the winner's answer")
+					}
+				}
+				report := b.check(t, invariant.Options{})
+				require.Equal(t, 1, report.Keys)
+				require.Equal(t, 1, report.Charges)
+				require.Equal(t, 1, b.stripeStats(t)["charge_requests"], "the losers never reach Stripe")
 			})
 		}
-		close(start)
-		wg.Wait()
-
-		var fresh []reply
-		counts := map[string]int{}
-		for _, r := range replies {
-			require.NoError(t, r.Err)
-			switch {
-			case r.fresh():
-				fresh = append(fresh, r)
-				counts["201"]++
-			case r.Status == http.StatusCreated && r.Replayed:
-				counts["201 replayed"]++
-			case r.Status == http.StatusConflict:
-				counts["409"]++
-			default:
-				t.Fatalf("only 201, a replayed 201 or 409 may answer a duplicate: %s", r)
-			}
-		}
-		t.Logf("answers: %v", counts)
-		require.Len(t, fresh, 1, "exactly one request runs")
-		for _, r := range replies {
-			if r.Status == http.StatusCreated {
-				require.Equal(t, string(fresh[0].Body), string(r.Body), "a replay is the winner's answer")
-			}
-		}
-		report := b.check(t, invariant.Options{})
-		require.Equal(t, 1, report.Keys)
-		require.Equal(t, 1, report.Charges)
-		require.Equal(t, 1, b.stripeStats(t)["charge_requests"], "the losers never reach Stripe")
 	})
 
 	t.Run("ManyKeysSentTwiceChargeOncePerKey", func(t *testing.T) {

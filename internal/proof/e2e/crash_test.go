@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
@@ -19,7 +20,8 @@ import (
 // TestCrashRecovery crashes the api process (SIGKILL, from inside, at a
 // failpoint) at every seam of a ride request and shows that either way
 // of picking the request up again, the client's retry with the same key
-// or the completer, finishes it with exactly one charge and one receipt.
+// or the completer, finishes it with exactly one charge and one receipt,
+// on both of the key store's paths (IDEMPOTENCY_PIPELINE on and off).
 func TestCrashRecovery(t *testing.T) {
 	t.Parallel()
 
@@ -37,12 +39,12 @@ func TestCrashRecovery(t *testing.T) {
 	// setup runs a request into a crash at seam: the api kills itself
 	// there, the client loses its connection without an answer, and the
 	// api is restarted without failpoints, as a supervisor would.
-	setup := func(t *testing.T, seam string) *testBundle {
+	setup := func(t *testing.T, pipeline, seam string) *testBundle {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		s := newStack(t, dbtest.NewURL(t))
-		s.fleet.AddEnv("IDEMPOTENCY_LOCK_TIMEOUT=" + lockTimeout.String())
+		s.fleet.AddEnv("IDEMPOTENCY_LOCK_TIMEOUT="+lockTimeout.String(), idem.Pipeline+"="+pipeline)
 		b := &testBundle{
 			stack:  s,
 			api:    fleettest.Start(t, s.fleet, "api", "FAILPOINTS="+seam+"=kill"),
@@ -115,74 +117,79 @@ func TestCrashRecovery(t *testing.T) {
 		require.Equal(t, 1, b.stripeStats(t)["charges"])
 	}
 
-	for _, seam := range []string{
-		rides.FailAfterClaim,
-		rides.FailAfterRideCreated,
-		rides.FailBeforeCharge,
-		rides.FailAfterCharge,
-		rides.FailInRecordCharge,
-		rides.FailAfterChargeCreated,
-		rides.FailAfterFinished,
-		rides.FailBeforeResponse,
-	} {
-		t.Run(seam, func(t *testing.T) {
+	for _, path := range []struct{ name, pipeline string }{{"Fast", "on"}, {"Plain", "off"}} {
+		t.Run(path.name, func(t *testing.T) {
 			t.Parallel()
+			for _, seam := range []string{
+				rides.FailAfterClaim,
+				rides.FailAfterRideCreated,
+				rides.FailBeforeCharge,
+				rides.FailAfterCharge,
+				rides.FailInRecordCharge,
+				rides.FailAfterChargeCreated,
+				rides.FailAfterFinished,
+				rides.FailBeforeResponse,
+			} {
+				t.Run(seam, func(t *testing.T) {
+					t.Parallel()
 
-			t.Run("ClientRetryFinishesItOnce", func(t *testing.T) {
-				t.Parallel()
-				b := setup(t, seam)
-				requireCrashState(t, b, seam)
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer cancel()
+					t.Run("ClientRetryFinishesItOnce", func(t *testing.T) {
+						t.Parallel()
+						b := setup(t, path.pipeline, seam)
+						requireCrashState(t, b, seam)
+						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+						defer cancel()
 
-				replies, err := b.client.retryUntilFinal(ctx, []string{b.api.URL}, b.key)
-				require.NoError(t, err)
-				for _, r := range replies[:len(replies)-1] {
-					require.Equal(t, http.StatusConflict, r.Status, "only the dead request's lock delays the retry: %s", r)
-				}
-				final := replies[len(replies)-1]
-				require.Equal(t, http.StatusCreated, final.Status, "%s", final)
-				// A request that had finished before the crash is replayed.
-				require.Equal(t, finished(seam), final.Replayed, "%s", final)
+						replies, err := b.client.retryUntilFinal(ctx, []string{b.api.URL}, b.key)
+						require.NoError(t, err)
+						for _, r := range replies[:len(replies)-1] {
+							require.Equal(t, http.StatusConflict, r.Status, "only the dead request's lock delays the retry: %s", r)
+						}
+						final := replies[len(replies)-1]
+						require.Equal(t, http.StatusCreated, final.Status, "%s", final)
+						// A request that had finished before the crash is replayed.
+						require.Equal(t, finished(seam), final.Replayed, "%s", final)
 
-				again := b.client.postRide(ctx, b.api.URL, b.key)
-				require.Equal(t, http.StatusCreated, again.Status, "%s", again)
-				require.True(t, again.Replayed)
-				require.Equal(t, string(final.Body), string(again.Body), "the replay is byte for byte")
+						again := b.client.postRide(ctx, b.api.URL, b.key)
+						require.Equal(t, http.StatusCreated, again.Status, "%s", again)
+						require.True(t, again.Replayed)
+						require.Equal(t, string(final.Body), string(again.Body), "the replay is byte for byte")
 
-				requireOneChargeAndReceipt(t, b)
-			})
+						requireOneChargeAndReceipt(t, b)
+					})
 
-			t.Run("CompleterFinishesItOnce", func(t *testing.T) {
-				t.Parallel()
-				b := setup(t, seam)
-				requireCrashState(t, b, seam)
-				// The completer leaves a live lock alone; the dead request's
-				// lock goes stale after the lock timeout.
-				waitFor(t, 10*time.Second, "the dead request's lock to go stale", func() bool {
-					var stale bool
-					require.NoError(t, b.pool.QueryRow(context.Background(), `
+					t.Run("CompleterFinishesItOnce", func(t *testing.T) {
+						t.Parallel()
+						b := setup(t, path.pipeline, seam)
+						requireCrashState(t, b, seam)
+						// The completer leaves a live lock alone; the dead request's
+						// lock goes stale after the lock timeout.
+						waitFor(t, 10*time.Second, "the dead request's lock to go stale", func() bool {
+							var stale bool
+							require.NoError(t, b.pool.QueryRow(context.Background(), `
 						SELECT locked_at IS NULL OR locked_at < now() - make_interval(secs => $2)
 						FROM idempotency_keys WHERE idempotency_key = $1`, b.key, lockTimeout.Seconds()).Scan(&stale))
-					return stale
+							return stale
+						})
+
+						out := fleettest.Run(t, b.fleet, "completer",
+							[]string{"COMPLETER_MIN_AGE=1ms", "COMPLETER_RETRY_INTERVAL=1ms"}, "-once")
+						want := "succeeded=1 failed=0"
+						if finished(seam) {
+							want = "succeeded=0 failed=0" // finished already: nothing to complete
+						}
+						require.Equal(t, want, out)
+
+						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						defer cancel()
+						r := b.client.postRide(ctx, b.api.URL, b.key)
+						require.Equal(t, http.StatusCreated, r.Status, "%s", r)
+						require.True(t, r.Replayed, "the client that comes back gets the completer's answer")
+
+						requireOneChargeAndReceipt(t, b)
+					})
 				})
-
-				out := fleettest.Run(t, b.fleet, "completer",
-					[]string{"COMPLETER_MIN_AGE=1ms", "COMPLETER_RETRY_INTERVAL=1ms"}, "-once")
-				want := "succeeded=1 failed=0"
-				if finished(seam) {
-					want = "succeeded=0 failed=0" // finished already: nothing to complete
-				}
-				require.Equal(t, want, out)
-
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				r := b.client.postRide(ctx, b.api.URL, b.key)
-				require.Equal(t, http.StatusCreated, r.Status, "%s", r)
-				require.True(t, r.Replayed, "the client that comes back gets the completer's answer")
-
-				requireOneChargeAndReceipt(t, b)
-			})
+			}
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/jobs"
 	"github.com/rocketrides/rocketrides/internal/platform/mail"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
@@ -22,12 +23,21 @@ import (
 // TestRideToReceipt follows one ride through every process as they run in
 // production, each in its loop: the api charges and stages the receipt
 // job, the enqueuer moves it into River once the phase has committed, and
-// the worker mails it.
+// the worker mails it. It runs on both of the key store's paths.
 func TestRideToReceipt(t *testing.T) {
 	t.Parallel()
+	for _, pipeline := range []string{"on", "off"} {
+		t.Run("Pipeline"+pipeline, func(t *testing.T) {
+			t.Parallel()
+			testRideToReceipt(t, pipeline)
+		})
+	}
+}
+
+func testRideToReceipt(t *testing.T, pipeline string) {
 	s := newStack(t, dbtest.NewURL(t))
 	mailDir := t.TempDir()
-	api := fleettest.Start(t, s.fleet, "api")
+	api := fleettest.Start(t, s.fleet, "api", idem.Pipeline+"="+pipeline)
 	fleettest.Start(t, s.fleet, "enqueuer")
 	fleettest.Start(t, s.fleet, "worker", "MAIL_DIR="+mailDir)
 

@@ -52,6 +52,9 @@ type Options struct {
 	Pool *pgxpool.Pool
 	// LockTimeout of idempotency keys; zero keeps the default.
 	LockTimeout time.Duration
+	// Plain runs the key store on its plain path (idem.Config.Plain,
+	// IDEMPOTENCY_PIPELINE=off); false keeps the default, the fast path.
+	Plain bool
 	// SimulatedErrors accepts raise_error=true.
 	SimulatedErrors bool
 	// StripeRetries overrides stripe-go's own retries (default 2). With
@@ -139,7 +142,7 @@ func New(t testing.TB, opts Options) *Stack {
 	}
 
 	s.Keys, err = idem.New(&idem.Config{Pool: s.Pool, LockTimeout: opts.LockTimeout, Metrics: metrics.NewIdempotency(s.Registry),
-		Logger: logger})
+		Logger: logger, Plain: opts.Plain})
 	require.NoError(t, err)
 	s.Service, err = rides.NewService(&rides.ServiceConfig{
 		Pool: s.Pool, Keys: s.Keys, Payments: s.Gateway, Failpoint: &s.failpoints, Logger: logger,

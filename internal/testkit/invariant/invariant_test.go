@@ -29,9 +29,9 @@ func TestCheck(t *testing.T) {
 		declined int64   // the 402 key's id
 		rideIDs  []int64
 	}
-	setup := func(t *testing.T) *testBundle {
+	setup := func(t *testing.T, plain ...bool) *testBundle {
 		t.Helper()
-		b := &testBundle{Stack: apitest.New(t, apitest.Options{})}
+		b := &testBundle{Stack: apitest.New(t, apitest.Options{Plain: len(plain) > 0 && plain[0]})}
 		for range 2 {
 			key := apitest.NewKey()
 			resp := b.PostRide(t, key, apitest.DefaultParams)
@@ -90,21 +90,31 @@ func TestCheck(t *testing.T) {
 	}
 	itoa := func(n int64) string { return strconv.FormatInt(n, 10) }
 
+	// On both of the key store's paths, the same requests leave the same
+	// state.
 	t.Run("HoldsForRequestsThatWentRight", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		// Pages of two make the three charges of the customers span pages.
-		report := check(t, b, invariant.Options{PageSize: 2})
-		requireViolations(t, report, map[invariant.Kind]int{})
-		require.Equal(t, 3, report.Keys)
-		require.Equal(t, 2, report.KeysCreated)
-		require.Equal(t, 1, report.KeysDeclined)
-		require.Equal(t, 3, report.Rides, "the declined request created its ride before the charge")
-		require.Equal(t, 2, report.PaidRides)
-		require.Equal(t, 2, report.Charges)
-		require.Equal(t, 1, report.FailedCharges)
-		require.Equal(t, 2, report.ReceiptJobs)
-		require.Contains(t, report.String(), "invariants hold")
+		for _, path := range []struct {
+			name  string
+			plain bool
+		}{{"Fast", false}, {"Plain", true}} {
+			t.Run(path.name, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, path.plain)
+				// Pages of two make the three charges of the customers span pages.
+				report := check(t, b, invariant.Options{PageSize: 2})
+				requireViolations(t, report, map[invariant.Kind]int{})
+				require.Equal(t, 3, report.Keys)
+				require.Equal(t, 2, report.KeysCreated)
+				require.Equal(t, 1, report.KeysDeclined)
+				require.Equal(t, 3, report.Rides, "the declined request created its ride before the charge")
+				require.Equal(t, 2, report.PaidRides)
+				require.Equal(t, 2, report.Charges)
+				require.Equal(t, 1, report.FailedCharges)
+				require.Equal(t, 2, report.ReceiptJobs)
+				require.Contains(t, report.String(), "invariants hold")
+			})
+		}
 	})
 
 	t.Run("FindsDoubleCharge", func(t *testing.T) {
