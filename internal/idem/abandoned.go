@@ -4,9 +4,10 @@
 // which lists the unfinished ones in abandoned_requests for a person
 // (reapSQL). internal/completer and internal/reaper run them.
 //
-// Left to a second reading: the record each reaped key leaves in
-// reaped_keys, written by the same delete, and the 410 it answers
-// (tombstone.go); the endpoint's own writes about the reaped keys, sent
+// Left to a second reading: what Reap returns of each deleted key
+// (ReapedKey), and the record each leaves in reaped_keys, written by the
+// same delete, and the 410 it answers (tombstone.go); the endpoint's own
+// writes about the reaped keys, sent
 // in the delete's transaction (rides.SettleReaped); the partial index the
 // completer's scan reads (the schema); the steps (steps.go).
 
@@ -79,28 +80,6 @@ func (s *Store) ClaimAbandoned(ctx context.Context, minAge, retryInterval time.D
 	}
 	return keys, nil
 }
-
-// ReapedKey is an idempotency key that Reap deleted.
-type ReapedKey struct {
-	ID            int64         `db:"id"`
-	UserID        int64         `db:"user_id"`
-	RecoveryPoint RecoveryPoint `db:"recovery_point"`
-	RequestPath   string        `db:"request_path"`
-	ResourceID    *int64        `db:"resource_id"` // what its request created (Outcome.Creates)
-	// Reason is set when the key had not finished: its request was
-	// copied to abandoned_requests with this reason.
-	Reason *string `db:"reason"`
-}
-
-// Abandoned reports whether the key had not finished and was copied to
-// abandoned_requests for a human.
-func (k ReapedKey) Abandoned() bool { return k.Reason != nil }
-
-// ReapFunc queues, on the transaction of a reap batch, what an endpoint
-// does about the keys the batch deletes: say, marking what a request
-// that never finished left behind as waiting for a person. Its writes
-// commit with the batch, or the batch does not commit at all.
-type ReapFunc func(ctx context.Context, tx *Tx, reaped []ReapedKey) error
 
 // reapSQL deletes one batch of expired keys and, in the same statement
 // and so the same transaction, copies the unfinished ones to

@@ -6,13 +6,10 @@
 // another request holds is refused (409), and only then is a released or
 // stale lock taken over.
 //
-// Left to a second reading: the same claim in one statement, the fast
-// path's (claimFast, fastpath.go); the keys the reaper deleted, which the
-// insert leaves alone and whose late retries are refused (reaped,
-// tombstone.go); a guard sent ahead of the claim (Request.Guard, guard.go);
-// the steps each statement appends to the key for the console (steps.go);
-// each claim's outcome counted, and the key named in the request's logs
-// (Store.count, annotate, store.go).
+// Left to a second reading: the fast path's claim, one statement
+// (claimFast, fastpath.go); reaped keys, which the insert leaves alone and
+// which refuse late retries (reaped, tombstone.go); a guard (guard.go);
+// the steps (steps.go); the metrics and logs (Store.count, annotate).
 
 package idem
 
@@ -88,8 +85,7 @@ const insertKeySQL = `
 // decide arbitrates, in tx, the claim of a key that already exists, and
 // says which outcome it was.
 func (s *Store) decide(ctx context.Context, tx pgx.Tx, req Request) (*Key, bool, metrics.Outcome, error) {
-	// FOR UPDATE serialises concurrent claims of the same key: the
-	// decision below is made while no one else can change the row.
+	// FOR UPDATE: no one else can change the row while this decides.
 	l, err := s.lockKey(ctx, tx, lockKeySQL, req.UserID, req.Key, req.Method, req.Path, req.Params)
 	switch {
 	case errors.Is(err, errNoKey):

@@ -32,16 +32,14 @@ const (
 )
 
 // ErrKeyReused means the key was first used for a different request
-// (method, path or parameters). Retrying cannot help: it is a client
-// bug.
+// (method, path or parameters): a client bug.
 var ErrKeyReused = errors.New("idempotency key reused with a different request")
 
 // ErrInFlight means another request holds the key's lock.
 var ErrInFlight = errors.New("idempotency key is in use by another request")
 
-// ErrLockLost means the key's lock was taken over (it went stale) or
-// the key was deleted while this request worked it. The phase was
-// rolled back; whoever holds the key now finishes it.
+// ErrLockLost means the key's lock was taken over (it went stale), or the
+// key deleted, while this request worked it; the phase was rolled back.
 var ErrLockLost = errors.New("idempotency key lock lost")
 
 // Key is a row of idempotency_keys.
@@ -61,24 +59,12 @@ type Key struct {
 	RecoveryPoint  RecoveryPoint `db:"recovery_point"`
 	UserID         int64         `db:"user_id"`
 
-	// Identity is set only on keys made while a foreign idempotency key
-	// was derived from the row (rides.StripeKey): they keep the one they
-	// were first charged under. A new key has none.
-	Identity *uuid.UUID `db:"identity"`
-
-	// FirstForeignAttemptAt is when the request first set out to make
-	// its foreign state mutation (see AdvanceToForeignCall), and
-	// UnknownOutcomes how many attempts since ended in an error that may
-	// have executed (see RecordUnknownOutcome).
-	FirstForeignAttemptAt *time.Time `db:"first_foreign_attempt_at"`
-	UnknownOutcomes       int        `db:"unknown_outcomes"`
-	// AttentionReason is set when the key was set aside for a human
-	// (see SetAside); no request or completer works it again.
-	AttentionReason *string `db:"attention_reason"`
-	// Claims counts the claims of the key: its first request's, each
-	// retry's that took it up again, the completer's, a person's. Each
-	// step (see Step) names the claim it belongs to as its attempt.
-	Claims int `db:"claims"`
+	// Beyond the article, each explained where it is used.
+	Identity              *uuid.UUID `db:"identity"`                 // of keys charged under an older Stripe key (rides.StripeKey)
+	FirstForeignAttemptAt *time.Time `db:"first_foreign_attempt_at"` // AdvanceToForeignCall
+	UnknownOutcomes       int        `db:"unknown_outcomes"`         // RecordUnknownOutcome
+	AttentionReason       *string    `db:"attention_reason"`         // SetAside: no request or completer works it
+	Claims                int        `db:"claims"`                   // the claims so far, each step's attempt (Step)
 }
 
 // Response is a finished key's stored response.

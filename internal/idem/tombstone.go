@@ -49,6 +49,28 @@ func (e *ExpiredError) Error() string {
 
 func (e *ExpiredError) Unwrap() error { return ErrKeyExpired }
 
+// ReapedKey is an idempotency key that Reap deleted.
+type ReapedKey struct {
+	ID            int64         `db:"id"`
+	UserID        int64         `db:"user_id"`
+	RecoveryPoint RecoveryPoint `db:"recovery_point"`
+	RequestPath   string        `db:"request_path"`
+	ResourceID    *int64        `db:"resource_id"` // what its request created (Outcome.Creates)
+	// Reason is set when the key had not finished: its request was
+	// copied to abandoned_requests with this reason.
+	Reason *string `db:"reason"`
+}
+
+// Abandoned reports whether the key had not finished and was copied to
+// abandoned_requests for a human.
+func (k ReapedKey) Abandoned() bool { return k.Reason != nil }
+
+// ReapFunc queues, on the transaction of a reap batch, what an endpoint
+// does about the keys the batch deletes: say, marking what a request
+// that never finished left behind as waiting for a person. Its writes
+// commit with the batch, or the batch does not commit at all.
+type ReapFunc func(ctx context.Context, tx *Tx, reaped []ReapedKey) error
+
 // errReapedPredecessor is the fence's finding that a key at started has a
 // record in reaped_keys: see phaseOnce and retire.
 var errReapedPredecessor = errors.New("idempotency key has a reaped predecessor")

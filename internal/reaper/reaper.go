@@ -6,9 +6,11 @@
 // once it has committed, the reaper logs each such key.
 //
 // Left to a second reading: the Reaper, its config and defaults
-// (config.go); forgetting the records of reaped keys, which refuse late
-// retries (Reaper.forgetAll: forget.go); Run's loop and the rest between
-// batches that keeps to the duty cycle (Reaper.rest, loop.Sleep: run.go).
+// (config.go); which deleted keys were unfinished (ReapedKey.Abandoned,
+// idem's tombstone.go); forgetting the records of reaped keys, which
+// refuse late retries (Reaper.forgetAll: forget.go); Run's loop and the
+// rest between batches that keeps to the duty cycle (Reaper.rest,
+// loop.Sleep: run.go).
 
 package reaper
 
