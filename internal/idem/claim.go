@@ -9,7 +9,8 @@
 // Left to a second reading: the fast path's claim, one statement
 // (claimFast, fastpath.go); reaped keys, which the insert leaves alone and
 // which refuse late retries (reaped, tombstone.go); a guard (guard.go);
-// the steps (steps.go); the metrics and logs (Store.count, annotate).
+// the steps (steps.go); the metrics and logs (Store.count, annotate) and
+// small helpers (newLockToken, collectKey: store.go).
 
 package idem
 

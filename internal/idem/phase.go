@@ -13,8 +13,8 @@
 // predecessor (errReapedPredecessor, tombstone.go); a guard (Tx.Guard);
 // a key set aside or reopened (attentionMove, followAttention:
 // attention.go); what follows the commit (behindCommitFailed); the steps
-// (steps.go); the metrics (Idempotency.Outcome, Idempotency.PhaseDone)
-// and logs (annotate).
+// (steps.go); the metrics (Idempotency.Outcome, Idempotency.PhaseDone),
+// logs (annotate) and small helpers (Key.lockToken, answer: store.go).
 
 package idem
 
@@ -168,6 +168,13 @@ func (tx *Tx) Flush(ctx context.Context) error {
 		tx.fail(err)
 	}
 	return tx.err
+}
+
+// fail records err, if not nil, as the phase's failure, unless it has one.
+func (tx *Tx) fail(err error) {
+	if tx.err == nil {
+		tx.err = err
+	}
 }
 
 // Move says where the phase takes the key (Advance, Respond). A phase

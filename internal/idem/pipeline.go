@@ -56,14 +56,6 @@ func (tx *Tx) QueueAfterCommit(sql string, args ...any) {
 	tx.after = append(tx.after, afterCommit{sql, args})
 }
 
-// fail records err, if not nil, as the phase's failure, unless it has one
-// already.
-func (tx *Tx) fail(err error) {
-	if tx.err == nil {
-		tx.err = err
-	}
-}
-
 // Next is the recovery point the phase's move (Move) takes the key to;
 // empty before the phase says it, or when it sets the key aside or
 // reopens it, which keeps its recovery point. For machinery that wraps a
