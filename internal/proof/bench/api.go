@@ -127,6 +127,9 @@ func (r *run) stepNew(ctx context.Context) error {
 		}
 		r.newRides[clients] = res
 		if clients == 32 {
+			r.report.Paths.Fast.Rate = res.Rate
+		}
+		if clients == 32 {
 			if err := r.floorAt(ctx, res.Rate); err != nil {
 				return fmt.Errorf("the api's I/O floor: %w", err)
 			}
@@ -192,6 +195,7 @@ func (r *run) cpuFigures(before, after cpuUse) error {
 		return fmt.Errorf("no rides made between two CPU samples")
 	}
 	r.apiCPU = per.apiUser + per.apiSystem
+	r.report.Paths.Fast.APICPUMs, r.report.Paths.Fast.PostgresCPUMs = ms(r.apiCPU), ms(per.postgres)
 	note := fmt.Sprintf("user %.3f + system %.3f ms, over %d rides", ms(per.apiUser), ms(per.apiSystem), per.rides)
 	if per.fake > 0 {
 		// The fake's code is the same from run to run, so its CPU per

@@ -35,7 +35,7 @@ import (
 )
 
 // Steps are the run's steps in the order they run.
-var Steps = []string{"limit", "new", "instances", "pooler", "replay", "ratelimits", "hiding", "scale", "enqueuer", "completer", "reaper"}
+var Steps = []string{"limit", "new", "plain", "instances", "pooler", "replay", "ratelimits", "hiding", "scale", "enqueuer", "completer", "reaper"}
 
 // Config configures a run.
 type Config struct {
@@ -74,9 +74,10 @@ func sizesFor(quick bool) sizes {
 		[]int{1, 4, 8, 32}, []int{1, 8, 32, 128}, 5_000_000, 1_000_000, 100_000, 10_000}
 }
 
-// The databases a run creates afresh: the captured rides', pgbench's, and
-// the api's, which the scale and background steps use too.
-const captureDB, limitDB, apiDB = "bench_capture", "bench_limit", "bench_api"
+// The databases a run creates afresh: the captured rides' (on each of the
+// key store's paths), pgbench's, and the api's, which the scale and
+// background steps use too.
+const captureDB, capturePlainDB, limitDB, apiDB = "bench_capture", "bench_capture_plain", "bench_limit", "bench_api"
 
 // stripeKey is any test key: the fake accepts every sk_test_ key.
 const stripeKey = "sk_test_rocketrides_bench"
@@ -177,7 +178,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := r.setup(ctx); err != nil {
 		return nil, err
 	}
-	for i, step := range []func(context.Context) error{r.stepLimit, r.stepNew, r.stepInstances, r.stepPooler, r.stepReplay,
+	for i, step := range []func(context.Context) error{r.stepLimit, r.stepNew, r.stepPlain, r.stepInstances, r.stepPooler, r.stepReplay,
 		r.stepRateLimits, r.stepHiding, r.stepScale, r.stepEnqueuer, r.stepCompleter, r.stepReaper} {
 		if len(cfg.Only) == 0 || slices.Contains(cfg.Only, Steps[i]) {
 			r.logf("step %s", Steps[i])
@@ -255,7 +256,7 @@ func (r *run) setup(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	for _, name := range []string{captureDB, limitDB, apiDB} {
+	for _, name := range []string{captureDB, capturePlainDB, limitDB, apiDB} {
 		if _, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err == nil {
 			_, err = conn.Exec(ctx, "CREATE DATABASE "+name)
 		}
@@ -279,9 +280,15 @@ func (r *run) setup(ctx context.Context) error {
 		return err
 	}
 	r.logf("  %s; %s; capturing rides", m.Postgres, m.Settings)
-	if r.capture, err = captureRides(ctx, r.cluster.DatabaseURL(captureDB)); err != nil {
+	if r.capture, err = captureRides(ctx, r.cluster.DatabaseURL(captureDB), false); err != nil {
 		return fmt.Errorf("capture rides: %w", err)
 	}
+	// The same on the key store's plain path, for the two side by side.
+	plain, err := captureRides(ctx, r.cluster.DatabaseURL(capturePlainDB), true)
+	if err != nil {
+		return fmt.Errorf("capture rides on the plain path: %w", err)
+	}
+	r.report.Paths.Fast, r.report.Paths.Plain = r.capture.pathFigures(), plain.pathFigures()
 	if r.fake, err = r.fleet.Start(ctx, "fakestripe"); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -94,6 +95,20 @@ func TestTable(t *testing.T) {
 		require.Contains(t, targets, "33 MiB  yes")
 		require.Contains(t, targets, "   0.4  NO")
 		require.Contains(t, targets, "not measured")
+	})
+
+	t.Run("SetsThePathsSideBySide", func(t *testing.T) {
+		t.Parallel()
+		r := &Report{}
+		r.Paths.Fast = PathFigures{RoundTrips: 3, Statements: 16, Rate: 251, APICPUMs: 1.13}
+		r.Paths.Plain = PathFigures{RoundTrips: 21, Statements: 21, Rate: 208, APICPUMs: 2.01, PostgresCPUMs: 3.31}
+		paths := r.PathsTable().String()
+		require.Contains(t, paths, "round trips                                            3           21          7.00")
+		require.Contains(t, paths, "new rides/s, 32 clients                              251          208          0.83")
+		require.Regexp(t, `Postgres CPU ms per ride  not measured +3.31\n`, paths)
+		var text bytes.Buffer
+		r.WriteText(&text)
+		require.Contains(t, text.String(), "two paths, side by side")
 	})
 
 	t.Run("FormatFloatKeepsSignificantDigits", func(t *testing.T) {
@@ -486,7 +501,7 @@ func TestRideScript(t *testing.T) {
 	setup := func(t *testing.T) testBundle {
 		t.Helper()
 		url := dbtest.NewURL(t)
-		c, err := captureRides(ctx, url)
+		c, err := captureRides(ctx, url, false)
 		require.NoError(t, err)
 		conn, err := pgx.Connect(ctx, url)
 		require.NoError(t, err)
@@ -541,6 +556,27 @@ func TestRideScript(t *testing.T) {
 		// its fence), its writes (the ride and its audit record; the
 		// charge; the receipt's job) and COMMIT; the enqueuer's wake.
 		require.Len(t, b.capture.ride, 2+5+4+4+1, "statements of a new ride")
+	})
+
+	// The same ride on the key store's plain path: each statement a round
+	// trip of its own, in the order the first reading shows them.
+	t.Run("PlainPathSendsEachStatementOnItsOwn", func(t *testing.T) {
+		t.Parallel()
+		c, err := captureRides(ctx, dbtest.NewURL(t), true)
+		require.NoError(t, err)
+		var sent []string
+		for _, s := range c.ride {
+			require.False(t, s.pipeline, "nothing pipelined: %s", s.sql)
+			sent = append(sent, strings.Fields(s.sql)[0])
+		}
+		require.Equal(t, len(c.ride), c.roundTrips())
+		require.Equal(t, []string{
+			"begin", "SELECT", "INSERT", "commit", // the claim: the token's check, then the key
+			"begin", "UPDATE", "UPDATE", "INSERT", "INSERT", "commit", // the fence, the move, the ride, its audit record
+			"begin", "UPDATE", "UPDATE", "WITH", "commit", // the fence, the move, the charge
+			"begin", "UPDATE", "UPDATE", "INSERT", "commit", // the fence, the finish, the receipt's job
+			"SELECT", // the enqueuer's wake, once committed
+		}, sent)
 	})
 
 	t.Run("LeavesTheRowsTheApiLeaves", func(t *testing.T) {

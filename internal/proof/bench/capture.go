@@ -30,12 +30,13 @@ import (
 )
 
 // apiHandler is the api's own HTTP handler on pool, charging through the
-// Stripe at stripeURL, wired by rides.Settings as cmd/api wires it. It is
-// the one place the bench builds product services; everywhere else it
-// runs the commands.
-func apiHandler(pool *pgxpool.Pool, stripeURL string) (http.Handler, error) {
+// Stripe at stripeURL, wired by rides.Settings as cmd/api wires it, on the
+// key store's plain path if plain (IDEMPOTENCY_PIPELINE=off). It is the
+// one place the bench builds product services; everywhere else it runs
+// the commands.
+func apiHandler(pool *pgxpool.Pool, stripeURL string, plain bool) (http.Handler, error) {
 	quiet := slog.New(slog.DiscardHandler)
-	settings := rides.Settings{Stripe: payment.Config{APIKey: stripeKey, BaseURL: stripeURL}}
+	settings := rides.Settings{Stripe: payment.Config{APIKey: stripeKey, BaseURL: stripeURL}, Plain: plain}
 	svc, _, err := settings.NewService(context.Background(), pool, metrics.NewRegistry(), quiet)
 	if err != nil {
 		return nil, err
@@ -111,8 +112,8 @@ const seqSpacing = 10_000_000
 
 // captureRides runs two rides and a replay through the api's handler and
 // the Stripe fake, in this process, on the migrated database at url, with
-// a tracer on the pool.
-func captureRides(ctx context.Context, url string) (*capture, error) {
+// a tracer on the pool; on the key store's plain path if plain.
+func captureRides(ctx context.Context, url string, plain bool) (*capture, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, err
@@ -138,7 +139,7 @@ func captureRides(ctx context.Context, url string) (*capture, error) {
 	}
 	stripe := httptest.NewServer(fake)
 	defer stripe.Close()
-	handler, err := apiHandler(pool, stripe.URL)
+	handler, err := apiHandler(pool, stripe.URL, plain)
 	if err != nil {
 		return nil, err
 	}
@@ -223,6 +224,12 @@ func (c *capture) roundTrips() int {
 		trips[s.trip] = true
 	}
 	return len(trips)
+}
+
+// pathFigures are what the capture says of a new ride's cost: its round
+// trips and statements.
+func (c *capture) pathFigures() PathFigures {
+	return PathFigures{RoundTrips: c.roundTrips(), Statements: len(c.ride)}
 }
 
 // rideExpr is a text that is new for each ride pgbench runs: of the run,

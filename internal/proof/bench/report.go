@@ -24,6 +24,14 @@ type Report struct {
 	Machine    Machine  `json:"machine"`
 	Figures    []Figure `json:"figures"`
 	Targets    []Target `json:"targets"`
+	// Paths are a new ride on each of the key store's paths, side by
+	// side: the fast path (IDEMPOTENCY_PIPELINE=on, the default) and the
+	// plain one (off). Each side is filled in by the step that measures
+	// it, new and plain.
+	Paths struct {
+		Fast  PathFigures `json:"fast"`
+		Plain PathFigures `json:"plain"`
+	} `json:"paths"`
 	// Statements is what each statement of a new ride, a replay and the
 	// minimal design cost Postgres (cost.go).
 	Statements []StatementCost `json:"statements"`
@@ -59,6 +67,46 @@ type Figure struct {
 	RatioOf     string  `json:"ratio_of,omitempty"`
 	Note        string  `json:"note,omitempty"`
 	LoadAverage string  `json:"load_average"`
+}
+
+// PathFigures are what a new ride costs on one of the key store's paths:
+// its round trips and statements (captured, the token's look-up included),
+// and, at 32 clients, new rides a second and the CPU the api and Postgres
+// spent on each. Zero is not measured.
+type PathFigures struct {
+	RoundTrips    int     `json:"round_trips"`
+	Statements    int     `json:"statements"`
+	Rate          float64 `json:"rides_per_second"`
+	APICPUMs      float64 `json:"api_cpu_ms"`
+	PostgresCPUMs float64 `json:"postgres_cpu_ms"`
+}
+
+// PathsTable sets the two paths side by side.
+func (r *Report) PathsTable() Table {
+	t := Table{Header: []string{"a new ride", "fast (IDEMPOTENCY_PIPELINE=on)", "plain (off)", "plain / fast"}}
+	fast, plain := r.Paths.Fast, r.Paths.Plain
+	row := func(name string, f, p float64) {
+		cell := func(v float64) string {
+			switch {
+			case v == 0:
+				return "not measured"
+			case v == float64(int(v)):
+				return strconv.Itoa(int(v))
+			}
+			return formatFloat(v)
+		}
+		ratio := ""
+		if f > 0 && p > 0 {
+			ratio = fmt.Sprintf("%.2f", p/f)
+		}
+		t.Rows = append(t.Rows, []string{name, cell(f), cell(p), ratio})
+	}
+	row("round trips", float64(fast.RoundTrips), float64(plain.RoundTrips))
+	row("statements", float64(fast.Statements), float64(plain.Statements))
+	row("new rides/s, 32 clients", fast.Rate, plain.Rate)
+	row("api CPU ms per ride", fast.APICPUMs, plain.APICPUMs)
+	row("Postgres CPU ms per ride", fast.PostgresCPUMs, plain.PostgresCPUMs)
+	return t
 }
 
 // Target is a goal a figure is held to. Met is nil when the figures it
@@ -160,6 +208,9 @@ func (r *Report) WriteText(w io.Writer) {
 		r.Machine.Postgres, r.Machine.APIPoolSize, r.RateLimits, r.Machine.LoadAverageStart, r.FiguresTable())
 	fmt.Fprintf(w, "(load: the machine's 1-minute load average when the figure was taken; the bench alone keeps it near 2-3)\n\n%s",
 		r.TargetsTable())
+	if r.Paths.Fast != (PathFigures{}) || r.Paths.Plain != (PathFigures{}) {
+		fmt.Fprintf(w, "\nThe key store's two paths, side by side (steps new and plain):\n%s", r.PathsTable())
+	}
 	if len(r.Statements) > 0 {
 		fmt.Fprintf(w, "\nWhat each statement cost Postgres (pg_stat_statements, %d clients; per call but calls/ride):\n%s",
 			accountClients, r.StatementsTable())
