@@ -117,19 +117,30 @@ func TestCrashRecovery(t *testing.T) {
 		require.Equal(t, 1, b.stripeStats(t)["charges"])
 	}
 
-	for _, path := range []struct{ name, pipeline string }{{"Fast", "on"}, {"Plain", "off"}} {
+	// Every seam on the fast path, the default. The plain path differs
+	// from it only in how a claim and a phase go to Postgres, so it is
+	// killed at the seams around its phases (internal/rides's crash
+	// matrix, in process, takes it through every seam).
+	seams := []string{
+		rides.FailAfterClaim,
+		rides.FailAfterRideCreated,
+		rides.FailBeforeCharge,
+		rides.FailAfterCharge,
+		rides.FailInRecordCharge,
+		rides.FailAfterChargeCreated,
+		rides.FailAfterFinished,
+		rides.FailBeforeResponse,
+	}
+	for _, path := range []struct {
+		name, pipeline string
+		seams          []string
+	}{
+		{"Fast", "on", seams},
+		{"Plain", "off", []string{rides.FailAfterRideCreated, rides.FailInRecordCharge, rides.FailAfterChargeCreated}},
+	} {
 		t.Run(path.name, func(t *testing.T) {
 			t.Parallel()
-			for _, seam := range []string{
-				rides.FailAfterClaim,
-				rides.FailAfterRideCreated,
-				rides.FailBeforeCharge,
-				rides.FailAfterCharge,
-				rides.FailInRecordCharge,
-				rides.FailAfterChargeCreated,
-				rides.FailAfterFinished,
-				rides.FailBeforeResponse,
-			} {
+			for _, seam := range path.seams {
 				t.Run(seam, func(t *testing.T) {
 					t.Parallel()
 
