@@ -48,10 +48,15 @@ func TestRememberedUser(t *testing.T) {
 		return testBundle{stack: b, trips: trips}
 	}
 
+	plain := limitsOn
+	plain.Plain = true
 	for _, c := range []struct {
 		name string
 		opts apitest.Options
-	}{{"LimitsOff", apitest.Options{}}, {"LimitsOn", limitsOn}} {
+		// The round trips of a new ride and of a replay: on the key
+		// store's plain path, one a statement.
+		newRide, replay int64
+	}{{"LimitsOff", apitest.Options{}, 3, 1}, {"LimitsOn", limitsOn, 3, 1}, {"LimitsOnPlainPath", plain, 21, 5}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 
@@ -61,13 +66,13 @@ func TestRememberedUser(t *testing.T) {
 				key := apitest.NewKey()
 				b.trips.Reset()
 				require.Equal(t, http.StatusCreated, b.stack.PostRide(t, key, apitest.DefaultParams).Status)
-				require.Equal(t, int64(3), b.trips.Total(),
+				require.Equal(t, c.newRide, b.trips.Total(),
 					"a new ride: the claim with the token's check, the ride, the charge and the finish")
 				b.trips.Reset()
 				replay := b.stack.PostRide(t, key, apitest.DefaultParams)
 				require.Equal(t, http.StatusCreated, replay.Status)
 				require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
-				require.Equal(t, int64(1), b.trips.Total(), "a replay: the claim with the token's check")
+				require.Equal(t, c.replay, b.trips.Total(), "a replay: the claim with the token's check")
 			})
 
 			t.Run("RefusesARevokedToken", func(t *testing.T) {
