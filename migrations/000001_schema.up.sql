@@ -1,11 +1,11 @@
 -- The Rocket Rides schema, whole, in the order the article meets its ideas:
--- the key's row (recovery point, lock, stored response), the fence of an
--- atomic phase, the phases' writes (audit records, rides and their charges,
--- staged jobs), the receipt job's record, and what the reaper keeps for
--- people. River's tables are not here: cmd/migrate applies River's own.
--- What follows the "Second reading" line near the end (the reconciler's runs,
--- the rate limits and the console's accounts) is beyond the article: a first
--- reading stops there.
+-- the key's row (recovery point, lock, stored response), the phases' writes
+-- (audit records, rides and their charges, staged jobs), the receipt job's
+-- record, and what the reaper keeps for people. River's tables are not here:
+-- cmd/migrate applies River's own. What follows the "Second reading" line is
+-- machinery (the fence's plpgsql, the columns' domains, the steps, the page
+-- room) and what is beyond the article (the reconciler's runs, the rate
+-- limits, the console's accounts): a first reading stops there.
 --
 -- Policy: until the first tagged release the schema is edited in place, here;
 -- nothing is deployed, so there is no history to keep (`make clean` resets a
@@ -14,23 +14,6 @@
 --
 -- Every constraint is a last line of defence: the code refuses the same
 -- things first, and these make sure nothing that slips past is stored.
-
--- The one-column rules of the rows a ride updates are domains, checked as a column is
--- written; a CHECK is rebuilt per row written (docs/scaling.md, "Postgres's cost per ride").
-CREATE DOMAIN idempotency_key_value AS TEXT CHECK (char_length(VALUE) BETWEEN 1 AND 255);
-CREATE DOMAIN request_method AS TEXT CHECK (char_length(VALUE) <= 10);
-CREATE DOMAIN request_path AS TEXT CHECK (char_length(VALUE) <= 100);
-CREATE DOMAIN recovery_point AS TEXT CHECK (VALUE ~ '^[a-z][a-z0-9_]{0,49}$'); -- any endpoint's
-CREATE DOMAIN key_steps AS JSONB CHECK (jsonb_typeof(VALUE) = 'array');
-CREATE DOMAIN claim_count AS INT CHECK (VALUE >= 1);
-CREATE DOMAIN unknown_outcome_count AS INT CHECK (VALUE >= 0);
-CREATE DOMAIN attention_reason AS TEXT CHECK (char_length(VALUE) <= 500);
-CREATE DOMAIN latitude AS NUMERIC(13, 10) CHECK (VALUE BETWEEN -90 AND 90);
-CREATE DOMAIN longitude AS NUMERIC(13, 10) CHECK (VALUE BETWEEN -180 AND 180);
-CREATE DOMAIN amount AS BIGINT CHECK (VALUE > 0); -- in the currency's smallest unit
-CREATE DOMAIN currency AS TEXT CHECK (VALUE ~ '^[a-z]{3}$'); -- as Stripe spells it
-CREATE DOMAIN stripe_id AS TEXT CHECK (char_length(VALUE) <= 255);
-CREATE DOMAIN ride_status AS TEXT CHECK (VALUE IN ('pending', 'succeeded', 'declined', 'failed', 'needs_review'));
 
 -- Riders; owned by package user. A token is stored only as its SHA-256,
 -- so a leaked table leaks no credentials; its UNIQUE index is also how a
@@ -53,11 +36,11 @@ CREATE TABLE idempotency_keys (
     created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
     user_id         BIGINT      NOT NULL REFERENCES users ON DELETE RESTRICT,
     -- The client's Idempotency-Key header, scoped per user (index below).
-    idempotency_key idempotency_key_value NOT NULL,
+    idempotency_key TEXT        NOT NULL,
 
     -- The request as received, and where from (for the completer's audit).
-    request_method  request_method NOT NULL,
-    request_path    request_path NOT NULL,
+    request_method  TEXT        NOT NULL,
+    request_path    TEXT        NOT NULL,
     origin_ip       INET        NOT NULL,
     request_params  JSONB       NOT NULL,
 
@@ -71,7 +54,7 @@ CREATE TABLE idempotency_keys (
     -- When anyone last worked the key: a client's retry or the completer.
     last_run_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
     -- How often the key was claimed; each step names its attempt.
-    claims          claim_count NOT NULL DEFAULT 1,
+    claims          INT         NOT NULL DEFAULT 1,
 
     -- The foreign state mutation's history, beyond the article. Stripe
     -- forgets an idempotency key after 24 hours, so past that a retry looks
@@ -79,14 +62,14 @@ CREATE TABLE idempotency_keys (
     -- unknown (Stripe replaying a stored 500) is retried a bounded number
     -- of times, then the key is set aside for a person with the reason, and
     -- the completer leaves it alone.
-    unknown_outcomes         unknown_outcome_count NOT NULL DEFAULT 0,
-    attention_reason         attention_reason NULL,
+    unknown_outcomes         INT         NOT NULL DEFAULT 0,
+    attention_reason         TEXT        NULL,
     first_foreign_attempt_at TIMESTAMPTZ NULL,
 
     -- The lock: set while a request works the key. A lock older than the
     -- lock timeout was abandoned and may be taken over. Every claim takes a
     -- new token and every phase commits only if the key still carries it
-    -- (the fence, below), so a request whose lock was taken over can no
+    -- (the fence, package idem), so a request whose lock was taken over can no
     -- longer move the key. locked_at, refreshed by every phase, is below.
     lock_token      UUID,
 
@@ -100,15 +83,9 @@ CREATE TABLE idempotency_keys (
     -- The recovery point: the last atomic phase that committed. 'started'
     -- when claimed, 'finished' once the response is stored, and between
     -- them the endpoint's own (package rides: ride_created, charge_created).
-    recovery_point  recovery_point NOT NULL,
+    recovery_point  TEXT        NOT NULL,
     locked_at       TIMESTAMPTZ DEFAULT now(),
 
-    -- The key's story for the console, oldest first: objects {at, event,
-    -- recovery_point, actor, attempt, detail}, appended by the statement
-    -- that takes the step, so a step costs no round trip. Events: claimed,
-    -- resumed, took_over, reached, unknown_outcome, set_aside (detail: why),
-    -- unlocked, reopened. The steps go with the key when it is reaped.
-    steps           key_steps   NOT NULL DEFAULT '[]',
 
     -- Finished exactly when the response is stored: a replay has one.
     CONSTRAINT idempotency_keys_finished_has_response
@@ -120,27 +97,140 @@ CREATE TABLE idempotency_keys (
     -- A lock without a token could not be fenced.
     CONSTRAINT idempotency_keys_lock_has_token
         CHECK ((locked_at IS NULL) = (lock_token IS NULL))
-)
--- Room on each page, so that a phase that changes no indexed column
--- updates the row in place (HOT) without a new entry in every index. Such
--- an update logs only the bytes between the first and the last column it
--- changed, hence the columns' order: the claim's own first, the phases'
--- last (docs/scaling.md, "Postgres's cost per ride").
-WITH (fillfactor = 80);
+);
 
 -- The claim arbitrates on this index (INSERT ... ON CONFLICT).
 CREATE UNIQUE INDEX idempotency_keys_user_id_idempotency_key ON idempotency_keys (user_id, idempotency_key);
 
--- The completer's search: unfinished keys that have not run recently. On
--- response_code, which only the finishing phase changes, not recovery_point,
--- which every phase changes (no update would be HOT) and whose WHERE clause
--- could lead the planner here instead of to the primary key (docs/scaling.md).
+-- The completer's search: unfinished keys that have not run recently.
 CREATE INDEX idempotency_keys_unfinished_last_run_at
     ON idempotency_keys (last_run_at)
     WHERE response_code IS NULL;
 
 -- The reaper removes keys by age.
 CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at);
+
+
+-- Who did what, from where, written in the same phase as the change it
+-- describes; owned by package audit. Indexed for one resource's history.
+CREATE TABLE audit_records (
+    id            BIGSERIAL   PRIMARY KEY,
+    action        TEXT        NOT NULL CHECK (char_length(action) <= 50),
+    created_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
+    data          JSONB       NOT NULL,
+    origin_ip     INET        NOT NULL,
+    resource_id   BIGINT      NOT NULL,
+    resource_type TEXT        NOT NULL CHECK (char_length(resource_type) <= 50),
+    user_id       BIGINT      NOT NULL REFERENCES users ON DELETE RESTRICT
+);
+CREATE INDEX audit_records_resource ON audit_records (resource_type, resource_id);
+
+-- A ride, and the Stripe charge that paid for it; owned by package rides.
+CREATE TABLE rides (
+    id                 BIGSERIAL       PRIMARY KEY,
+    created_at         TIMESTAMPTZ     NOT NULL DEFAULT now(),
+    -- How a resumed request finds the ride it already created: one ride
+    -- per request, however often it resumes. The key is reaped after a
+    -- few days; the ride stays and loses the reference. The unique index
+    -- also serves the look-up and the reaper's SET NULL.
+    idempotency_key_id BIGINT          UNIQUE REFERENCES idempotency_keys ON DELETE SET NULL,
+    origin_lat         NUMERIC(13, 10) NOT NULL,
+    origin_lon         NUMERIC(13, 10) NOT NULL,
+    target_lat         NUMERIC(13, 10) NOT NULL,
+    target_lon         NUMERIC(13, 10) NOT NULL,
+    amount             BIGINT          NOT NULL, -- in the currency's smallest unit
+    currency           TEXT            NOT NULL,
+    -- The foreign state mutation's result: ch_..., once the charge
+    -- succeeded. One charge pays for one ride.
+    stripe_charge_id   TEXT            UNIQUE,
+    user_id            BIGINT          NOT NULL REFERENCES users ON DELETE RESTRICT,
+    -- Set by the phase that settles the charge: pending until then;
+    -- succeeded (charged), declined (the stored 402) or failed (the stored
+    -- 502) for good; needs_review when no outcome could be settled and a
+    -- person is to look. Not indexed: GET /rides?status= filters one
+    -- user's rides, and an index would cost every settling an update.
+    status             TEXT            NOT NULL DEFAULT 'pending',
+
+    -- Charged exactly when it succeeded.
+    CONSTRAINT rides_succeeded_has_charge CHECK ((status = 'succeeded') = (stripe_charge_id IS NOT NULL))
+);
+
+-- GET /rides lists a user's rides newest first.
+CREATE INDEX rides_user_id_id ON rides (user_id, id DESC);
+
+-- Staged jobs: inserted by an atomic phase in its own transaction, so a
+-- job exists only if the phase committed; the enqueuer hands each to River
+-- in the transaction that deletes it. Owned by package jobs.
+CREATE TABLE staged_jobs (
+    id         BIGSERIAL   PRIMARY KEY,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    job_name   TEXT        NOT NULL CHECK (char_length(job_name) BETWEEN 1 AND 100),
+    job_args   JSONB       NOT NULL
+);
+
+-- One row per ride whose receipt was sent; owned by package jobs.
+-- Mail cannot be unsent, so the receipt job looks here before sending and
+-- records the send right after: a retried job does not mail again.
+CREATE TABLE ride_receipts (
+    ride_id    BIGINT      PRIMARY KEY REFERENCES rides ON DELETE RESTRICT,
+    -- The charge it was for: two primaries of a split brain can hand one id
+    -- to two rides, and one's receipt is not the other's.
+    stripe_charge_id TEXT      NOT NULL,
+    -- <ride-123.receipt@...>: a duplicate that got out anyway is known.
+    message_id TEXT        NOT NULL UNIQUE CHECK (char_length(message_id) BETWEEN 1 AND 255),
+    recipient  TEXT        NOT NULL CHECK (char_length(recipient) BETWEEN 1 AND 255),
+    sent_at    TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- The article's "list somewhere" of requests that never finished, for a
+-- person, written by the reaper in the statement that deletes the key;
+-- owned by package idem. The request's ride, if any, stays in rides.
+CREATE TABLE abandoned_requests (
+    -- The reaped key's id, as Stripe knows it (the charge's metadata and
+    -- Stripe idempotency key). Ids are never reused.
+    idempotency_key_id BIGINT      PRIMARY KEY,
+    user_id            BIGINT      NOT NULL REFERENCES users ON DELETE RESTRICT,
+    idempotency_key    TEXT        NOT NULL,
+    request_method     TEXT        NOT NULL,
+    request_path       TEXT        NOT NULL,
+    request_params     JSONB       NOT NULL,
+    recovery_point     TEXT        NOT NULL CHECK (recovery_point <> 'finished'),
+    created_at         TIMESTAMPTZ NOT NULL,
+    last_run_at        TIMESTAMPTZ NOT NULL,
+    reaped_at          TIMESTAMPTZ NOT NULL DEFAULT now(),
+    -- Why, in words for the person reviewing it.
+    reason             TEXT        NOT NULL CHECK (char_length(reason) BETWEEN 1 AND 1000)
+);
+-- Not unique: a reaped key's value may be used again.
+CREATE INDEX abandoned_requests_user_id_idempotency_key ON abandoned_requests (user_id, idempotency_key);
+
+-- A record of every key the reaper deleted, written in the same statement,
+-- so that a retry after the key's lifetime is refused (410), not run again;
+-- owned by package idem. Kept for REAPED_KEY_RETENTION after first use.
+CREATE TABLE reaped_keys (
+    user_id               BIGINT      NOT NULL REFERENCES users ON DELETE RESTRICT,
+    idempotency_key       TEXT        NOT NULL,
+    idempotency_key_id    BIGINT      NOT NULL,
+    -- The request's fingerprint, the parameters as the SHA-256 of their
+    -- JSONB text: the same request is told the key expired, another one
+    -- that the key was reused.
+    request_method        TEXT        NOT NULL,
+    request_path          TEXT        NOT NULL,
+    request_params_sha256 BYTEA       NOT NULL CHECK (octet_length(request_params_sha256) = 32),
+    -- The stored status (NULL: never finished) and what it created.
+    response_code         INT         NULL,
+    resource_id           BIGINT      NULL,
+    created_at            TIMESTAMPTZ NOT NULL,
+    reaped_at             TIMESTAMPTZ NOT NULL DEFAULT now(),
+    -- Once per user and value: while a record exists no new key of that
+    -- value is claimed (the fence retires one claimed in the very instant).
+    PRIMARY KEY (user_id, idempotency_key)
+);
+CREATE INDEX reaped_keys_created_at ON reaped_keys (created_at);
+
+-- Second reading: beyond the article, the machinery of the tables above
+-- (the fence's plpgsql, domains, the steps, the key's page room), then the
+-- reconciler's runs, the rate limits and the operator's console.
 
 -- The fence opens every atomic phase (package idem, fence.go): most often
 -- the phase's move of the key, else a lock of the key's row. It goes on
@@ -172,125 +262,66 @@ BEGIN
 END
 $$;
 
--- Who did what, from where, written in the same phase as the change it
--- describes; owned by package audit. Indexed for one resource's history.
-CREATE TABLE audit_records (
-    id            BIGSERIAL   PRIMARY KEY,
-    action        TEXT        NOT NULL CHECK (char_length(action) <= 50),
-    created_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
-    data          JSONB       NOT NULL,
-    origin_ip     INET        NOT NULL,
-    resource_id   BIGINT      NOT NULL,
-    resource_type TEXT        NOT NULL CHECK (char_length(resource_type) <= 50),
-    user_id       BIGINT      NOT NULL REFERENCES users ON DELETE RESTRICT
-);
-CREATE INDEX audit_records_resource ON audit_records (resource_type, resource_id);
+-- The one-column rules of the tables above are domains, checked as a column is
+-- written; a CHECK is rebuilt per row written (docs/scaling.md, "Postgres's cost per ride").
+CREATE DOMAIN idempotency_key_value AS TEXT CHECK (char_length(VALUE) BETWEEN 1 AND 255);
+CREATE DOMAIN request_method AS TEXT CHECK (char_length(VALUE) <= 10);
+CREATE DOMAIN request_path AS TEXT CHECK (char_length(VALUE) <= 100);
+CREATE DOMAIN recovery_point AS TEXT CHECK (VALUE ~ '^[a-z][a-z0-9_]{0,49}$'); -- any endpoint's
+CREATE DOMAIN key_steps AS JSONB CHECK (jsonb_typeof(VALUE) = 'array');
+CREATE DOMAIN claim_count AS INT CHECK (VALUE >= 1);
+CREATE DOMAIN unknown_outcome_count AS INT CHECK (VALUE >= 0);
+CREATE DOMAIN attention_reason AS TEXT CHECK (char_length(VALUE) <= 500);
+CREATE DOMAIN latitude AS NUMERIC(13, 10) CHECK (VALUE BETWEEN -90 AND 90);
+CREATE DOMAIN longitude AS NUMERIC(13, 10) CHECK (VALUE BETWEEN -180 AND 180);
+CREATE DOMAIN amount AS BIGINT CHECK (VALUE > 0); -- in the currency's smallest unit
+CREATE DOMAIN currency AS TEXT CHECK (VALUE ~ '^[a-z]{3}$'); -- as Stripe spells it
+CREATE DOMAIN stripe_id AS TEXT CHECK (char_length(VALUE) <= 255);
+CREATE DOMAIN ride_status AS TEXT CHECK (VALUE IN ('pending', 'succeeded', 'declined', 'failed', 'needs_review'));
 
--- A ride, and the Stripe charge that paid for it; owned by package rides.
-CREATE TABLE rides (
-    id                 BIGSERIAL       PRIMARY KEY,
-    created_at         TIMESTAMPTZ     NOT NULL DEFAULT now(),
-    -- How a resumed request finds the ride it already created: one ride
-    -- per request, however often it resumes. The key is reaped after a
-    -- few days; the ride stays and loses the reference. The unique index
-    -- also serves the look-up and the reaper's SET NULL.
-    idempotency_key_id BIGINT          UNIQUE REFERENCES idempotency_keys ON DELETE SET NULL,
-    origin_lat         latitude        NOT NULL,
-    origin_lon         longitude       NOT NULL,
-    target_lat         latitude        NOT NULL,
-    target_lon         longitude       NOT NULL,
-    amount             amount          NOT NULL,
-    currency           currency        NOT NULL,
-    -- The foreign state mutation's result: ch_..., once the charge
-    -- succeeded. One charge pays for one ride.
-    stripe_charge_id   stripe_id       UNIQUE,
-    user_id            BIGINT          NOT NULL REFERENCES users ON DELETE RESTRICT,
-    -- Set by the phase that settles the charge: pending until then;
-    -- succeeded (charged), declined (the stored 402) or failed (the stored
-    -- 502) for good; needs_review when no outcome could be settled and a
-    -- person is to look. Not indexed: GET /rides?status= filters one
-    -- user's rides, and an index would cost every settling an update.
-    status             ride_status     NOT NULL DEFAULT 'pending',
+ALTER TABLE idempotency_keys
+    ALTER COLUMN idempotency_key TYPE idempotency_key_value,
+    ALTER COLUMN request_method TYPE request_method,
+    ALTER COLUMN request_path TYPE request_path,
+    ALTER COLUMN claims TYPE claim_count,
+    ALTER COLUMN unknown_outcomes TYPE unknown_outcome_count,
+    ALTER COLUMN attention_reason TYPE attention_reason,
+    ALTER COLUMN recovery_point TYPE recovery_point,
+    -- The key's story for the console, oldest first: objects {at, event,
+    -- recovery_point, actor, attempt, detail}, appended by the statement
+    -- that takes the step, so a step costs no round trip. Events: claimed,
+    -- resumed, took_over, reached, unknown_outcome, set_aside (detail: why),
+    -- unlocked, reopened. The steps go with the key when it is reaped.
+    ADD COLUMN steps key_steps NOT NULL DEFAULT '[]',
+    -- Room on each page, so that a phase that changes no indexed column
+    -- updates the row in place (HOT) without a new entry in every index. Such
+    -- an update logs only the bytes between the first and the last column it
+    -- changed, hence the columns' order: the claim's own first, the phases'
+    -- last (docs/scaling.md, "Postgres's cost per ride").
+    SET (fillfactor = 80);
+ALTER TABLE rides
+    ALTER COLUMN origin_lat TYPE latitude,
+    ALTER COLUMN origin_lon TYPE longitude,
+    ALTER COLUMN target_lat TYPE latitude,
+    ALTER COLUMN target_lon TYPE longitude,
+    ALTER COLUMN amount TYPE amount,
+    ALTER COLUMN currency TYPE currency,
+    ALTER COLUMN stripe_charge_id TYPE stripe_id,
+    ALTER COLUMN status TYPE ride_status;
+ALTER TABLE ride_receipts ALTER COLUMN stripe_charge_id TYPE stripe_id;
+ALTER TABLE abandoned_requests
+    ALTER COLUMN idempotency_key TYPE idempotency_key_value,
+    ALTER COLUMN request_method TYPE request_method,
+    ALTER COLUMN request_path TYPE request_path;
+ALTER TABLE reaped_keys
+    ALTER COLUMN idempotency_key TYPE idempotency_key_value,
+    ALTER COLUMN request_method TYPE request_method,
+    ALTER COLUMN request_path TYPE request_path;
 
-    -- Charged exactly when it succeeded.
-    CONSTRAINT rides_succeeded_has_charge CHECK ((status = 'succeeded') = (stripe_charge_id IS NOT NULL))
-);
-
--- GET /rides lists a user's rides newest first.
-CREATE INDEX rides_user_id_id ON rides (user_id, id DESC);
-
--- Staged jobs: inserted by an atomic phase in its own transaction, so a
--- job exists only if the phase committed; the enqueuer hands each to River
--- in the transaction that deletes it. Owned by package jobs.
-CREATE TABLE staged_jobs (
-    id         BIGSERIAL   PRIMARY KEY,
-    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    job_name   TEXT        NOT NULL CHECK (char_length(job_name) BETWEEN 1 AND 100),
-    job_args   JSONB       NOT NULL
-);
-
--- One row per ride whose receipt was sent; owned by package jobs.
--- Mail cannot be unsent, so the receipt job looks here before sending and
--- records the send right after: a retried job does not mail again.
-CREATE TABLE ride_receipts (
-    ride_id    BIGINT      PRIMARY KEY REFERENCES rides ON DELETE RESTRICT,
-    -- The charge it was for: two primaries of a split brain can hand one id
-    -- to two rides, and one's receipt is not the other's.
-    stripe_charge_id stripe_id NOT NULL,
-    -- <ride-123.receipt@...>: a duplicate that got out anyway is known.
-    message_id TEXT        NOT NULL UNIQUE CHECK (char_length(message_id) BETWEEN 1 AND 255),
-    recipient  TEXT        NOT NULL CHECK (char_length(recipient) BETWEEN 1 AND 255),
-    sent_at    TIMESTAMPTZ NOT NULL DEFAULT now()
-);
-
--- The article's "list somewhere" of requests that never finished, for a
--- person, written by the reaper in the statement that deletes the key;
--- owned by package idem. The request's ride, if any, stays in rides.
-CREATE TABLE abandoned_requests (
-    -- The reaped key's id, as Stripe knows it (the charge's metadata and
-    -- Stripe idempotency key). Ids are never reused.
-    idempotency_key_id BIGINT      PRIMARY KEY,
-    user_id            BIGINT      NOT NULL REFERENCES users ON DELETE RESTRICT,
-    idempotency_key    idempotency_key_value NOT NULL,
-    request_method     request_method NOT NULL,
-    request_path       request_path NOT NULL,
-    request_params     JSONB       NOT NULL,
-    recovery_point     TEXT        NOT NULL CHECK (recovery_point <> 'finished'),
-    created_at         TIMESTAMPTZ NOT NULL,
-    last_run_at        TIMESTAMPTZ NOT NULL,
-    reaped_at          TIMESTAMPTZ NOT NULL DEFAULT now(),
-    -- Why, in words for the person reviewing it.
-    reason             TEXT        NOT NULL CHECK (char_length(reason) BETWEEN 1 AND 1000)
-);
--- Not unique: a reaped key's value may be used again.
-CREATE INDEX abandoned_requests_user_id_idempotency_key ON abandoned_requests (user_id, idempotency_key);
-
--- A record of every key the reaper deleted, written in the same statement,
--- so that a retry after the key's lifetime is refused (410), not run again;
--- owned by package idem. Kept for REAPED_KEY_RETENTION after first use.
-CREATE TABLE reaped_keys (
-    user_id               BIGINT      NOT NULL REFERENCES users ON DELETE RESTRICT,
-    idempotency_key       idempotency_key_value NOT NULL,
-    idempotency_key_id    BIGINT      NOT NULL,
-    -- The request's fingerprint, the parameters as the SHA-256 of their
-    -- JSONB text: the same request is told the key expired, another one
-    -- that the key was reused.
-    request_method        request_method NOT NULL,
-    request_path          request_path NOT NULL,
-    request_params_sha256 BYTEA       NOT NULL CHECK (octet_length(request_params_sha256) = 32),
-    -- The stored status (NULL: never finished) and what it created.
-    response_code         INT         NULL,
-    resource_id           BIGINT      NULL,
-    created_at            TIMESTAMPTZ NOT NULL,
-    reaped_at             TIMESTAMPTZ NOT NULL DEFAULT now(),
-    -- Once per user and value: while a record exists no new key of that
-    -- value is claimed (the fence retires one claimed in the very instant).
-    PRIMARY KEY (user_id, idempotency_key)
-);
-CREATE INDEX reaped_keys_created_at ON reaped_keys (created_at);
-
--- Second reading: beyond the article, the reconciler's runs, the rate
--- limits and the operator's console.
+-- The completer's index is on response_code, which only the finishing phase
+-- changes, not recovery_point, which every phase changes (no update would be
+-- HOT) and whose WHERE clause could lead the planner there instead of to the
+-- primary key (docs/scaling.md).
 
 -- The reconciler's latest findings (rides against Stripe's charges) and the
 -- rides it restored, for the console; owned by package reconcile, which
