@@ -21,16 +21,10 @@ import (
 
 // RunOnce claims one batch of abandoned keys and drives each to a stored
 // response. succeeded counts keys that reached finished, whatever their
-// response (a declined card's stored 402 is as final as a 201). failed
-// counts keys that stopped on an error again: each is logged, left
-// unlocked at the recovery point it reached, and tried again after the
-// retry interval. One failing key does not stop the batch; err is
-// reserved for failing to claim one.
-//
-// Up to Concurrency keys are worked at once. When ctx is cancelled the
-// keys in hand are finished and the rest of the batch is released
-// unworked, so a shutdown is as quick as one key and leaves nothing
-// locked.
+// response (a stored 402 is as final as a 201); failed counts keys that
+// stopped on an error again, left unlocked where they stopped and tried
+// again after the retry interval. err is reserved for failing to claim.
+// Up to Concurrency keys are worked at once (concurrency.go).
 func (c *Completer) RunOnce(ctx context.Context) (succeeded, failed int, err error) {
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	keys, err := c.keys.ClaimAbandoned(claimCtx, c.minAge, c.retryInterval, c.batchSize)
@@ -48,18 +42,15 @@ func (c *Completer) RunOnce(ctx context.Context) (succeeded, failed int, err err
 
 // complete resumes one claimed key and reports whether it finished.
 func (c *Completer) complete(ctx context.Context, key *idem.Key) bool {
-	// Detached from ctx: a shutdown lets the key in hand finish instead
-	// of cutting it off between its Stripe call and recording the charge.
-	// That would be safe too (the next attempt repeats the call under the
-	// same Stripe idempotency key), but would leave work for later.
+	// Detached from ctx: a shutdown lets the key in hand finish (cut off,
+	// it would be safe too, but leave work for later).
 	keyCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keyTimeout)
 	defer cancel()
 
 	from := key.RecoveryPoint
 	resp, err := c.service.Resume(keyCtx, key)
 	if err != nil {
-		// The service has unlocked the key at the recovery point it
-		// reached (key.RecoveryPoint follows each committed phase).
+		// The service has unlocked the key where it stopped.
 		c.logger.ErrorContext(ctx, "Abandoned request failed again; it will be retried",
 			slog.Int64("idempotency_key_id", key.ID),
 			slog.Int64("user_id", key.UserID),

@@ -1,15 +1,11 @@
-// First reading: the completer's and the reaper's statements, each one
-// literal sent on its own: the completer's claim of keys their clients
-// abandoned (claimAbandonedSQL), and the reaper's delete of old keys,
-// which lists the unfinished ones in abandoned_requests for a person
-// (reapSQL). internal/completer and internal/reaper run them.
+// First reading: the completer's claim of keys their clients abandoned
+// (claimAbandonedSQL), and the reaper's delete of old keys, which lists
+// the unfinished ones in abandoned_requests for a person (reapSQL).
 //
-// Left to a second reading: what Reap returns of each deleted key
-// (ReapedKey), and the record each leaves in reaped_keys, written by the
-// same delete, and the 410 it answers (tombstone.go); the endpoint's own
-// writes about the reaped keys, sent
-// in the delete's transaction (rides.SettleReaped); the partial index the
-// completer's scan reads (the schema); the steps (steps.go).
+// Left to a second reading: what Reap returns of each key (ReapedKey), the
+// record each leaves in reaped_keys and the 410 it answers (tombstone.go);
+// the endpoint's writes in the delete's transaction (rides.SettleReaped);
+// the steps (steps.go).
 
 package idem
 
@@ -21,21 +17,16 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// claimAbandonedSQL selects and locks, in one statement, the keys the
-// completer should push to the end: not finished, old enough that their
-// client has probably given up ($1), not worked by anyone for a while
-// ($2), not set aside for a human, and not locked, or locked so long ago
-// that whoever held the lock is presumed dead ($3).
+// claimAbandonedSQL claims the keys the completer should push to the end:
+// unfinished, old enough that their client has probably given up ($1),
+// not worked for a while ($2), not set aside for a person, and not
+// locked, or locked so long ago that its holder is presumed dead ($3).
 //
-// FOR UPDATE SKIP LOCKED lets several completers run side by side: each
-// takes rows no other transaction holds, and by the time one commits, the
-// rows it took carry a fresh lock and last_run_at that keep the others
-// away. A fresh lock_token fences off the request that held a stale lock,
-// exactly as a client's takeover in Claim does. ORDER BY last_run_at
-// serves the keys waiting longest first; with response_code IS NULL (a
-// key is unfinished exactly when it has no stored response) it matches
-// the partial index idempotency_keys_unfinished_last_run_at. Each key
-// records its step ($5 is the actor).
+// FOR UPDATE SKIP LOCKED lets several completers run side by side, each
+// taking rows no other holds. A fresh lock_token fences off the request
+// that held a stale lock, as a client's takeover in Claim does. The
+// longest waiting come first, by the partial index of unfinished keys
+// (response_code IS NULL). Each key records its step ($5, the actor).
 const claimAbandonedSQL = `
 	WITH candidate AS (
 		SELECT id, locked_at IS NOT NULL AS stale
@@ -64,11 +55,8 @@ const claimAbandonedSQL = `
 	          k.first_foreign_attempt_at, k.unknown_outcomes, k.attention_reason, k.claims, k.identity`
 
 // ClaimAbandoned locks, for the completer, up to limit keys whose requests
-// look abandoned by their clients (see claimAbandonedSQL; a lock older
-// than the store's lock timeout is taken over). Each comes back locked
-// with a new lock token, for the endpoint to resume; the endpoint unlocks
-// it on failure as it would a client's. Concurrent callers never receive
-// the same key.
+// look abandoned by their clients, each under a new lock token, for the
+// endpoint to resume. Concurrent callers never receive the same key.
 func (s *Store) ClaimAbandoned(ctx context.Context, minAge, retryInterval time.Duration, limit int) ([]*Key, error) {
 	rows, err := s.pool.Query(ctx, claimAbandonedSQL, minAge, retryInterval, s.lockTimeout, limit, s.actor)
 	if err != nil {
@@ -81,19 +69,12 @@ func (s *Store) ClaimAbandoned(ctx context.Context, minAge, retryInterval time.D
 	return keys, nil
 }
 
-// reapSQL deletes one batch of expired keys and, in the same statement
-// and so the same transaction, copies the unfinished ones to
-// abandoned_requests and records every one in reaped_keys: a request
-// cannot disappear without leaving a row for a human, a key cannot
-// disappear without the record that refuses its late retries, and a
-// failed copy keeps its key.
-//
-// The batch is bounded and taken with FOR UPDATE SKIP LOCKED, so it holds
-// row locks briefly and only on the rows it deletes. A key under a live
-// lock is left alone: its request may be in the middle of its Stripe
-// call, and deleting the key would fence it off after money moved. Rides
-// survive: rides.idempotency_key_id is ON DELETE SET NULL, and the key's
-// record keeps the ride's id (resource_id).
+// reapSQL deletes one batch of expired keys and, in the same statement,
+// copies the unfinished ones to abandoned_requests and records every one
+// in reaped_keys: no request disappears without a row for a person, no
+// key without the record that refuses its late retries. A key under a
+// live lock is left alone: its request may be in its Stripe call. Rides
+// survive (rides.idempotency_key_id is ON DELETE SET NULL).
 const reapSQL = `
 	WITH reaped AS (
 		DELETE FROM idempotency_keys
@@ -141,11 +122,9 @@ const reapSQL = `
 	LEFT JOIN abandoned ON abandoned.idempotency_key_id = reaped.id
 	ORDER BY reaped.id`
 
-// Reap deletes up to limit idempotency keys created more than maxAge ago,
-// the reaper's one batch, in one transaction: reapSQL, then settle's
-// writes, if settle is not nil. Keys are for retrying a request, not an
-// archive of requests. Reap returns the keys it deleted; fewer than limit
-// means no more are due, or that the rest are locked.
+// Reap deletes up to limit keys created more than maxAge ago, the
+// reaper's one batch, in one transaction: reapSQL, then settle's writes.
+// Fewer than limit back means no more are due, or the rest are locked.
 func (s *Store) Reap(ctx context.Context, maxAge time.Duration, limit int, settle ReapFunc) ([]ReapedKey, error) {
 	reason := fmt.Sprintf("not finished within %s", maxAge)
 	var keys []ReapedKey

@@ -6,11 +6,10 @@
 // another request holds is refused (409), and only then is a released or
 // stale lock taken over.
 //
-// Left to a second reading: the fast path's claim, one statement
-// (claimFast, fastpath.go); reaped keys, which the insert leaves alone and
-// which refuse late retries (reaped, tombstone.go); a guard (guard.go);
-// the steps (steps.go); the metrics and logs (Store.count, annotate) and
-// small helpers (newLockToken, collectKey: store.go).
+// Left to a second reading: the fast path's claim in one statement
+// (claimFast); reaped keys, which refuse late retries (reaped); a guard;
+// the steps; metrics, logs and helpers (Store.count, annotate,
+// newLockToken, collectKey).
 
 package idem
 
@@ -83,8 +82,7 @@ const insertKeySQL = `
 	          response_code, response_body, recovery_point, user_id,
 	          first_foreign_attempt_at, unknown_outcomes, attention_reason, claims, identity`
 
-// decide arbitrates, in tx, the claim of a key that already exists, and
-// says which outcome it was.
+// decide arbitrates, in tx, the claim of a key that already exists.
 func (s *Store) decide(ctx context.Context, tx pgx.Tx, req Request) (*Key, bool, metrics.Outcome, error) {
 	// FOR UPDATE: no one else can change the row while this decides.
 	l, err := s.lockKey(ctx, tx, lockKeySQL, req.UserID, req.Key, req.Method, req.Path, req.Params)
@@ -109,10 +107,9 @@ func (s *Store) decide(ctx context.Context, tx pgx.Tx, req Request) (*Key, bool,
 	return key, false, outcome, err
 }
 
-// lockKeySQL reads a request's key ($2, the user; $3, the client's key)
-// FOR UPDATE, with whether it was first used for this same request ($4 to
-// $6: method, path, parameters) and whether its lock is still live ($1,
-// the lock timeout).
+// lockKeySQL locks a request's key ($2, $3) FOR UPDATE, with whether it
+// was first used for this request ($4 to $6) and whether its lock is
+// still live ($1, the lock timeout).
 const lockKeySQL = `
 	SELECT id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
 	       request_method, request_params, request_path, origin_ip,
@@ -134,9 +131,8 @@ type lockedKey struct {
 // errNoKey is lockKey's finding that no key matches.
 var errNoKey = errors.New("no such idempotency key")
 
-// lockKey reads, in tx, the key that sql (lockKeySQL, or the console's
-// lockKeyByIDSQL) locks FOR UPDATE; args are the statement's from $2 on
-// ($1 is the lock timeout).
+// lockKey reads, in tx, the key sql (lockKeySQL, or lockKeyByIDSQL) locks;
+// args are the statement's from $2 on.
 func (s *Store) lockKey(ctx context.Context, tx pgx.Tx, sql string, args ...any) (*lockedKey, error) {
 	rows, err := tx.Query(ctx, sql, append([]any{s.lockTimeout}, args...)...)
 	if err != nil {
@@ -167,8 +163,7 @@ const takeSQL = `
 	          response_code, response_body, recovery_point, user_id,
 	          first_foreign_attempt_at, unknown_outcomes, attention_reason, claims, identity`
 
-// take claims k, locked and found free (released, or its lock stale), for
-// a new attempt. Taking a stale lock fences its holder off.
+// take claims k, found free (released, or stale: its holder is fenced off).
 func (s *Store) take(ctx context.Context, tx pgx.Tx, k *Key) (*Key, metrics.Outcome, error) {
 	event, outcome := StepResumed, metrics.OutcomeResumed
 	if k.LockedAt != nil {

@@ -4,10 +4,7 @@
 // between them (rides.RideCreated, rides.ChargeCreated).
 //
 // Left to a second reading: the key's columns beyond the article, each
-// commented where it is declared below and used in its own file: the
-// identity of keys made under an older Stripe key (rides.StripeKey), the
-// time of the first foreign call, the unknown outcomes and the set-aside
-// reason (attention.go), the count of claims (steps.go).
+// used in its own file (rides.StripeKey, attention.go, steps.go).
 
 package idem
 
@@ -38,8 +35,7 @@ var ErrKeyReused = errors.New("idempotency key reused with a different request")
 // ErrInFlight means another request holds the key's lock.
 var ErrInFlight = errors.New("idempotency key is in use by another request")
 
-// ErrLockLost means the key's lock was taken over (it went stale), or the
-// key deleted, while this request worked it; the phase was rolled back.
+// ErrLockLost means the key was taken over, or deleted, under the phase.
 var ErrLockLost = errors.New("idempotency key lock lost")
 
 // Key is a row of idempotency_keys.

@@ -8,13 +8,12 @@
 //
 // Left to a second reading: the fast path, the default, a phase in one
 // round trip, its move as the fence (phasePipelined, queuePipelined,
-// flushPipelined, movePipelined: pipeline.go, fence.go); the retries
-// after a deadlock (Store.retry, store.go); a key with a reaped
-// predecessor (errReapedPredecessor, tombstone.go); a guard (Tx.Guard);
-// a key set aside or reopened (attentionMove, followAttention:
-// attention.go); what follows the commit (behindCommitFailed); the steps
-// (steps.go); the metrics (Idempotency.Outcome, Idempotency.PhaseDone),
-// logs (annotate) and small helpers (Key.lockToken, answer: store.go).
+// flushPipelined, movePipelined: pipeline.go, fence.go); retries after a
+// deadlock (Store.retry); a reaped predecessor (errReapedPredecessor); a
+// guard (Tx.Guard); a set-aside (attentionMove, followAttention); what
+// follows the commit (behindCommitFailed); the steps; the metrics
+// (Idempotency.Outcome, Idempotency.PhaseDone), logs (annotate) and
+// helpers (Key.lockToken, answer).
 
 package idem
 
@@ -30,8 +29,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 )
 
-// Outcome is what an atomic phase decides: move to the next recovery
-// point, finish the request with a response, or set it aside for a human.
+// Outcome is where an atomic phase takes its key.
 type Outcome struct {
 	next        RecoveryPoint
 	response    Response
@@ -44,21 +42,18 @@ type Outcome struct {
 // Advance moves the key to recovery point next.
 func Advance(next RecoveryPoint) Outcome { return Outcome{next: next} }
 
-// Respond finishes the key, storing the response that every retry of the
-// request will replay. Used for success and for final errors alike (a
-// declined card is declined on every retry).
+// Respond finishes the key with the response every retry replays, for
+// success and final errors alike (a card declined once always is).
 func Respond(code int, body []byte) Outcome {
 	return Outcome{next: Finished, response: Response{Code: code, Body: body}}
 }
 
-// PhaseFunc is the body of an atomic phase. It says first where the key
-// goes (tx.Move), then queues its writes on tx, in the order Postgres is to
-// receive them.
+// PhaseFunc is the body of an atomic phase: it says where the key goes
+// (tx.Move), first where it can, and queues its writes on tx.
 type PhaseFunc func(ctx context.Context, tx *Tx) error
 
-// Tx is the transaction of one atomic phase, as its phase function sees
-// it. Its statements (Queue, Move) go to Postgres in the order queued, at
-// the next Flush and before COMMIT. The first error fails the phase.
+// Tx is an atomic phase's transaction. Its statements (Queue, Move) go to
+// Postgres in order, at Flush and before COMMIT; the first error fails it.
 type Tx struct {
 	store *Store
 	key   *Key
@@ -76,7 +71,7 @@ type Tx struct {
 // move is a phase's move (Move), and what Postgres answered to it.
 type move struct {
 	out                   Outcome
-	stored                []byte // the response as stored
+	stored                []byte
 	firstForeignAttemptAt *time.Time
 }
 
@@ -128,9 +123,9 @@ func (s *Store) phase(ctx context.Context, key *Key, fn PhaseFunc) error {
 }
 
 // fenceSQL is the fence of a phase of key $1 under lock token $2 from
-// recovery point $3: it locks the key's row and refreshes its lock, or
-// changes no row. From started, it also says whether the reaper deleted
-// an earlier key of the same request and user (tombstone.go).
+// recovery point $3: it locks the key's row, or changes no row. From
+// started it also says whether the reaper deleted an earlier key of the
+// same user and client key (tombstone.go).
 const fenceSQL = `
 	UPDATE idempotency_keys k SET locked_at = now()
 	WHERE id = $1 AND lock_token = $2 AND recovery_point = $3::text
@@ -148,9 +143,8 @@ func (tx *Tx) Queue(sql string, args ...any) *pgx.QueuedQuery {
 	return q
 }
 
-// Flush sends the statements queued since the last Flush, each on its own
-// and in order, and hands each answer to its callback. It returns the
-// first error.
+// Flush sends the statements queued since the last Flush, each on its own,
+// and hands each answer to its callback. It returns the first error.
 func (tx *Tx) Flush(ctx context.Context) error {
 	if tx.batch != nil {
 		return tx.flushPipelined(ctx)
@@ -170,7 +164,7 @@ func (tx *Tx) Flush(ctx context.Context) error {
 	return tx.err
 }
 
-// fail records err, if not nil, as the phase's failure, unless it has one.
+// fail records err, if any, as the phase's failure, unless it has one.
 func (tx *Tx) fail(err error) {
 	if tx.err == nil {
 		tx.err = err
@@ -203,7 +197,7 @@ func (tx *Tx) Move(out Outcome) {
 	}
 }
 
-// moveSQL is the statement, and its arguments, that records out.
+// moveSQL is the statement and arguments that record out.
 func (tx *Tx) moveSQL(out Outcome) (string, []any) {
 	if sql, args, ok := tx.attentionMove(out); ok {
 		return sql, args
@@ -219,10 +213,8 @@ func (tx *Tx) moveSQL(out Outcome) (string, []any) {
 
 // advanceSQL moves a key ($1, held under lock token $2 at recovery point
 // $3) to its next recovery point $4, or finishes it with the response $5,
-// $6, which releases the lock. It also records the first foreign call's
-// time ($7, attention.go), the id of what the phase creates, drawn here
-// ($9, tombstone.go), and the step ($8, the actor), and clears a set-aside
-// that a person is settling.
+// $6. It also records the first foreign call's time ($7), the id of what
+// the phase creates ($9), drawn here, and the step ($8, the actor).
 const advanceSQL = `
 	UPDATE idempotency_keys
 	SET recovery_point = $4::text,
@@ -258,8 +250,7 @@ func (s *Store) follow(ctx context.Context, key *Key, m *move) {
 	}
 }
 
-// unlockSQL releases a key ($1) if this request still holds it (lock
-// token $2), keeping its recovery point, and appends the step ($3).
+// unlockSQL releases a key ($1) this request holds (lock token $2).
 const unlockSQL = `
 	UPDATE idempotency_keys
 	SET locked_at = NULL, lock_token = NULL,
@@ -269,9 +260,8 @@ const unlockSQL = `
 	                               'recovery_point', recovery_point::text, 'actor', $3::text, 'attempt', claims)
 	WHERE id = $1 AND lock_token = $2`
 
-// Unlock releases key after a failure so that a retry need not wait for
-// the lock to go stale, and resumes where this request stopped. It runs
-// even if ctx was cancelled (the client hung up): a retry is coming.
+// Unlock releases key after a failure: a retry resumes where this request
+// stopped, even if ctx was cancelled (the client hung up).
 func (s *Store) Unlock(ctx context.Context, key *Key) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

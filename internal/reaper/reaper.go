@@ -24,13 +24,9 @@ import (
 )
 
 // RunOnce reaps every expired key, batch after batch, until a batch comes
-// back short: nothing more is due, or what is left is locked (by a
-// request working it, or by another reaper). It reports the keys deleted
-// and, of those, the unfinished ones copied to abandoned_requests. Then
-// it forgets, the same way, the records of reaped keys past
-// RetainReaped, and logs how many. When ctx is cancelled the batch in
-// hand is finished and no other is started. With an error it returns
-// what the batches before it reaped.
+// back short, and reports the keys deleted and, of those, the unfinished
+// ones; then it forgets the records of reaped keys past RetainReaped. A
+// cancelled ctx lets the batch in hand finish and starts no other.
 func (r *Reaper) RunOnce(ctx context.Context) (reaped, abandoned int, err error) {
 	reaped, abandoned, err = r.reapAll(ctx)
 	if err != nil {

@@ -5,22 +5,17 @@
 // claims the key (idem.Store.Claim), replays a finished one, and runs
 // this DAG.
 //
-// Left to a second reading, by the names the DAG calls: around each
-// phase, the charge cap (request.capped, request.refused: limit.go) and
-// the test seams (request.seamedPhase, Set.At, and request.phases, which
-// pipelines two phases on the fast path: seams.go); when Stripe cannot
-// say whether it charged, or whose charge it answered with
+// Left to a second reading, by the names the DAG calls: the charge cap
+// and the test seams around each phase (request.capped, request.refused:
+// limit.go; request.seamedPhase, Set.At, request.phases, which pipelines
+// two phases on the fast path: seams.go); a charge Stripe cannot settle
 // (request.adoptForgottenCharge, request.keyConflict,
 // request.unknownOutcome, request.checkReplay: ambiguous.go); the rides
-// table's statements (insertRide, recordCharge, settleRide, rideByKey,
-// rideByKeyIn: store.go) and the audit record's (audit.Insert); the Stripe
-// client (gateway.Charge, payment.OutcomeOf, payment.Message), the charge
-// of keys made before it was derived from the client's request
-// (request.chargeRequest, sha256Hex) and the unlock after a failure
-// (Service.unlock: service.go); the problem documents (problem.New,
-// Problem.With, Problem.JSON); the parameters (Params.Canonical); the
-// first foreign call's time (idem.AdvanceToForeignCall) and the ride the
-// key names (Outcome.Creates).
+// table (insertRide, recordCharge, settleRide, rideByKey, rideByKeyIn:
+// store.go); audit.Insert; the Stripe client (gateway.Charge,
+// payment.OutcomeOf, payment.Message; request.chargeRequest, sha256Hex and
+// Service.unlock: service.go); problem.New, Problem.With, Problem.JSON;
+// Params.Canonical; idem.AdvanceToForeignCall and Outcome.Creates.
 
 package rides
 
@@ -56,15 +51,14 @@ type request struct {
 	raiseError bool // fail on purpose before the charge (raise_error=true)
 	client     bool // a client's own request (Create), not the completer's (limit.go)
 
-	// ride is the ride as the last phase left it, so that the next phase
-	// need not read it back. It is nil when the request resumes from a
-	// later recovery point, until an arm loads it.
+	// ride is the ride as the last phase left it; nil when the request
+	// resumes past started, until an arm loads it.
 	ride *Ride
 }
 
 // run is the DAG: one arm per recovery point, until the key is finished.
-// An error leaves the key at its last committed recovery point and
-// unlocked, so that a retry, or the completer, resumes from there.
+// An error unlocks the key at its last committed recovery point, for a
+// retry, or the completer, to resume from.
 func (r *request) run(ctx context.Context) (idem.Response, error) {
 	for {
 		var err error
@@ -86,8 +80,7 @@ func (r *request) run(ctx context.Context) (idem.Response, error) {
 	}
 }
 
-// phase runs fn as an atomic phase of the request's key (idem.Store.Phase),
-// with the charge cap and the test seams around it (see the top).
+// phase runs fn as an atomic phase of the key, with the cap and seams.
 func (r *request) phase(ctx context.Context, fn idem.PhaseFunc) error {
 	if err := r.keys.Phase(ctx, r.key, r.capped(r.seamedPhase(fn))); err != nil {
 		return r.refused(ctx, err)
@@ -215,7 +208,7 @@ func StripeKey(key *idem.Key) string {
 	return "rocket-rides-" + strconv.FormatInt(key.UserID, 10) + "-" + sha256Hex([]byte(key.IdempotencyKey))
 }
 
-// loadRide reads the ride of a request that resumes at ride_created.
+// loadRide reads the ride of a request resuming at ride_created.
 func (r *request) loadRide(ctx context.Context) error {
 	if r.ride != nil {
 		return nil
@@ -228,9 +221,8 @@ func (r *request) loadRide(ctx context.Context) error {
 	return nil
 }
 
-// recordCharge is the atomic phase that ends the charge step: the ride
-// gets its charge, and with it status succeeded, and the key moves to
-// charge_created.
+// recordCharge is the atomic phase that ends the charge step: the key
+// moves to charge_created and the ride gets its charge (succeeded).
 func (r *request) recordCharge(chargeID string) idem.PhaseFunc {
 	return func(_ context.Context, tx *idem.Tx) error {
 		tx.Move(idem.Advance(ChargeCreated))
@@ -241,8 +233,7 @@ func (r *request) recordCharge(chargeID string) idem.PhaseFunc {
 	}
 }
 
-// stageReceipt is the atomic phase from charge_created to finished: the
-// 201 stored, and a staged job that sends the receipt.
+// stageReceipt is the atomic phase from charge_created to finished.
 func (r *request) stageReceipt(ctx context.Context, tx *idem.Tx) error {
 	ride := r.ride
 	if ride == nil || ride.StripeChargeID == nil {
@@ -257,8 +248,7 @@ func (r *request) stageReceipt(ctx context.Context, tx *idem.Tx) error {
 	return finishPaid(tx, ride)
 }
 
-// finishPaid is the end of a paid ride's request: the 201 every retry
-// replays, and its receipt, staged to be sent once the phase commits.
+// finishPaid ends a paid ride's request: the 201, and its receipt, staged.
 func finishPaid(tx *idem.Tx, ride *Ride) error {
 	body, err := json.Marshal(ride)
 	if err != nil {
@@ -275,8 +265,7 @@ func finishPaid(tx *idem.Tx, ride *Ride) error {
 }
 
 // settle is the atomic phase that ends the charge step without a charge:
-// the ride moves to status, and p, naming the ride, is stored as the
-// request's final response.
+// p, naming the ride, is stored as the response, and the ride gets status.
 func (r *request) settle(status Status, p *problem.Problem) idem.PhaseFunc {
 	body := p.With("ride_id", r.ride.ID).JSON()
 	return func(_ context.Context, tx *idem.Tx) error {
