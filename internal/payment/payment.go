@@ -484,7 +484,10 @@ func (g *Gateway) walkCharges(ctx context.Context, what string, params *stripe.C
 }
 
 // TookMoney reports whether c moved money that was kept: succeeded and
-// not fully refunded.
+// not fully refunded. A declined charge is kept by Stripe as a failed
+// charge object but moved no money; a fully refunded one gave it back,
+// which is how a person settles a double charge, so reconciliation does
+// not report a settled one forever.
 func (c *Charge) TookMoney() bool {
 	return c.Status == string(stripe.ChargeStatusSucceeded) && !c.Refunded
 }

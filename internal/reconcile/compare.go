@@ -30,15 +30,6 @@ const statusSucceeded = "succeeded"
 // charge is a Stripe charge as payment reads it.
 type charge = payment.Charge
 
-// tookMoney reports whether c counts. A declined charge is kept by Stripe
-// as a failed charge object but moved no money. A fully refunded one gave
-// the money back, and a refund is how a person settles a double charge:
-// were refunded charges counted, a settled discrepancy would be reported
-// forever.
-func tookMoney(c *charge) bool {
-	return c.Status == statusSucceeded && !c.Refunded
-}
-
 // ride is a ride with its user's Stripe customer, as reconciliation reads
 // it.
 type ride struct {
@@ -114,7 +105,7 @@ func compare(s snapshot, now time.Time, grace time.Duration) *Report {
 			}
 			continue
 		}
-		if !tookMoney(c) {
+		if !c.TookMoney() {
 			continue
 		}
 		_, hasRide := c.Metadata[metadataRideID]

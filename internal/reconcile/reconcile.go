@@ -160,10 +160,10 @@ func (r *Reconciler) RunOnce(ctx context.Context) (*Report, error) {
 		// Failed charges too: a ride that records one is a mismatch.
 		chargeIDs = append(chargeIDs, c.ID)
 		req, named := requestOf(c)
-		if named && (tookMoney(c) || c.Declined()) {
+		if named && (c.TookMoney() || c.Declined()) {
 			requests = append(requests, req)
 		}
-		if !tookMoney(c) {
+		if !c.TookMoney() {
 			continue
 		}
 		if id, err := strconv.ParseInt(c.Metadata[metadataRideID], 10, 64); !named && err == nil {
@@ -275,7 +275,7 @@ func (r *Reconciler) tag(ctx context.Context, rep *Report, recorded []*ride, lis
 		}
 		c := charges[*rd.StripeChargeID]
 		want := strconv.FormatInt(rd.ID, 10)
-		if c == nil || !tookMoney(c) || c.Metadata[metadataRideID] == want {
+		if c == nil || !c.TookMoney() || c.Metadata[metadataRideID] == want {
 			continue
 		}
 		if err := r.payments.AddMetadata(ctx, c.ID, map[string]string{metadataRideID: want}); err != nil {
@@ -298,12 +298,8 @@ type request struct {
 // charge made before charges named their requests so (its metadata names
 // its ride and its key's row).
 func requestOf(c *charge) (req request, ok bool) {
-	userID, err := strconv.ParseInt(c.Metadata[rides.MetadataUserID], 10, 64)
-	key := c.Metadata[rides.MetadataIdempotencyKey]
-	if err != nil || key == "" {
-		return request{}, false
-	}
-	return request{UserID: userID, Key: key}, true
+	userID, key, ok := rides.RequestOfCharge(c)
+	return request{UserID: userID, Key: key}, ok
 }
 
 // knownRequest is what the database holds of a request a charge names:
@@ -411,8 +407,9 @@ func (r *Reconciler) loadCustomers(ctx context.Context, customers []string) (map
 // Run reconciles every Interval, starting at once, until ctx is cancelled.
 // Each discrepancy is logged at ERROR, where alerting looks; a run that
 // fails is logged and tried again at the next interval. A run in progress
-// when ctx is cancelled is abandoned: it only reads, so there is nothing
-// to finish.
+// when ctx is cancelled is abandoned: what it changes, a restored ride or
+// a charge's ride id, is changed whole or not at all, and the next run
+// takes up the rest.
 //
 // Run returns nil once ctx is cancelled.
 func (r *Reconciler) Run(ctx context.Context) error {

@@ -62,6 +62,19 @@ type restoredFrom struct {
 	rideID int64
 }
 
+// RequestOfCharge reads the ride request charge c names in its metadata
+// (ChargeRequest): its user and the client's Idempotency-Key. ok is false
+// for a charge that names none, such as one of a key made before the
+// charge was derived from the client's request.
+func RequestOfCharge(c *payment.Charge) (userID int64, key string, ok bool) {
+	userID, err := strconv.ParseInt(c.Metadata[MetadataUserID], 10, 64)
+	key = c.Metadata[MetadataIdempotencyKey]
+	if err != nil || key == "" {
+		return 0, "", false
+	}
+	return userID, key, true
+}
+
 // requestOf reads the request that made charge c from its metadata, and
 // checks that it is one this project would have made for it: the
 // parameters are their own fingerprint, and the amount, the currency and
@@ -71,12 +84,13 @@ func requestOf(c *payment.Charge, u func(id int64) (user.User, error)) (restored
 		return restoredFrom{}, &NotRestorableError{ChargeID: c.ID, Reason: fmt.Sprintf(format, args...)}
 	}
 	var req restoredFrom
-	var err error
-	if req.userID, err = strconv.ParseInt(c.Metadata[MetadataUserID], 10, 64); err != nil {
-		return refuse("metadata %s %q is not a user id", MetadataUserID, c.Metadata[MetadataUserID])
-	}
-	if req.key = c.Metadata[MetadataIdempotencyKey]; req.key == "" {
-		return refuse("no metadata %s", MetadataIdempotencyKey)
+	var (
+		err   error
+		named bool
+	)
+	if req.userID, req.key, named = RequestOfCharge(c); !named {
+		return refuse("metadata %s %q and %s %q name no request", MetadataUserID, c.Metadata[MetadataUserID],
+			MetadataIdempotencyKey, c.Metadata[MetadataIdempotencyKey])
 	}
 	raw := c.Metadata[MetadataRequestParams]
 	if sha256Hex([]byte(raw)) != c.Metadata[MetadataRequestSHA256] {
@@ -92,7 +106,7 @@ func requestOf(c *payment.Charge, u func(id int64) (user.User, error)) (restored
 	}
 	switch {
 	case !c.TookMoney() && !c.Declined():
-		return refuse("the charge is %s%s: neither a payment nor a decline to restore a ride for", c.Status, map[bool]string{true: ", refunded"}[c.Refunded])
+		return refuse("the charge is %s (refunded: %t): neither a payment nor a decline to restore a ride for", c.Status, c.Refunded)
 	case c.Amount != Price || c.Currency != Currency:
 		return refuse("the charge is %d %s, not a ride's price of %d %s", c.Amount, c.Currency, Price, Currency)
 	}
