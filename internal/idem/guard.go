@@ -56,15 +56,6 @@ func (tx *Tx) Guard(guard *Guard) {
 	}
 }
 
-// ClaimGuarded is Claim with guard as the request's (Request.Guard): the
-// api checks there that a user it remembered for a token still holds it
-// (package user), which saves the token's look-up a round trip of its
-// own.
-func (s *Store) ClaimGuarded(ctx context.Context, req Request, guard *Guard) (key *Key, replayed bool, err error) {
-	req.Guard = guard
-	return s.Claim(ctx, req)
-}
-
 // discardSQL deletes a key ($1) that this request holds (lock token $2)
 // at started.
 const discardSQL = `

@@ -109,7 +109,9 @@ func testPhaseGuarded(t *testing.T, plain bool) {
 	t.Run("ARaiseLeavesTheClaimUndone", func(t *testing.T) {
 		req := idem.Request{UserID: tr.userID, Key: "guarded-claim", Method: "POST", Path: "/rides",
 			Params: []byte(`{}`), OriginIP: netip.MustParseAddr("192.0.2.1")}
-		_, _, err := store.ClaimGuarded(ctx, req, refusing)
+		refused := req
+		refused.Guard = refusing
+		_, _, err := store.Claim(ctx, refused)
 		var pgErr *pgconn.PgError
 		require.True(t, errors.As(err, &pgErr), "the guard's own error: %v", err)
 		require.Equal(t, "22012", pgErr.Code, "division_by_zero")
@@ -118,7 +120,8 @@ func testPhaseGuarded(t *testing.T, plain bool) {
 		require.Zero(t, keys, "nothing claimed")
 
 		guards := jobs("guard")
-		key, _, err := store.ClaimGuarded(ctx, req, counting)
+		req.Guard = counting
+		key, _, err := store.Claim(ctx, req)
 		require.NoError(t, err)
 		require.Equal(t, idem.Started, key.RecoveryPoint)
 		require.Equal(t, guards+1, jobs("guard"))
