@@ -140,10 +140,14 @@ func (s *Store) count(outcome metrics.Outcome, err error) {
 // succeeds or fails with what another attempt cannot mend; err is the
 // previous attempt's. Postgres aborts a phase for a deadlock or a
 // serialization failure, which a new attempt usually escapes. A key found
-// at its first phase to have a reaped predecessor is retired.
-func (s *Store) retry(ctx context.Context, key *Key, once func(attempt int) error, attempt int, err error) error {
+// at its first phase to have a reaped predecessor is retired. The
+// attempts are one span (trace.go).
+func (s *Store) retry(ctx context.Context, key *Key, once func(ctx context.Context, attempt int) error, attempt int, err error) (rerr error) {
+	ctx, span := startPhase(ctx, key)
+	from := key.RecoveryPoint
+	defer func() { endPhase(ctx, span, key, from, "", rerr) }()
 	for ; attempt <= s.phaseAttempts; attempt++ {
-		err = once(attempt)
+		err = once(ctx, attempt)
 		if errors.Is(err, errReapedPredecessor) {
 			return s.retire(ctx, key)
 		}

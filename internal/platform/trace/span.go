@@ -58,8 +58,11 @@ func End(span Span, err error) {
 
 // Key is the attributes naming an idempotency key and its user.
 func Key(keyID, userID int64) []attribute.KeyValue {
-	return []attribute.KeyValue{KeyID.Int64(keyID), UserID.String(strconv.FormatInt(userID, 10))}
+	return []attribute.KeyValue{KeyID.Int64(keyID), User(userID)}
 }
+
+// User is the attribute naming a user, by id.
+func User(userID int64) attribute.KeyValue { return UserID.String(strconv.FormatInt(userID, 10)) }
 
 // Traceparent is the W3C traceparent of ctx's span, for a row that
 // carries the request's trace into the future (a key, a staged job); nil
