@@ -148,7 +148,7 @@ func TestCrashRecovery(t *testing.T) {
 						t.Parallel()
 						b := setup(t, path.pipeline, seam)
 						requireCrashState(t, b, seam)
-						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 						defer cancel()
 
 						replies, err := b.client.retryUntilFinal(ctx, []string{b.api.URL}, b.key)
