@@ -28,6 +28,11 @@ import (
 // so that a key whose request was cut off is taken over within a test.
 const wireLockTimeout = time.Second
 
+// seamWindow is how long a request pauses at a seam for a fault to land
+// there: the test sees the pause begin in the log and adds the fault at
+// once, so the window only has to outlast a busy machine's stall.
+const seamWindow = 5 * time.Second
+
 // wiredStack is a stack whose processes reach Postgres and the Stripe
 // fake only through links of a fault proxy: each process its own link to
 // each, so that a fault lands on one wire. The seed and the checks go
@@ -164,7 +169,7 @@ func TestCommitAnswerLost(t *testing.T) {
 					t.Parallel()
 					s := newWiredStack(t, idem.Pipeline+"="+path.pipeline)
 					w := s.wire(t, "api")
-					api := fleettest.Start(t, s.fleet, "api", append(w.env, "FAILPOINTS="+rides.FailInRecordCharge+"=sleep:2s")...)
+					api := fleettest.Start(t, s.fleet, "api", append(w.env, "FAILPOINTS="+rides.FailInRecordCharge+"=sleep:"+seamWindow.String())...)
 					c := newClient(s.token, time.Minute)
 					key := uuid.NewString()
 					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -245,7 +250,7 @@ func TestPostgresBlackholed(t *testing.T) {
 	// The request pauses once it holds its key, so that the link goes
 	// dark under a request in the middle of its phases.
 	api := fleettest.Start(t, s.fleet, "api", append(w.env, "METRICS_ADDR="+metricsAddr,
-		"FAILPOINTS="+rides.FailAfterClaim+"=sleep:2s")...)
+		"FAILPOINTS="+rides.FailAfterClaim+"=sleep:"+seamWindow.String())...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	waitFor(t, time.Minute, "/readyz to be green", func() bool { return readyz(api) == http.StatusOK })
@@ -353,7 +358,7 @@ func TestCompleterPartitioned(t *testing.T) {
 	cw := s.wire(t, "completer")
 	completer := fleettest.Start(t, s.fleet, "completer", append(cw.env,
 		"COMPLETER_MIN_AGE=1ms", "COMPLETER_RETRY_INTERVAL=1ms", "COMPLETER_POLL_INTERVAL=100ms",
-		"FAILPOINTS="+rides.FailAfterCharge+"=sleep:2s")...)
+		"FAILPOINTS="+rides.FailAfterCharge+"=sleep:"+seamWindow.String())...)
 	waitLog(t, completer, "failpoint "+rides.FailAfterCharge+": sleeping")
 	partition(t, cw.db)
 	require.Equal(t, 1, s.stripeStats(t)["charges"])
