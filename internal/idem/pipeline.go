@@ -224,6 +224,8 @@ func (s *Store) behindCommitFailed(ctx context.Context, key *Key, err error) {
 // Phase runs it, one phase at a time; the pipelined try counts as its
 // first attempt.
 func (s *Store) PhaseThen(ctx context.Context, key *Key, first, second PhaseFunc) error {
+	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
+	defer cancel()
 	if s.plain {
 		if err := s.Phase(ctx, key, first); err != nil || key.LockToken == nil || key.AttentionReason != nil {
 			return err

@@ -40,6 +40,14 @@ const (
 	DefaultActor = "api"
 )
 
+// phaseTimeout bounds an atomic phase (Phase, PhaseThen), its retries
+// included: a few statements in one transaction, milliseconds on an
+// ordinary day. A phase whose connection has gone silent (a half-open
+// link, a COMMIT whose answer never comes) would otherwise wait as long
+// as its client does; cut off, its connection is closed and the request
+// fails resumable.
+const phaseTimeout = 10 * time.Second
+
 // Config configures a Store. Pool is required; every other field has a
 // default.
 type Config struct {

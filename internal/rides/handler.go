@@ -435,7 +435,10 @@ func (h *Handler) errorProblem(ctx context.Context, err error) *problem.Problem 
 	case errors.Is(err, idem.ErrContention):
 		return problem.New(http.StatusServiceUnavailable, "database_contention",
 			"The request conflicted with concurrent work. Retry with the same Idempotency-Key.").WithRetryAfter(1)
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+	case (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && ctx.Err() != nil:
+		// The request's own context ended. A deadline of the server's own
+		// (a claim or a phase the database never answered) is a fault on
+		// our side, below.
 		h.logger.WarnContext(ctx, "Ride request abandoned by its client; key left resumable", slog.Any("error", err))
 		return problem.New(http.StatusServiceUnavailable, "request_cancelled",
 			"The request was cancelled. Retry with the same Idempotency-Key.").WithRetryAfter(1)

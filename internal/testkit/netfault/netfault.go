@@ -20,6 +20,7 @@ import (
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/Shopify/toxiproxy/v2/toxics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -184,4 +185,48 @@ func Bandwidth(name string, stream Stream, kbps int) Fault {
 func Slice(name string, stream Stream, size int, delay time.Duration) Fault {
 	return Fault{Name: name, Kind: "slicer", Stream: stream,
 		Attributes: map[string]any{"average_size": size, "size_variation": size / 2, "delay": delay.Microseconds()}}
+}
+
+// CommitAnswer is what Postgres sends when a COMMIT has committed: the
+// CommandComplete message tagged COMMIT. Given to BlackholeFrom on the
+// downstream of a link to Postgres, the transaction commits and its
+// client never hears so.
+var CommitAnswer = []byte("C\x00\x00\x00\x0bCOMMIT\x00")
+
+// BlackholeFrom is a Blackhole that opens at the first chunk of stream
+// holding marker: what comes before it passes, that chunk and everything
+// after it on the connection are dropped.
+func BlackholeFrom(name string, stream Stream, marker []byte) Fault {
+	return Fault{Name: name, Kind: blackholeFromKind, Stream: stream, Attributes: map[string]any{"marker": marker}}
+}
+
+const blackholeFromKind = "blackhole_from"
+
+func init() { toxics.Register(blackholeFromKind, new(blackholeFrom)) }
+
+// blackholeFrom is BlackholeFrom's toxic. Its state, per connection,
+// says whether the marker has gone by.
+type blackholeFrom struct {
+	Marker []byte `json:"marker"`
+}
+
+func (t *blackholeFrom) NewState() any { return new(bool) }
+
+func (t *blackholeFrom) Pipe(stub *toxics.ToxicStub) {
+	dark := stub.State.(*bool)
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case c := <-stub.Input:
+			if c == nil {
+				stub.Close()
+				return
+			}
+			*dark = *dark || bytes.Contains(c.Data, t.Marker)
+			if !*dark {
+				stub.Output <- c
+			}
+		}
+	}
 }

@@ -16,8 +16,9 @@ import (
 
 // TestLink shows each fault the other tests rely on, on a Postgres
 // connection through a link: it works, a blackhole holds a query until
-// its deadline, a reset and a cut break the connection, and the link
-// serves new connections once the fault is gone.
+// its deadline, a reset and a cut break the connection, the link serves
+// new connections once the fault is gone, and a COMMIT can commit with
+// its answer lost.
 func TestLink(t *testing.T) {
 	t.Parallel()
 	ps := netfault.New()
@@ -70,4 +71,28 @@ func TestLink(t *testing.T) {
 	require.NoError(t, link.Add(netfault.Bandwidth("thin", netfault.Upstream, 8)))
 	require.NoError(t, query(conn, 30*time.Second), "a slow, sliced, thin link still carries the protocol")
 	require.Error(t, link.Add(netfault.Latency("slow", netfault.Upstream, time.Millisecond, 0)), "a name is added once")
+
+	// A COMMIT that commits, and whose answer is lost.
+	link.Clear()
+	conn = connect(t)
+	_, err = conn.Exec(context.Background(), "CREATE TABLE committed (n int)")
+	require.NoError(t, err)
+	require.NoError(t, link.Add(netfault.BlackholeFrom("commit", netfault.Downstream, netfault.CommitAnswer)))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "INSERT INTO committed VALUES (1)")
+	require.NoError(t, err, "the answers before the COMMIT's pass")
+	commitCtx, cancelCommit := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancelCommit()
+	require.Error(t, tx.Commit(commitCtx), "the COMMIT's answer never comes")
+	direct, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer direct.Close(ctx)
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, direct.QueryRow(ctx, "SELECT count(*) FROM committed").Scan(&n))
+		return n == 1
+	}, 30*time.Second, 20*time.Millisecond, "the transaction commits")
 }
