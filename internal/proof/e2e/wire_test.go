@@ -191,16 +191,18 @@ func TestCommitAnswerLost(t *testing.T) {
 					require.NoError(t, r.Err, "the api answers: %s", r)
 					require.GreaterOrEqual(t, r.Status, 500, "the api cannot know whether the phase committed: %s", r)
 					if !tc.applied {
-						// The api gave up on its own deadline. Lifting the fault
-						// closes the connection, and Postgres rolls back whatever
-						// of the phase had arrived.
+						// The api gave up on its own deadline; Postgres, which
+						// hears nothing more of the session, still holds the
+						// phase's transaction open, and with it the key's row.
 						require.Equal(t, string(rides.RideCreated), s.keyRow(t, key).RecoveryPoint)
-						w.db.Clear()
 					}
 					require.Equal(t, 1, s.stripeStats(t)["charges"])
 
 					// Once the lost transaction is over, its key stands at its
 					// true recovery point: past the charge if it committed.
+					// Postgres ends an uncommitted one on its own, the link
+					// still dark, after idle_in_transaction_session_timeout
+					// (see localpg), rolling back whatever of it had arrived.
 					var at string
 					waitFor(t, time.Minute, "the lost transaction to end", func() bool {
 						var busy bool
@@ -211,6 +213,7 @@ func TestCommitAnswerLost(t *testing.T) {
 						return !busy
 					})
 					require.Equal(t, tc.applied, at != string(rides.RideCreated), "recovery point %s", at)
+					w.db.Clear()
 
 					rs, err := c.retryUntilFinal(ctx, []string{api.URL}, key)
 					require.NoError(t, err)
