@@ -125,6 +125,7 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 		StripeKey:  services.settings.Stripe.APIKey,
 		Timeout:    env.Duration("CONSOLE_LAB_TIMEOUT", console.DefaultLabTimeout),
 	}
+	throttle := operator.Throttle{FirstWait: env.Duration("CONSOLE_LOGIN_FIRST_WAIT", operator.DefaultFirstWait)}
 	if !simulatedErrors {
 		lab = nil
 	} else if lab.StripeBase == "" {
@@ -133,11 +134,14 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
+	if throttle.FirstWait > operator.DefaultMaxWait {
+		return nil, fmt.Errorf("CONSOLE_LOGIN_FIRST_WAIT=%s: must not exceed the longest wait, %s", throttle.FirstWait, operator.DefaultMaxWait)
+	}
 	pool, svc, keys, err := services.open(ctx, logger)
 	if err != nil {
 		return nil, err
 	}
-	operators, err := operator.New(&operator.Config{Pool: pool})
+	operators, err := operator.New(&operator.Config{Pool: pool, Throttle: throttle})
 	if err != nil {
 		pool.Close()
 		return nil, err

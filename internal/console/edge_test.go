@@ -172,7 +172,10 @@ func TestConsoleProcessEdge(t *testing.T) {
 // has accounts and client addresses of its own.
 func TestConsoleProcessAccounts(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, false, "MAX_CHARGE_ATTEMPTS=1")
+	// A first wait of 1s, the default, would let a guess sent more than a
+	// second after the fifth through on a slow machine: the throttle's
+	// tests would time the machine.
+	s := startStack(t, false, "MAX_CHARGE_ATTEMPTS=1", "CONSOLE_LOGIN_FIRST_WAIT=5s")
 	host := strings.TrimPrefix(s.console.URL, "http://")
 	consoleLog := func(t *testing.T, msg, address string) int {
 		t.Helper()

@@ -15,4 +15,6 @@ var Variables = config.Declare(
 		Help: "the API token the lab sends rides with; unset: SEED_USER_TOKEN, else the seed's dev token of user@example.com"},
 	config.Setting{Name: "CONSOLE_LAB_TIMEOUT", Type: config.TypeDuration,
 		Help: "the lab's client timeout per attempt, as a mobile app's"},
+	config.Setting{Name: "CONSOLE_LOGIN_FIRST_WAIT", Type: config.TypeDuration,
+		Help: "how long a login waits after five in a row failed at its account or from its address; each further failure doubles it, up to 15m"},
 )
