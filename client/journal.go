@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -156,10 +157,14 @@ func (j *FileJournal) read() ([]PendingRide, error) {
 // write replaces the journal with rides: temporary file, fsync, rename,
 // fsync of the directory, which makes the rename itself durable.
 func (j *FileJournal) write(rides []PendingRide) (err error) {
-	raw, err := json.Marshal(fileFormat{Pending: rides})
-	if err != nil {
+	// Unescaped, so that a body reads in the file as it was sent.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(fileFormat{Pending: rides}); err != nil {
 		return fmt.Errorf("client: encode the journal: %w", err)
 	}
+	raw := buf.Bytes()
 	dir := filepath.Dir(j.path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("client: write the journal: %w", err)
