@@ -64,6 +64,9 @@ type Harness struct {
 	stored map[string]map[string]answer
 	// restarts counts the client's restarts, by case.
 	restarts map[string]int
+	// killing: the runner was asked to kill the case's client, and has
+	// not restarted it yet.
+	killing map[string]bool
 }
 
 // New returns a Harness for config (nil: the defaults).
@@ -148,8 +151,17 @@ func (h *Harness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if stored, ok := h.stored[c.Name][t.key]; ok {
 		t.answer = stored
 	}
+	// A try that beats the kill (a machine slow to deliver it) dies
+	// with its client too, unanswered.
+	dying := h.killing[c.Name]
+	if dying {
+		t.answer = answer{kill: killUnanswered}
+	}
 	if t.answer.charged {
 		h.stored[c.Name][t.key] = createdReplayed
+	}
+	if t.answer.kill != noKill {
+		h.killing[c.Name] = true
 	}
 	t.answered, t.run = time.Now(), h.restarts[c.Name]
 	h.tries[c.Name] = append(h.tries[c.Name], t)
@@ -157,7 +169,9 @@ func (h *Harness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case t.answer.kill == killUnanswered:
 		// The answer is lost with the client: held until it dies.
-		h.kill(c.Name, 0)
+		if !dying {
+			h.kill(c.Name, 0)
+		}
 		select {
 		case <-r.Context().Done():
 		case <-time.After(time.Minute):
@@ -190,7 +204,7 @@ func (h *Harness) Reset() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.tries = map[string][]*try{}
-	h.stored, h.restarts = map[string]map[string]answer{}, map[string]int{}
+	h.stored, h.restarts, h.killing = map[string]map[string]answer{}, map[string]int{}, map[string]bool{}
 	for name, kill := range h.kills {
 		h.stored[name] = map[string]answer{}
 		select {
@@ -206,6 +220,7 @@ func (h *Harness) restarted(name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.restarts[name]++
+	h.killing[name] = false
 }
 
 // cut closes the connection without an answer, as a server that died

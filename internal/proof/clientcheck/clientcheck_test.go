@@ -223,6 +223,29 @@ func TestRulesCaughtWithoutTiming(t *testing.T) {
 		require.Equal(t, []string{clientcheck.RuleSameRequest}, h.Report().Result("declined").Failed())
 	})
 
+	// The runner kills a client in its backoff wait half a second after
+	// the answer; a retry that beats the kill (the runner starved on a
+	// busy machine) is held unanswered, so that the client dies before
+	// it can finish the ride and the restart still has it to resume.
+	t.Run("ARetryThatBeatsTheKillDiesUnanswered", func(t *testing.T) {
+		t.Parallel()
+		h, base := harness(t)
+		key := client.NewKey()
+		resp := post(t, caseURL(t, base, "killed-in-backoff"), key)
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+
+		req, err := http.NewRequest(http.MethodPost, caseURL(t, base, "killed-in-backoff")+"/rides",
+			strings.NewReader("origin_lat=1&origin_lon=2&target_lat=3&target_lon=4"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		_, err = (&http.Client{Timeout: 200 * time.Millisecond}).Do(req)
+		require.Error(t, err, "the retry was answered before the kill")
+		res := h.Report().Result("killed-in-backoff")
+		require.Equal(t, 2, res.Tries)
+		require.Contains(t, res.Failed(), clientcheck.RuleResumed, "no restart followed")
+	})
+
 	t.Run("UnknownCase", func(t *testing.T) {
 		t.Parallel()
 		_, err := clientcheck.URL("http://127.0.0.1:1", "nosuch")
