@@ -12,6 +12,13 @@
 // whether it kept the key and the body, waited Retry-After, backed off,
 // stopped on a final answer and gave up within its budget.
 //
+// Three cases are the app's death: Run, which runs a client command for
+// every case, kills the command (SIGKILL to its process group) once its
+// first try has arrived, after the charge with the answer lost, or in its
+// backoff wait, and starts it again with the same journal; the restarted
+// command must resume the ride with its key and bytes, and make no other.
+// ProjectClients lists the project's own clients, which pass them all.
+//
 // The checks are lower bounds: a loaded machine makes a client slower,
 // never faster, so a client that passes on a quiet one passes there too.
 // docs/clients.md gives the rules and every case's answers.
