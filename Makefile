@@ -39,7 +39,7 @@ DEV_OPERATOR_PASSWORD   ?= rocketrides-dev
 FUZZTIME ?= 20000x
 FUZZ_TARGETS := FuzzParams FuzzEquivalentEncodings FuzzIdempotencyKey
 
-.PHONY: dev stop test lint fuzz chaos bench build db migrate seed vet fmt generate docs clean
+.PHONY: dev stop test lint fuzz chaos bench build db migrate seed vet fmt generate docs clean clientcheck
 
 ## dev: local Postgres, migrations, the console's dev account (printed), then
 ## every Procfile process. Ctrl-C stops them all, and the local Postgres too
@@ -97,6 +97,12 @@ chaos:
 ## on a scratch cluster of its own; figures also in .data/bench/results.json
 bench:
 	$(GO) run ./cmd/bench -json .data/bench/results.json
+
+## clientcheck: build each of the project's own clients (the list is
+## clientcheck.ProjectClients) and run it against every case of the
+## conformance harness, the app's death included; prints a report for each
+clientcheck:
+	$(GO) run ./cmd/clientcheck -listen 127.0.0.1:0 -project
 
 ## build: every command into bin/
 build:

@@ -1,0 +1,47 @@
+package clientcheck
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// ProjectClient is one of the project's own clients, as make clientcheck
+// and TestProjectClients check it against every case.
+type ProjectClient struct {
+	Name string
+	// Dir is the client's directory, from the repository's root.
+	Dir string
+	// Build makes the client ready to run, through sh -c in Dir, with
+	// $CLIENTCHECK_OUT a directory for what it builds.
+	Build string
+	// Command is the contract's command (docs/clients.md), through sh -c
+	// in Dir, with $CLIENTCHECK_OUT as Build left it.
+	Command string
+}
+
+// ProjectClients are the clients the project keeps, each passing every
+// case. A client in another language is added here, and make clientcheck
+// and make test check it from then on.
+var ProjectClients = []ProjectClient{
+	{
+		Name:    "go",
+		Dir:     "client",
+		Build:   `go build -o "$CLIENTCHECK_OUT/rideapp" ./cmd/rideapp`,
+		Command: `"$CLIENTCHECK_OUT/rideapp"`,
+	},
+}
+
+// Prepare builds p from the repository at root into out, and returns it
+// as a Client to Run.
+func (p ProjectClient) Prepare(ctx context.Context, root, out string) (Client, error) {
+	c := Client{Command: p.Command, Dir: filepath.Join(root, p.Dir), Env: []string{"CLIENTCHECK_OUT=" + out}}
+	build := exec.CommandContext(ctx, "sh", "-c", p.Build)
+	build.Dir, build.Env = c.Dir, append(os.Environ(), c.Env...)
+	if msg, err := build.CombinedOutput(); err != nil {
+		return Client{}, fmt.Errorf("clientcheck: build the %s client (%s): %w\n%s", p.Name, p.Build, err, msg)
+	}
+	return c, nil
+}
