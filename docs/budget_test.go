@@ -18,7 +18,7 @@ import (
 // comes with one.
 var docBudgets = map[string]int{
 	"architecture.md":  100,
-	"clients.md":       230,
+	"clients.md":       250, // two clients, Go and TypeScript
 	"configuration.md": 300,
 	"deployment.md":    240,
 	"failures.md":      450,

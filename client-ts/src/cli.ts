@@ -8,6 +8,7 @@
 //	RIDES_JOURNAL  the file of its journal; without it the journal is in
 //	               memory and a ride does not survive the process's death
 
+import { randomUUID } from "node:crypto";
 import { fileJournal } from "./file-journal.js";
 import { Client, NoAnswerError, ProblemError, type Attempt, type CreatedRide } from "./index.js";
 
@@ -52,6 +53,7 @@ async function main(): Promise<number> {
     url,
     token,
     journal: journalPath ? fileJournal(journalPath) : undefined,
+    newKey: randomUUID,
     onAttempt: (a) => console.error(logfmt(a)),
   });
   const results: Record<string, unknown>[] = [];

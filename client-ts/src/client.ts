@@ -236,16 +236,18 @@ function validate(c: Config): void {
 function defaultNewKey(): () => string {
   const crypto = (globalThis as { crypto?: Crypto }).crypto;
   if (typeof crypto?.randomUUID === "function") return () => crypto.randomUUID();
-  if (typeof crypto?.getRandomValues === "function") {
-    return () => {
-      const b = crypto.getRandomValues(new Uint8Array(16));
-      b[6] = (b[6]! & 0x0f) | 0x40;
-      b[8] = (b[8]! & 0x3f) | 0x80;
-      const h = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
-      return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
-    };
-  }
+  if (typeof crypto?.getRandomValues === "function") return () => uuidFrom(crypto.getRandomValues(new Uint8Array(16)));
   return () => {
     throw new Error("no crypto.getRandomValues here: pass Config.newKey");
   };
+}
+
+/** A version 4 UUID from 16 random bytes (RFC 9562, section 5.4). */
+export function uuidFrom(random: Uint8Array): string {
+  if (random.length !== 16) throw new RangeError(`uuidFrom needs 16 random bytes, got ${random.length}`);
+  const b = Uint8Array.from(random);
+  b[6] = (b[6]! & 0x0f) | 0x40;
+  b[8] = (b[8]! & 0x3f) | 0x80;
+  const h = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }
