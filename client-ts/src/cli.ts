@@ -58,7 +58,7 @@ async function main(): Promise<number> {
   });
   const results: Record<string, unknown>[] = [];
   for (const r of await client.resumePending({ timeout: rideTimeout })) {
-    results.push(describe(r.pending.key, true, r));
+    results.push(describe(r.pending.idempotencyKey, true, r));
   }
   if (results.length === 0) {
     try {

@@ -82,6 +82,24 @@ export interface Config {
 /** What resuming one pending ride came to: the ride, or why not. */
 export type Resumed = { pending: PendingRide; ride: CreatedRide } | { pending: PendingRide; error: unknown };
 
+/**
+ * The oldest a pending ride may be and still be resumed, in milliseconds.
+ * The server refuses a key's request for 30 days after its first use (410,
+ * final); past that the key is free again and the request would run as a
+ * new ride, so a day short of it a pending ride is taken out unsent.
+ */
+export const MAX_RESUME_AGE = 29 * 24 * 60 * 60 * 1000;
+
+/** resumeRide's error for a ride older than MAX_RESUME_AGE: the rider's rides (listRides) tell what became of it. */
+export class TooOldToResumeError extends Error {
+  override readonly name = "TooOldToResumeError";
+  readonly idempotencyKey: string;
+  constructor(ride: PendingRide) {
+    super(`the pending ride with key ${ride.idempotencyKey}, recorded ${ride.recorded}, is too old to resume`);
+    this.idempotencyKey = ride.idempotencyKey;
+  }
+}
+
 /** Options of one ride request. */
 export interface CreateRideOptions extends RequestOptions {
   /** The key that names the ride. Absent: a new one (Config.newKey). */
@@ -126,16 +144,11 @@ export class Client {
    * pending in the journal) or a NoAnswerError (the ride stays pending).
    */
   async createRide(params: RideParams, opts: CreateRideOptions = {}): Promise<CreatedRide> {
-    const ride: PendingRide = {
-      key: opts.idempotencyKey ?? this.#newKey(),
-      body: form(params),
-      contentType: FORM,
-      createdAt: new Date().toISOString(),
-    };
+    const ride: PendingRide = { idempotencyKey: opts.idempotencyKey ?? this.#newKey(), body: form(params), recorded: new Date().toISOString() };
     // Durable before the first byte leaves: a ride the app dies during is
     // found again, with its key, when it starts.
     await this.#journal.record(ride);
-    return this.resumeRide(ride, opts);
+    return this.#send(ride, opts);
   }
 
   /** The rides sent but not finally answered, oldest first: resume each when the app starts. */
@@ -144,16 +157,27 @@ export class Client {
   }
 
   /**
-   * Sends a pending ride again, with its key and bytes, as createRide does
-   * after recording it.
+   * Sends a pending ride again, with its key and the bytes it was first
+   * sent with, and settles as createRide does: a final answer takes it out
+   * of the journal, anything else leaves it there. A ride recorded longer
+   * than MAX_RESUME_AGE ago is taken out unsent (TooOldToResumeError).
    */
   async resumeRide(ride: PendingRide, opts: RequestOptions = {}): Promise<CreatedRide> {
+    if (Date.now() - Date.parse(ride.recorded) > MAX_RESUME_AGE) {
+      await this.#forget(ride.idempotencyKey);
+      throw new TooOldToResumeError(ride);
+    }
+    return this.#send(ride, opts);
+  }
+
+  async #send(ride: PendingRide, opts: RequestOptions): Promise<CreatedRide> {
+    const key = ride.idempotencyKey;
     try {
-      const ans = await exchange(this.#s, { method: "POST", path: "/rides", key: ride.key, body: ride.body, contentType: ride.contentType }, opts);
-      await this.#forget(ride.key);
-      return { ...decode<Ride>(ans.body, "POST /rides"), replayed: ans.replayed, idempotencyKey: ride.key };
+      const ans = await exchange(this.#s, { method: "POST", path: "/rides", key, body: ride.body, contentType: FORM }, opts);
+      await this.#forget(key);
+      return { ...decode<Ride>(ans.body, "POST /rides"), replayed: ans.replayed, idempotencyKey: key };
     } catch (err) {
-      if (err instanceof ProblemError && err.final) await this.#forget(ride.key);
+      if (err instanceof ProblemError && err.final) await this.#forget(key);
       throw err;
     }
   }

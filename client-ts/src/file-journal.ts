@@ -2,7 +2,7 @@
 // its own, so that an app bundled for React Native or the web never
 // reaches for node:fs.
 
-import { open, readFile, rename } from "node:fs/promises";
+import { mkdir, open, readFile, rename, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { formatJournal, listJournal, parseJournal, type Journal } from "./journal.js";
 
@@ -23,15 +23,21 @@ export function fileJournal(path: string): Journal {
       }
     },
     save: async (rides) => {
+      await mkdir(dirname(path), { recursive: true, mode: 0o700 });
       const tmp = join(dirname(path), `.${basename(path)}.tmp`);
-      const file = await open(tmp, "w", 0o600);
       try {
-        await file.writeFile(formatJournal(rides), "utf8");
-        await file.sync();
-      } finally {
-        await file.close();
+        const file = await open(tmp, "w", 0o600);
+        try {
+          await file.writeFile(formatJournal(rides), "utf8");
+          await file.sync();
+        } finally {
+          await file.close();
+        }
+        await rename(tmp, path);
+      } catch (err) {
+        await rm(tmp, { force: true }); // the journal itself is untouched
+        throw err;
       }
-      await rename(tmp, path);
       // The rename is durable once the directory is.
       const dir = await open(dirname(path), "r");
       try {

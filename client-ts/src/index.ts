@@ -4,7 +4,7 @@
 // Native lacks is assumed. fileJournal (node:fs) is in
 // "@rocketrides/client/file-journal".
 
-export { Client, DEFAULTS, form, isFinal, uuidFrom } from "./client.js";
+export { Client, DEFAULTS, form, isFinal, MAX_RESUME_AGE, TooOldToResumeError, uuidFrom } from "./client.js";
 export type { Config, CreatedRide, CreateRideOptions, Resumed, Ride, RideList, RideParams, RideStatus } from "./client.js";
 export { DEFAULT_STORAGE_ITEM, listJournal, memoryJournal, storageJournal } from "./journal.js";
 export type { AsyncStorageLike, Journal, JournalStore, PendingRide } from "./journal.js";

@@ -7,12 +7,14 @@
 /** A ride request sent, or about to be, whose final answer has not arrived. */
 export interface PendingRide {
   /** The Idempotency-Key every try sends. */
-  key: string;
-  /** The body every try sends, byte for byte (a form: ASCII). */
+  idempotencyKey: string;
+  /**
+   * The form every try sends, byte for byte (ASCII): a resumed ride sends
+   * it again rather than encoding its parameters anew.
+   */
   body: string;
-  contentType: string;
-  /** When the ride was first recorded (RFC 3339): a key lives 72 hours. */
-  createdAt: string;
+  /** When the ride was recorded, before its first try (RFC 3339). */
+  recorded: string;
 }
 
 /**
@@ -55,12 +57,12 @@ export function listJournal(store: JournalStore): Journal {
     record: (ride) =>
       serial(async () => {
         const rides = await store.load();
-        await store.save([...rides.filter((r) => r.key !== ride.key), ride]);
+        await store.save([...rides.filter((r) => r.idempotencyKey !== ride.idempotencyKey), ride]);
       }),
     remove: (key) =>
       serial(async () => {
         const rides = await store.load();
-        if (rides.some((r) => r.key === key)) await store.save(rides.filter((r) => r.key !== key));
+        if (rides.some((r) => r.idempotencyKey === key)) await store.save(rides.filter((r) => r.idempotencyKey !== key));
       }),
     pending: () => serial(() => store.load()),
   };
@@ -94,9 +96,12 @@ export function storageJournal(storage: AsyncStorageLike, item: string = DEFAULT
   });
 }
 
-/** The journal's text: a version, so that a later format can read it, and the rides. */
+/**
+ * The journal's text, the Go client's file format (client/journal.go):
+ * {"pending": [{"idempotency_key", "body", "recorded"}, ...]}.
+ */
 export function formatJournal(rides: PendingRide[]): string {
-  return JSON.stringify({ version: 1, rides });
+  return JSON.stringify({ pending: rides.map((r) => ({ idempotency_key: r.idempotencyKey, body: r.body, recorded: r.recorded })) });
 }
 
 /**
@@ -110,19 +115,20 @@ export function parseJournal(text: string | null, where: string): PendingRide[] 
   try {
     doc = JSON.parse(text);
   } catch (err) {
-    throw new Error(`journal ${where}: not JSON: ${String(err)}`);
+    throw new Error(`the journal ${where} is not a journal: ${String(err)}`);
   }
-  const d = doc as { version?: unknown; rides?: unknown };
-  if (d === null || typeof d !== "object" || d.version !== 1 || !Array.isArray(d.rides)) {
-    throw new Error(`journal ${where}: want {"version":1,"rides":[...]}`);
-  }
-  return d.rides.map((r: unknown, i: number) => {
-    const ride = r as Partial<PendingRide> | null;
-    for (const field of ["key", "body", "contentType", "createdAt"] as const) {
-      if (typeof ride?.[field] !== "string" || ride[field] === "") {
-        throw new Error(`journal ${where}: ride ${i} has no ${field}`);
+  const pending = doc !== null && typeof doc === "object" && !Array.isArray(doc) ? ((doc as { pending?: unknown }).pending ?? []) : undefined;
+  if (!Array.isArray(pending)) throw new Error(`the journal ${where} is not a journal: want {"pending": [...]}`);
+  return pending.map((r: unknown, i: number) => {
+    const ride = (r ?? {}) as Record<string, unknown>;
+    for (const field of ["idempotency_key", "body", "recorded"]) {
+      if (typeof ride[field] !== "string" || ride[field] === "") {
+        throw new Error(`the journal ${where} is not a journal: ride ${i} has no ${field}`);
       }
     }
-    return ride as PendingRide;
+    if (Number.isNaN(Date.parse(ride.recorded as string))) {
+      throw new Error(`the journal ${where} is not a journal: ride ${i} was recorded at ${JSON.stringify(ride.recorded)}, not a time`);
+    }
+    return { idempotencyKey: ride.idempotency_key as string, body: ride.body as string, recorded: ride.recorded as string };
   });
 }

@@ -143,7 +143,7 @@ describe("against the api", () => {
       runs.push(...(await runCLI(path)));
       return (await fileJournal(path).pending()).length === 0 ? true : undefined;
     });
-    for (const r of runs) assert.deepEqual([r.key, r.resumed], [pending.key, true], JSON.stringify(runs));
+    for (const r of runs) assert.deepEqual([r.key, r.resumed], [pending.idempotencyKey, true], JSON.stringify(runs));
     const last = runs[runs.length - 1]!;
     assert.equal(last.status, "succeeded", JSON.stringify(runs));
     assert.equal(await charges(), before + 1);

@@ -11,7 +11,7 @@ import { fileJournal } from "../file-journal.js";
 import { DEFAULT_STORAGE_ITEM, memoryJournal, storageJournal, type AsyncStorageLike, type Journal, type PendingRide } from "../index.js";
 
 function pendingRide(key: string): PendingRide {
-  return { key, body: `origin_lat=1&origin_lon=2&target_lat=3&target_lon=4&n=${key}`, contentType: "application/x-www-form-urlencoded", createdAt: "2025-01-02T03:04:05.000Z" };
+  return { idempotencyKey: key, body: `origin_lat=1&origin_lon=2&target_lat=3&target_lon=4&n=${key}`, recorded: "2025-01-02T03:04:05.000Z" };
 }
 
 /** An in-memory AsyncStorage, as React Native's would behave. */
@@ -55,7 +55,7 @@ function contract(name: string, open: () => Promise<{ journal: Journal; reopen: 
         const keys = Array.from({ length: 20 }, (_, i) => `ride-${i}-0123456789abcdefghij`);
         await Promise.all(keys.map((k) => journal.record(pendingRide(k))));
         await Promise.all(keys.slice(0, 10).map((k) => journal.remove(k)));
-        assert.deepEqual((await reopen().pending()).map((r) => r.key), keys.slice(10));
+        assert.deepEqual((await reopen().pending()).map((r) => r.idempotencyKey), keys.slice(10));
       } finally {
         await done();
       }
@@ -91,14 +91,35 @@ describe("storageJournal", () => {
 
   it("refuses a damaged item rather than read it as empty", async () => {
     const storage = fakeAsyncStorage();
-    storage.items.set(DEFAULT_STORAGE_ITEM, '{"version":1,"rides":[{"key":"k"}]}');
-    await assert.rejects(storageJournal(storage).pending(), /ride 0 has no body/);
-    storage.items.set(DEFAULT_STORAGE_ITEM, "{not json");
-    await assert.rejects(storageJournal(storage).pending(), /not JSON/);
+    for (const [text, why] of [
+      ['{"pending":[{"idempotency_key":"k"}]}', /ride 0 has no body/],
+      ['{"pending":[{"idempotency_key":"k","body":"b","recorded":"yesterday"}]}', /not a time/],
+      ['{"pending":{}}', /want \{"pending"/],
+      ["[]", /want \{"pending"/],
+      ["{not json", /is not a journal/],
+    ] as const) {
+      storage.items.set(DEFAULT_STORAGE_ITEM, text);
+      await assert.rejects(storageJournal(storage).pending(), why, text);
+    }
   });
 });
 
 describe("fileJournal", () => {
+  it("writes the Go client's format, and reads it", async () => {
+    const dir = await tempDir();
+    try {
+      const path = join(dir, "journal.json");
+      await fileJournal(path).record(pendingRide("a-0123456789abcdefghij"));
+      const want = { idempotency_key: "a-0123456789abcdefghij", body: pendingRide("a-0123456789abcdefghij").body, recorded: "2025-01-02T03:04:05.000Z" };
+      assert.deepEqual(JSON.parse(await readFile(path, "utf8")), { pending: [want] });
+      // As Go's encoding/json writes a time: nanoseconds, an offset.
+      await writeFile(path, JSON.stringify({ pending: [{ ...want, recorded: "2025-01-02T04:04:05.123456789+01:00" }] }));
+      assert.deepEqual(await fileJournal(path).pending(), [{ ...pendingRide("a-0123456789abcdefghij"), recorded: "2025-01-02T04:04:05.123456789+01:00" }]);
+    } finally {
+      await rm(dir, { recursive: true });
+    }
+  });
+
   it("leaves no temporary file behind, and refuses a damaged file", async () => {
     const dir = await tempDir();
     try {
@@ -106,9 +127,10 @@ describe("fileJournal", () => {
       const journal = fileJournal(path);
       await journal.record(pendingRide("a-0123456789abcdefghij"));
       assert.deepEqual(await readdir(dir), ["journal.json"]);
-      assert.deepEqual(JSON.parse(await readFile(path, "utf8")), { version: 1, rides: [pendingRide("a-0123456789abcdefghij")] });
-      await writeFile(path, '{"version":2,"rides":[]}');
-      await assert.rejects(fileJournal(path).pending(), /want \{"version":1/);
+      await assert.rejects(fileJournal(join(dir, "journal.json", "x")).record(pendingRide("b-0123456789abcdefghij")));
+      assert.deepEqual(await readdir(dir), ["journal.json"], "a failed write leaves the journal alone");
+      await writeFile(path, "[1]");
+      await assert.rejects(fileJournal(path).pending(), /journal.json is not a journal/);
     } finally {
       await rm(dir, { recursive: true });
     }

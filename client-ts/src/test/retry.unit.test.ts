@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { webcrypto } from "node:crypto";
-import { memoryJournal, NoAnswerError, uuidFrom, parseRetryAfter, ProblemError, shouldRetry } from "../index.js";
+import { MAX_RESUME_AGE, memoryJournal, NoAnswerError, TooOldToResumeError, uuidFrom, parseRetryAfter, ProblemError, shouldRetry } from "../index.js";
 import { waitBefore } from "../retry.js";
 import { cut, page, params, problem, ride, script, testClient } from "./script.js";
 
@@ -88,7 +88,7 @@ describe("createRide", () => {
       assert.equal(s.tries.length, 3);
       assert.deepEqual(waits, [1000, 1000]);
       const pending = await journal.pending();
-      assert.deepEqual(pending.map((p) => [p.key, p.body]), [[s.tries[0]!.key, s.tries[0]!.body]]);
+      assert.deepEqual(pending.map((p) => [p.idempotencyKey, p.body]), [[s.tries[0]!.key, s.tries[0]!.body]]);
     } finally {
       await s.close();
     }
@@ -128,7 +128,7 @@ describe("createRide", () => {
       assert.ok(err instanceof NoAnswerError, String(err));
       assert.equal(err.idempotencyKey, s.tries[0]!.key);
       assert.equal(s.tries.length, 2);
-      assert.deepEqual((await journal.pending()).map((p) => p.key), [err.idempotencyKey]);
+      assert.deepEqual((await journal.pending()).map((p) => p.idempotencyKey), [err.idempotencyKey]);
     } finally {
       await s.close();
     }
@@ -200,6 +200,45 @@ describe("createRide", () => {
       const { client } = testClient(s.url, { journal });
       await assert.rejects(client.createRide(params), /disk full/);
       assert.equal(s.tries.length, 0);
+    } finally {
+      await s.close();
+    }
+  });
+});
+
+describe("resuming", () => {
+  it("resumes every pending ride with its key and bytes, then forgets it", async () => {
+    const s = await script([problem(503, "payment_unavailable"), ride(true)]);
+    try {
+      const journal = memoryJournal();
+      const rides = [
+        { idempotencyKey: "first-ride-0123456789abcdef", body: "origin_lat=1&origin_lon=2&target_lat=3&target_lon=4", recorded: new Date().toISOString() },
+        { idempotencyKey: "second-ride-0123456789abcdef", body: "target_lat=3&origin_lat=1.50&origin_lon=2&target_lon=4", recorded: new Date().toISOString() },
+      ];
+      for (const r of rides) await journal.record(r);
+      const { client } = testClient(s.url, { journal });
+      const resumed = await client.resumePending();
+      assert.deepEqual(resumed.map((r) => [r.pending.idempotencyKey, "ride" in r && r.ride.replayed]), rides.map((r) => [r.idempotencyKey, true]));
+      // The bytes as recorded, not the parameters encoded anew.
+      assert.deepEqual(s.tries.map((t) => [t.key, t.body]), [rides[0], rides[0], rides[1]].map((r) => [r!.idempotencyKey, r!.body]));
+      assert.deepEqual(await journal.pending(), []);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it("forgets a ride too old to resume, unsent", async () => {
+    const s = await script([ride()]);
+    try {
+      const journal = memoryJournal();
+      const old = { idempotencyKey: "old-ride-0123456789abcdef", body: "origin_lat=1&origin_lon=2&target_lat=3&target_lon=4", recorded: new Date(Date.now() - MAX_RESUME_AGE - 60_000).toISOString() };
+      await journal.record(old);
+      const { client } = testClient(s.url, { journal });
+      const [r, ...more] = await client.resumePending();
+      assert.deepEqual(more, []);
+      assert.ok(r && "error" in r && r.error instanceof TooOldToResumeError, String(r && "error" in r && r.error));
+      assert.equal(s.tries.length, 0);
+      assert.deepEqual(await journal.pending(), []);
     } finally {
       await s.close();
     }
