@@ -85,11 +85,13 @@ fuzz:
 	done
 
 ## chaos: the soak: api instances, completers, enqueuers and a worker as
-## real processes under SIGKILLs, Postgres restarts and Stripe faults, then
-## every invariant (e.g. CHAOS_FLAGS="-duration 5m -clients 32 -seed 1 -keep");
-## -failover -replication sync|strict|relaxed|async runs the failover drill on Patroni
-## (-drill leader|standby|agent), -pooler goes through PgBouncer
-CHAOS_FLAGS ?= -duration 60s
+## real processes under SIGKILLs, Postgres restarts, Stripe faults and, with
+## -network (on by default), faults on every wire between them, then every
+## invariant (e.g. CHAOS_FLAGS="-duration 5m -clients 32 -seed 1 -keep -network",
+## which replaces the default flags); -failover -replication sync|strict|relaxed|async
+## runs the failover drill on Patroni (-drill leader|standby|agent), -pooler goes
+## through PgBouncer
+CHAOS_FLAGS ?= -duration 60s -network
 chaos:
 	$(GO) run ./cmd/chaos $(CHAOS_FLAGS)
 

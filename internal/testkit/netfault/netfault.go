@@ -33,8 +33,13 @@ type Proxies struct {
 	links []*Link
 }
 
-// New returns an empty set of links.
+// New returns an empty set of links. It silences zerolog's global
+// logger, which some of Toxiproxy's faults write every interrupted write
+// to, at trace level, on stderr: thousands of lines that would bury a
+// test's or the soak's own output. Nothing of the project logs through
+// zerolog.
 func New() *Proxies {
+	zerolog.SetGlobalLevel(zerolog.Disabled)
 	metrics := toxiproxy.NewMetricsContainer(prometheus.NewRegistry())
 	return &Proxies{server: toxiproxy.NewServer(metrics, zerolog.Nop())}
 }
