@@ -74,7 +74,7 @@ func build(_ context.Context, env *config.Env, logger *slog.Logger) (*process.Pr
 		// After Serve: requests in flight have finished.
 		Close: func() {
 			if err := fake.Close(); err != nil {
-				logger.Error("Close state file", slog.Any("error", err))
+				logger.ErrorContext(context.Background(), "Close state file", slog.Any("error", err))
 			}
 		},
 	}, nil

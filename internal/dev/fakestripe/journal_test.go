@@ -33,7 +33,9 @@ func TestStatePath(t *testing.T) {
 		bad := f.createCustomer(t, "bad@example.com", fakestripe.TokenChargeCustomerFail)
 		charge, err := f.client.Charges.New(chargeParams(good.ID, 2000, "key-1"))
 		require.NoError(t, err)
-		_, err = f.client.Charges.Update(charge.ID, &stripe.ChargeParams{Params: stripe.Params{Metadata: map[string]string{"ride_id": "7"}}})
+		update := &stripe.ChargeParams{}
+		update.AddMetadata("ride_id", "7")
+		_, err = f.client.Charges.Update(charge.ID, update)
 		require.NoError(t, err)
 		_, err = f.client.Charges.New(chargeParams(bad.ID, 2000, "key-2"))
 		requireStripeError(t, err, http.StatusPaymentRequired, stripe.ErrorTypeCard, stripe.ErrorCodeCardDeclined)
