@@ -31,6 +31,21 @@ export CONSOLE_HOST     ?= 127.0.0.1
 export CONSOLE_PORT     ?= 5050
 DEV_OPERATOR            ?= dev
 DEV_OPERATOR_PASSWORD   ?= rocketrides-dev
+# The Stripe fake keeps its charges here, as Postgres keeps the rides, so
+# that a second make dev finds both; make clean removes it with .data.
+export FAKESTRIPE_STATE ?= $(CURDIR)/.data/fakestripe/state.jsonl
+
+# 0 is any free port. make dev picks it before starting anything, so that
+# the simulator, the console and the printed URLs all use the port taken.
+ifeq ($(FAKESTRIPE_PORT),0)
+override FAKESTRIPE_PORT := $(shell scripts/free-port)
+endif
+ifeq ($(API_PORT),0)
+override API_PORT := $(shell scripts/free-port $(FAKESTRIPE_PORT))
+endif
+ifeq ($(CONSOLE_PORT),0)
+override CONSOLE_PORT := $(shell scripts/free-port $(FAKESTRIPE_PORT) $(API_PORT))
+endif
 
 # An execution count, not a duration: with a duration, Go 1.26's fuzzing
 # coordinator can report "context deadline exceeded" as a failure when the
@@ -55,14 +70,14 @@ dev: build
 	printf '%s\n' '$(DEV_OPERATOR_PASSWORD)' | $(BIN)/console operator add -reset '$(DEV_OPERATOR)' >/dev/null; \
 	runner=$$(scripts/procfile-runner); \
 	echo "database: $$DATABASE_URL"; \
-	echo "stripe:   $$STRIPE_API_BASE"; \
+	echo "stripe:   $$STRIPE_API_BASE (the fake keeps its charges in $$FAKESTRIPE_STATE)"; \
 	echo "api:      http://$$API_HOST:$$API_PORT"; \
 	echo "metrics:  http://$$API_METRICS_ADDR/metrics"; \
 	echo "console:  http://$$CONSOLE_HOST:$$CONSOLE_PORT (account $(DEV_OPERATOR), password $(DEV_OPERATOR_PASSWORD))"; \
 	$$runner
 
-## stop: stop every project-local server: the cluster (make dev, make test),
-## the replicated cluster (etcd and Patroni) and the pooler
+## stop: stop every project-local server, saying which it stopped: the cluster
+## (make dev, make test), the replicated cluster (etcd and Patroni) and the pooler
 stop: build
 	@$(BIN)/localpg stop
 	@if command -v patroni >/dev/null 2>&1; then $(BIN)/localpg ha stop; fi
@@ -106,9 +121,11 @@ bench:
 clientcheck:
 	$(GO) run ./cmd/clientcheck -listen 127.0.0.1:0 -project
 
-## build: every command into bin/
+## build: every command into bin/ (the first build compiles every
+## dependency too, a few minutes: README.md says how long; later ones take seconds)
 build:
 	@mkdir -p $(BIN)
+	@[ -x $(BIN)/api ] || echo "building every command into $(BIN)/; the first build compiles all their dependencies and takes a few minutes (README.md)"
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 ## db: start the project-local Postgres cluster and print its URL

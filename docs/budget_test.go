@@ -21,6 +21,7 @@ var docBudgets = map[string]int{
 	"clients.md":       420, // two clients; the journal, the command's contract, the death cases and what the rider sees
 	"configuration.md": 300,
 	"deployment.md":    240,
+	"errors.md":        140,
 	"failures.md":      450,
 	"scaling.md":       300,
 	"tour.md":          250,

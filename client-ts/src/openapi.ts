@@ -125,6 +125,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/errors": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every problem code, for a person
+         * @description docs/errors.md: each `code` under a heading of its own, with what
+         *     happened and what to do. A problem's `type` is `/errors#<code>` by
+         *     default, which resolves against the API's URL to this page.
+         */
+        get: operations["getErrorCodes"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -230,7 +252,7 @@ export interface components {
         /**
          * @description An error, as RFC 9457 problem details with a stable `code`.
          * @example {
-         *       "type": "https://docs.rocketrides.local/errors#invalid_params",
+         *       "type": "/errors#invalid_params",
          *       "title": "Unprocessable Content",
          *       "status": 422,
          *       "detail": "1 parameter is invalid; invalid_params says which and why",
@@ -245,8 +267,10 @@ export interface components {
          */
         Problem: {
             /**
-             * Format: uri
-             * @description A URI naming the kind of problem; it ends in `#<code>`.
+             * Format: uri-reference
+             * @description Where the kind of problem is explained for a person:
+             *     `<PROBLEM_TYPE_BASE>#<code>`. The default base, `/errors`, is a
+             *     relative reference to this API's GET /errors (docs/errors.md).
              */
             type: string;
             /** @description The HTTP status's reason phrase as RFC 9110 gives it (`Content Too Large`, `Unprocessable Content`). */
@@ -277,7 +301,8 @@ export interface components {
             reason: string;
         };
         /**
-         * @description Stable across releases; clients branch on it.
+         * @description Stable across releases; clients branch on it. docs/errors.md (GET
+         *     /errors) says what each means and what to do.
          *
          *     - `unauthorized` (401): no or bad bearer token, or `Authorization` sent twice.
          *     - `idempotency_key_missing` (400): the `Idempotency-Key` header is missing or empty.
@@ -702,7 +727,7 @@ export interface operations {
                 content: {
                     /**
                      * @example {
-                     *       "type": "https://docs.rocketrides.local/errors#idempotency_key_expired",
+                     *       "type": "/errors#idempotency_key_expired",
                      *       "title": "Gone",
                      *       "status": 410,
                      *       "detail": "This Idempotency-Key was first used at 2024-05-01T12:00:00Z and has outlived its lifetime; its request is not run again. Its request created ride 42 (answered 201); GET /rides/42 for its status. Use a new key for a new ride.",
@@ -1011,6 +1036,30 @@ export interface operations {
                         info: Record<string, never>;
                         paths: Record<string, never>;
                     };
+                };
+            };
+            413: components["responses"]["BodyTooLarge"];
+            415: components["responses"]["ContentEncodingRefused"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    getErrorCodes: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The page, in Markdown, as plain text a browser shows. */
+            200: {
+                headers: {
+                    "Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
                 };
             };
             413: components["responses"]["BodyTooLarge"];

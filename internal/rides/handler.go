@@ -146,6 +146,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 			// The failure the request asked for: a retry asks for it
 			// again and fails the same way, so the answer tells the
 			// client not to retry (the completer finishes the request).
+			p = problem.New(http.StatusInternalServerError, "internal_error",
+				"This request asked to fail (raise_error=true), and did. Do not retry it: the same request fails the same way. "+
+					"The completer finishes the ride in the background; follow it with GET /rides/{id}.")
 			p.Final = true
 		}
 		if res.RideID != 0 {

@@ -50,7 +50,7 @@ export function problem(status: number, code: string, ...header: string[]): Answ
   return (res) => {
     for (let i = 0; i + 1 < header.length; i += 2) res.setHeader(header[i]!, header[i + 1]!);
     res.writeHead(status, { "Content-Type": "application/problem+json" });
-    res.end(JSON.stringify({ type: `https://docs.rocketrides.local/errors#${code}`, title: "t", status, code, ride_id: 42 }));
+    res.end(JSON.stringify({ type: `/errors#${code}`, title: "t", status, code, ride_id: 42 }));
   };
 }
 

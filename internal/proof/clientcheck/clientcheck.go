@@ -275,8 +275,8 @@ func writeProblem(w http.ResponseWriter, a answer) {
 	if a.rideID {
 		ride = fmt.Sprintf(`,"ride_id":%d`, rideID)
 	}
-	fmt.Fprintf(w, `{"type":"https://docs.rocketrides.local/errors#%s","title":%q,"status":%d,"code":%q%s}`,
-		a.code, problem.Title(a.status), a.status, a.code, ride)
+	fmt.Fprintf(w, `{"type":%q,"title":%q,"status":%d,"code":%q%s}`,
+		problem.Type(a.code), problem.Title(a.status), a.status, a.code, ride)
 }
 
 // Verdict is a check's outcome.
