@@ -13,7 +13,6 @@ package completer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
@@ -50,19 +49,11 @@ func (c *Completer) complete(ctx context.Context, key *idem.Key) bool {
 
 	from := key.RecoveryPoint
 	resp, err := c.service.Resume(keyCtx, key)
-	if errors.Is(err, idem.ErrNeedsAttention) {
-		// Set aside just now, or by an earlier attempt: no completer
-		// takes the key again until a person settles it.
-		c.logger.ErrorContext(ctx, "Abandoned request set aside for a person; the completer leaves it until it is settled (the console's Needs attention)",
-			slog.Int64("idempotency_key_id", key.ID),
-			slog.Int64("user_id", key.UserID),
-			slog.String("from_recovery_point", string(from)),
-			slog.Any("error", err))
-		return false
-	}
 	if err != nil {
-		// The service has unlocked the key where it stopped.
-		c.logger.ErrorContext(ctx, "Abandoned request failed again; it will be retried",
+		// The service has unlocked the key where it stopped; one it set
+		// aside waits for a person, and no completer claims it again.
+		c.logger.ErrorContext(ctx, map[bool]string{false: "Abandoned request failed again; it will be retried",
+			true: "Abandoned request set aside for a person; no completer takes it until it is settled"}[key.AttentionReason != nil],
 			slog.Int64("idempotency_key_id", key.ID),
 			slog.Int64("user_id", key.UserID),
 			slog.String("from_recovery_point", string(from)),
