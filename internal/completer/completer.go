@@ -52,13 +52,13 @@ func (c *Completer) complete(ctx context.Context, key *idem.Key) bool {
 	if err != nil {
 		// The service has unlocked the key where it stopped; one it set
 		// aside waits for a person, and no completer claims it again.
-		c.logger.ErrorContext(ctx, map[bool]string{false: "Abandoned request failed again; it will be retried",
-			true: "Abandoned request set aside for a person; no completer takes it until it is settled"}[key.AttentionReason != nil],
+		c.logger.ErrorContext(ctx, "Abandoned request failed again",
 			slog.Int64("idempotency_key_id", key.ID),
 			slog.Int64("user_id", key.UserID),
 			slog.String("from_recovery_point", string(from)),
 			slog.String("recovery_point", string(key.RecoveryPoint)),
-			slog.Duration("retry_after", c.retryInterval),
+			slog.String("then", map[bool]string{false: "retried after " + c.retryInterval.String(),
+				true: "set aside for a person; no completer takes it until it is settled"}[key.AttentionReason != nil]),
 			slog.Any("error", err))
 		return false
 	}

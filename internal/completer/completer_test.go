@@ -252,7 +252,7 @@ func TestCompleter(t *testing.T) {
 		require.Zero(t, succeeded)
 		require.Equal(t, 1, failed)
 		require.NotNil(t, b.KeyRow(t, key).AttentionReason, "set aside")
-		require.Contains(t, logs.String(), `msg="Abandoned request set aside for a person; no completer takes it until it is settled"`)
+		require.Contains(t, logs.String(), `then="set aside for a person; no completer takes it until it is settled"`)
 		require.NotContains(t, logs.String(), "retried")
 	})
 
