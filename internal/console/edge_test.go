@@ -68,8 +68,19 @@ func (c *operatorClient) post(t *testing.T, path string, form url.Values) *http.
 // postWith posts form with headers (name, value pairs).
 func (c *operatorClient) postWith(t *testing.T, path string, form url.Values, headers ...string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, c.base+path, strings.NewReader(form.Encode()))
+	return c.as(t, "", http.MethodPost, path, form, headers...)
+}
+
+// as sends a request to the console's address with Host set to host ("":
+// the address's own), as a browser does for a page of that name, and
+// form as its body, with headers (name, value pairs).
+func (c *operatorClient) as(t *testing.T, host, method, path string, form url.Values, headers ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, c.base+path, strings.NewReader(form.Encode()))
 	require.NoError(t, err)
+	if host != "" {
+		req.Host = host
+	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
@@ -310,21 +321,9 @@ func TestConsoleProcessAccounts(t *testing.T) {
 		port := p.URL[strings.LastIndex(p.URL, ":")+1:]
 		form := url.Values{"operator": {"ada"}, "password": {password}}
 		c := newClient(t, p.URL, "127.0.0.18")
-		// as sends a request to the console's address with Host set to
-		// host, as a browser does for a page of that name.
 		as := func(host, method, path string, form url.Values, headers ...string) *http.Response {
 			t.Helper()
-			req, err := http.NewRequest(method, p.URL+path, strings.NewReader(form.Encode()))
-			require.NoError(t, err)
-			req.Host = host
-			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-			for i := 0; i+1 < len(headers); i += 2 {
-				req.Header.Set(headers[i], headers[i+1])
-			}
-			resp, err := c.client.Do(req)
-			require.NoError(t, err)
-			resp.Body.Close()
-			return resp
+			return c.as(t, host, method, path, form, headers...)
 		}
 		rebind := "rebind.evil.example:" + port
 		resp := as(rebind, http.MethodPost, "/login", form, "Origin", "http://"+rebind)
