@@ -117,7 +117,7 @@ func TestDatabaseFaults(t *testing.T) {
 	// A short lock timeout: a request cut off by the restart may fail to
 	// unlock its key, and its retry must not wait 90s.
 	const (
-		lockTimeout   = time.Second
+		lockTimeout   = 2 * time.Second // STRIPE_TIMEOUT=1s ends within it
 		clientTimeout = 10 * time.Second
 	)
 	cluster := scratchCluster(t)
@@ -128,7 +128,7 @@ func TestDatabaseFaults(t *testing.T) {
 	require.NoError(t, db.MigrateUp(ctx, dbURL, slog.New(slog.DiscardHandler)))
 
 	s := newStack(t, dbURL)
-	s.fleet.AddEnv("IDEMPOTENCY_LOCK_TIMEOUT="+lockTimeout.String(),
+	s.fleet.AddEnv("IDEMPOTENCY_LOCK_TIMEOUT="+lockTimeout.String(), "STRIPE_TIMEOUT=1s",
 		// A load, of one token's rides: past the rate limits by design.
 		"RATE_LIMITS=off")
 	api := fleettest.Start(t, s.fleet, "api")
