@@ -54,7 +54,8 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	stripe := payment.ConfigFromEnv(env)
 	// A restored ride's key is claimed as the api claims one, on the same
 	// lock timeout.
-	lockTimeout := env.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout)
+	lockTimeout := idem.LockTimeoutFromEnv(env)
+	payment.RefuseTimeoutPastLock(env, stripe, lockTimeout)
 	window := env.Duration("RECONCILER_WINDOW", reconcile.DefaultWindow)
 	interval := env.Duration("RECONCILER_INTERVAL", reconcile.DefaultInterval)
 	grace := env.Duration("RECONCILER_GRACE", reconcile.DefaultGrace)

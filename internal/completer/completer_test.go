@@ -1,6 +1,7 @@
 package completer_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rocketrides/rocketrides/internal/completer"
+	"github.com/rocketrides/rocketrides/internal/dev/fakestripe"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/testkit/apitest"
@@ -232,6 +234,27 @@ func TestCompleter(t *testing.T) {
 		require.Equal(t, 1, succeeded)
 		require.Zero(t, failed)
 		requireCompleted(t, b, key)
+	})
+
+	// It used to log "it will be retried" for a key it had just set aside,
+	// which no completer takes again until a person settles it.
+	t.Run("SaysItLeavesAKeyItSetsAside", func(t *testing.T) {
+		t.Parallel()
+		stack := apitest.New(t, apitest.Options{MaxChargeAttempts: 1})
+		var logs bytes.Buffer
+		c, err := completer.New(&completer.Config{Keys: stack.Keys, Service: stack.Service, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		require.NoError(t, err)
+		b := &testBundle{Stack: stack, completer: c}
+		key, row := abandonOld(t, b, rides.FailBeforeCharge)
+		require.Equal(t, rides.RideCreated, row.RecoveryPoint)
+		b.Stripe.SetFaults(fakestripe.Faults{StoreFailureNext: 1})
+
+		succeeded, failed := runOnce(t, b)
+		require.Zero(t, succeeded)
+		require.Equal(t, 1, failed)
+		require.NotNil(t, b.KeyRow(t, key).AttentionReason, "set aside")
+		require.Contains(t, logs.String(), "set_aside=true")
+		require.NotContains(t, logs.String(), "retried")
 	})
 
 	t.Run("OneFailureDoesNotStopTheBatch", func(t *testing.T) {

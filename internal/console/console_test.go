@@ -56,7 +56,7 @@ func setupWith(t *testing.T, lab func(*apitest.Stack) *console.Lab) *testBundle 
 	require.NoError(t, err)
 	_, err = b.operators.Add(context.Background(), "ada", password)
 	require.NoError(t, err)
-	h, err := console.New(&console.Config{Pool: b.Pool, Keys: keys, Rides: svc, Operators: b.operators, Lab: labConfig})
+	h, err := console.New(&console.Config{Pool: b.Pool, Keys: keys, Rides: svc, Operators: b.operators, Lab: labConfig, Hosts: []string{"127.0.0.1"}})
 	require.NoError(t, err)
 	b.console = httptest.NewServer(h)
 	t.Cleanup(b.console.Close)

@@ -121,7 +121,7 @@ func TestDatabaseFaults(t *testing.T) {
 	// deadline of its own here, so a hung request would wait forever:
 	// clientTimeout tells one apart with a margin no loaded machine uses.
 	const (
-		lockTimeout   = time.Second
+		lockTimeout   = 2 * time.Second // STRIPE_TIMEOUT=1s ends within it
 		clientTimeout = 30 * time.Second
 	)
 	cluster := scratchCluster(t)
@@ -132,7 +132,7 @@ func TestDatabaseFaults(t *testing.T) {
 	require.NoError(t, db.MigrateUp(ctx, dbURL, slog.New(slog.DiscardHandler)))
 
 	s := newStack(t, dbURL)
-	s.fleet.AddEnv("IDEMPOTENCY_LOCK_TIMEOUT="+lockTimeout.String(),
+	s.fleet.AddEnv("IDEMPOTENCY_LOCK_TIMEOUT="+lockTimeout.String(), "STRIPE_TIMEOUT=1s",
 		// A load, of one token's rides: past the rate limits by design.
 		"RATE_LIMITS=off")
 	api := fleettest.Start(t, s.fleet, "api")

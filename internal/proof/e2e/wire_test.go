@@ -25,8 +25,9 @@ import (
 )
 
 // wireLockTimeout is the lock timeout of the wire tests' processes: short,
-// so that a key whose request was cut off is taken over within a test.
-const wireLockTimeout = time.Second
+// so that a key whose request was cut off is taken over within a test,
+// and above the processes' STRIPE_TIMEOUT of 1s, as it must be.
+const wireLockTimeout = 2 * time.Second
 
 // seamWindow is how long a request pauses at a seam for a fault to land
 // there: the test sees the pause begin in the log and adds the fault at
@@ -47,7 +48,7 @@ func newWiredStack(t *testing.T, env ...string) *wiredStack {
 	t.Helper()
 	dbURL := dbtest.NewURL(t)
 	s := newStack(t, dbURL)
-	s.fleet.AddEnv(append([]string{"IDEMPOTENCY_LOCK_TIMEOUT=" + wireLockTimeout.String()}, env...)...)
+	s.fleet.AddEnv(append([]string{"IDEMPOTENCY_LOCK_TIMEOUT=" + wireLockTimeout.String(), "STRIPE_TIMEOUT=1s"}, env...)...)
 	ps := netfault.New()
 	t.Cleanup(ps.Close)
 	return &wiredStack{stack: s, proxies: ps, dbURL: dbURL}
@@ -308,7 +309,7 @@ func TestStripeAnswerLost(t *testing.T) {
 			t.Parallel()
 			// The shortest attempt the api allows, so that a lost answer
 			// costs a second.
-			s := newWiredStack(t, "STRIPE_TIMEOUT=1s")
+			s := newWiredStack(t)
 			w := s.wire(t, "api")
 			api := fleettest.Start(t, s.fleet, "api", w.env...)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
