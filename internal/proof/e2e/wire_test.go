@@ -61,6 +61,26 @@ type wires struct {
 	env        []string
 }
 
+// charged checks every invariant, and that Postgres and the Stripe fake
+// both count n charges: each ride charged once, whatever the wire did.
+func (s *wiredStack) charged(t *testing.T, n int) {
+	t.Helper()
+	report := s.check(t, invariant.Options{LockTimeout: wireLockTimeout})
+	require.Equal(t, n, report.Charges)
+	require.Equal(t, n, s.stripeStats(t)["charges"], "charges at the Stripe fake")
+}
+
+// finish retries key with its client until a final answer, which must be
+// a 201, and returns it; why says what the test expects of the retries.
+func finish(ctx context.Context, t *testing.T, c *client, url, key, why string) reply {
+	t.Helper()
+	rs, err := c.retryUntilFinal(ctx, []string{url}, key)
+	require.NoError(t, err, why)
+	final := rs[len(rs)-1]
+	require.Equal(t, http.StatusCreated, final.Status, "%s: %s", why, final)
+	return final
+}
+
 // wire gives process name a link of its own to Postgres and one to the
 // Stripe fake.
 func (w *wiredStack) wire(t *testing.T, name string) wires {
@@ -216,22 +236,17 @@ func TestCommitAnswerLost(t *testing.T) {
 					require.Equal(t, tc.applied, at != string(rides.RideCreated), "recovery point %s", at)
 					w.db.Clear()
 
-					rs, err := c.retryUntilFinal(ctx, []string{api.URL}, key)
-					require.NoError(t, err)
-					final := rs[len(rs)-1]
-					require.Equal(t, http.StatusCreated, final.Status, "%s", final)
+					final := finish(ctx, t, c, api.URL, key, "the retry finishes the key")
 					require.Equal(t, at == string(idem.Finished), final.Replayed, "a finished key is replayed: %s", final)
 
 					row := s.keyRow(t, key)
 					require.Equal(t, string(idem.Finished), row.RecoveryPoint)
 					require.False(t, row.Locked)
-					stats := s.stripeStats(t)
-					require.Equal(t, 1, stats["charges"], "charged once")
+					s.charged(t, 1)
 					if tc.applied {
+						stats := s.stripeStats(t)
 						require.Equal(t, 1, stats["charge_requests"], "the retry resumed past the charge: %v", stats)
 					}
-					report := s.check(t, invariant.Options{LockTimeout: wireLockTimeout})
-					require.Equal(t, 1, report.Charges)
 				})
 			}
 		})
@@ -280,15 +295,11 @@ func TestPostgresBlackholed(t *testing.T) {
 
 	w.db.Clear()
 	waitFor(t, time.Minute, "/readyz to be green again", func() bool { return readyz(api) == http.StatusOK })
-	rs, err := c.retryUntilFinal(ctx, []string{api.URL}, key)
-	require.NoError(t, err, "the caught request finishes")
-	require.Equal(t, http.StatusCreated, rs[len(rs)-1].Status, "%s", rs[len(rs)-1])
+	finish(ctx, t, c, api.URL, key, "the caught request finishes")
 	fresh := c.postRide(ctx, api.URL, uuid.NewString())
 	require.True(t, fresh.fresh(), "a new request goes through at once: %s", fresh)
 
-	report := s.check(t, invariant.Options{LockTimeout: wireLockTimeout})
-	require.Equal(t, 2, report.Charges)
-	require.Equal(t, 2, s.stripeStats(t)["charges"])
+	s.charged(t, 2)
 }
 
 // TestStripeAnswerLost loses Stripe's answer to a charge at the TCP
@@ -325,14 +336,9 @@ func TestStripeAnswerLost(t *testing.T) {
 			require.Equal(t, string(rides.RideCreated), s.keyRow(t, key).RecoveryPoint)
 
 			require.NoError(t, w.stripe.Remove("lost"))
-			rs, err := c.retryUntilFinal(ctx, []string{api.URL}, key)
-			require.NoError(t, err)
-			final := rs[len(rs)-1]
-			require.Equal(t, http.StatusCreated, final.Status, "%s", final)
+			final := finish(ctx, t, c, api.URL, key, "the retry finishes the key")
 			require.False(t, final.Replayed, "%s", final)
-			require.Equal(t, 1, s.stripeStats(t)["charges"], "the retry found the charge and made none")
-			report := s.check(t, invariant.Options{LockTimeout: wireLockTimeout})
-			require.Equal(t, 1, report.Charges)
+			s.charged(t, 1) // the retry found the charge and made none
 		})
 	}
 }
@@ -368,10 +374,7 @@ func TestCompleterPartitioned(t *testing.T) {
 	require.Equal(t, 1, s.stripeStats(t)["charges"])
 	require.True(t, s.keyRow(t, key).Locked, "the completer holds the key")
 
-	rs, err := c.retryUntilFinal(ctx, []string{api.URL}, key)
-	require.NoError(t, err, "the key is taken over once its lock is stale")
-	final := rs[len(rs)-1]
-	require.Equal(t, http.StatusCreated, final.Status, "%s", final)
+	final := finish(ctx, t, c, api.URL, key, "the key is taken over once its lock is stale")
 	require.False(t, final.Replayed, "the retry finished it, not the completer: %s", final)
 
 	// The completer's phase fails, on its deadline or on the connection
@@ -379,9 +382,7 @@ func TestCompleterPartitioned(t *testing.T) {
 	cw.db.Clear()
 	waitLog(t, completer, "Abandoned request failed again")
 	require.NotContains(t, completer.Log(), "Completed abandoned request")
-	report := s.check(t, invariant.Options{LockTimeout: wireLockTimeout})
-	require.Equal(t, 1, report.Charges)
-	require.Equal(t, 1, s.stripeStats(t)["charges"], "finished once")
+	s.charged(t, 1)
 	again := c.postRide(ctx, api.URL, key)
 	require.True(t, again.Replayed, "%s", again)
 	require.Equal(t, string(final.Body), string(again.Body))
@@ -423,9 +424,7 @@ func TestSlowLinks(t *testing.T) {
 	for range 2 * n {
 		require.NoError(t, <-errs)
 	}
-	report := s.check(t, invariant.Options{LockTimeout: wireLockTimeout})
-	require.Equal(t, n, report.Charges)
-	require.Equal(t, n, s.stripeStats(t)["charges"])
+	s.charged(t, n)
 
 	mailDir := t.TempDir()
 	ew, ww := s.wire(t, "enqueuer"), s.wire(t, "worker")
@@ -445,7 +444,7 @@ func TestSlowLinks(t *testing.T) {
 			invariant.Options{LockTimeout: wireLockTimeout, ReceiptsDrained: true})
 		return err == nil && report.OK()
 	})
-	report = s.check(t, invariant.Options{LockTimeout: wireLockTimeout, ReceiptsDrained: true})
+	report := s.check(t, invariant.Options{LockTimeout: wireLockTimeout, ReceiptsDrained: true})
 	require.Equal(t, n, report.Receipts)
 	require.Len(t, mails(t, mailDir), n, "each receipt sent once")
 }
