@@ -136,9 +136,6 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
-	if throttle.FirstWait > operator.DefaultMaxWait {
-		return nil, fmt.Errorf("CONSOLE_LOGIN_FIRST_WAIT=%s: must not exceed the longest wait, %s", throttle.FirstWait, operator.DefaultMaxWait)
-	}
 	pool, svc, keys, err := services.open(ctx, logger)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/rocketrides/rocketrides/internal/operator"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 )
 
@@ -22,8 +23,8 @@ var Variables = config.Declare(
 		Help: "the API token the lab sends rides with; unset: SEED_USER_TOKEN, else the seed's dev token of user@example.com"},
 	config.Setting{Name: "CONSOLE_LAB_TIMEOUT", Type: config.TypeDuration,
 		Help: "the lab's client timeout per attempt, as a mobile app's"},
-	config.Setting{Name: "CONSOLE_LOGIN_FIRST_WAIT", Type: config.TypeDuration,
-		Help: "how long a login waits after five in a row failed at its account or from its address; each further failure doubles it, up to 15m"},
+	config.Setting{Name: "CONSOLE_LOGIN_FIRST_WAIT", Type: config.TypeDuration, Max: operator.DefaultMaxWait,
+		Help: "how long a login waits after five failed in a row at its account or from its address, doubling with each further failure up to 15m; at most 15m"},
 )
 
 // HostsFromEnv reads CONSOLE_HOSTS: the names a proxy in front of the

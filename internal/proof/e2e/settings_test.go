@@ -62,6 +62,8 @@ func TestRefusesDangerousSettings(t *testing.T) {
 			[]string{"STRIPE_KEY_RETENTION=48h: above Stripe's 24h", "a loopback address"}},
 		{"RateLimitsNeitherOnNorOff", []string{"RATE_LIMITS=maybe"}, []string{"RATE_LIMITS"},
 			[]string{"RATE_LIMITS=maybe: must be on or off"}},
+		{"LoginFirstWaitPastTheLongest", []string{"CONSOLE_LOGIN_FIRST_WAIT=1h"}, []string{"CONSOLE_LOGIN_FIRST_WAIT"},
+			[]string{"CONSOLE_LOGIN_FIRST_WAIT=1h: must be at most 15m"}},
 		// It used to fail later, naming the listener's address.
 		{"HostNotThisMachines", []string{"HOST=evil.example"}, []string{"HOST"},
 			[]string{"HOST=evil.example: the name does not resolve"}},
