@@ -31,6 +31,21 @@ export CONSOLE_HOST     ?= 127.0.0.1
 export CONSOLE_PORT     ?= 5050
 DEV_OPERATOR            ?= dev
 DEV_OPERATOR_PASSWORD   ?= rocketrides-dev
+# The Stripe fake keeps its charges here, as Postgres keeps the rides, so
+# that a second make dev finds both; make clean removes it with .data.
+export FAKESTRIPE_STATE ?= $(CURDIR)/.data/fakestripe/state.jsonl
+
+# 0 is any free port. make dev picks it before starting anything, so that
+# the simulator, the console and the printed URLs all use the port taken.
+ifeq ($(FAKESTRIPE_PORT),0)
+override FAKESTRIPE_PORT := $(shell scripts/free-port)
+endif
+ifeq ($(API_PORT),0)
+override API_PORT := $(shell scripts/free-port $(FAKESTRIPE_PORT))
+endif
+ifeq ($(CONSOLE_PORT),0)
+override CONSOLE_PORT := $(shell scripts/free-port $(FAKESTRIPE_PORT) $(API_PORT))
+endif
 
 # An execution count, not a duration: with a duration, Go 1.26's fuzzing
 # coordinator can report "context deadline exceeded" as a failure when the
@@ -39,7 +54,7 @@ DEV_OPERATOR_PASSWORD   ?= rocketrides-dev
 FUZZTIME ?= 20000x
 FUZZ_TARGETS := FuzzParams FuzzEquivalentEncodings FuzzIdempotencyKey
 
-.PHONY: dev stop test lint fuzz chaos bench build db migrate seed vet fmt generate docs clean
+.PHONY: dev stop test lint fuzz chaos bench build db migrate seed vet fmt generate docs clean clientcheck
 
 ## dev: local Postgres, migrations, the console's dev account (printed), then
 ## every Procfile process. Ctrl-C stops them all, and the local Postgres too
@@ -55,14 +70,14 @@ dev: build
 	printf '%s\n' '$(DEV_OPERATOR_PASSWORD)' | $(BIN)/console operator add -reset '$(DEV_OPERATOR)' >/dev/null; \
 	runner=$$(scripts/procfile-runner); \
 	echo "database: $$DATABASE_URL"; \
-	echo "stripe:   $$STRIPE_API_BASE"; \
+	echo "stripe:   $$STRIPE_API_BASE (the fake keeps its charges in $$FAKESTRIPE_STATE)"; \
 	echo "api:      http://$$API_HOST:$$API_PORT"; \
 	echo "metrics:  http://$$API_METRICS_ADDR/metrics"; \
 	echo "console:  http://$$CONSOLE_HOST:$$CONSOLE_PORT (account $(DEV_OPERATOR), password $(DEV_OPERATOR_PASSWORD))"; \
 	$$runner
 
-## stop: stop every project-local server: the cluster (make dev, make test),
-## the replicated cluster (etcd and Patroni) and the pooler
+## stop: stop every project-local server, saying which it stopped: the cluster
+## (make dev, make test), the replicated cluster (etcd and Patroni) and the pooler
 stop: build
 	@$(BIN)/localpg stop
 	@if command -v patroni >/dev/null 2>&1; then $(BIN)/localpg ha stop; fi
@@ -85,11 +100,13 @@ fuzz:
 	done
 
 ## chaos: the soak: api instances, completers, enqueuers and a worker as
-## real processes under SIGKILLs, Postgres restarts and Stripe faults, then
-## every invariant (e.g. CHAOS_FLAGS="-duration 5m -clients 32 -seed 1 -keep");
-## -failover -replication sync|strict|relaxed|async runs the failover drill on Patroni
-## (-drill leader|standby|agent), -pooler goes through PgBouncer
-CHAOS_FLAGS ?= -duration 60s
+## real processes under SIGKILLs, Postgres restarts, Stripe faults and, with
+## -network (on by default), faults on every wire between them, then every
+## invariant (e.g. CHAOS_FLAGS="-duration 5m -clients 32 -seed 1 -keep -network",
+## which replaces the default flags); -failover -replication sync|strict|relaxed|async
+## runs the failover drill on Patroni (-drill leader|standby|agent), -pooler goes
+## through PgBouncer
+CHAOS_FLAGS ?= -duration 60s -network
 chaos:
 	$(GO) run ./cmd/chaos $(CHAOS_FLAGS)
 
@@ -98,9 +115,17 @@ chaos:
 bench:
 	$(GO) run ./cmd/bench -json .data/bench/results.json
 
-## build: every command into bin/
+## clientcheck: build each of the project's own clients (the list is
+## clientcheck.ProjectClients) and run it against every case of the
+## conformance harness, the app's death included; prints a report for each
+clientcheck:
+	$(GO) run ./cmd/clientcheck -listen 127.0.0.1:0 -project
+
+## build: every command into bin/ (the first build compiles every
+## dependency too, a few minutes: README.md says how long; later ones take seconds)
 build:
 	@mkdir -p $(BIN)
+	@[ -x $(BIN)/api ] || echo "building every command into $(BIN)/; the first build compiles all their dependencies and takes a few minutes (README.md)"
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 ## db: start the project-local Postgres cluster and print its URL

@@ -74,6 +74,12 @@ type Config struct {
 	// Sleep waits d, or until ctx ends, between two tries; nil uses a
 	// timer. Tests record the waits instead of sleeping through them.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Journal is where CreateRide writes a ride down before its first
+	// try and crosses it out on a final answer, so that an app killed
+	// meanwhile resumes it when it starts again (PendingRides,
+	// ResumeRide). Nil keeps a ride in memory only: it dies with the
+	// process, and the next tap is a second ride.
+	Journal Journal
 }
 
 // DefaultUserAgent is the User-Agent a Client sends unless told otherwise.
@@ -228,23 +234,88 @@ type Ride struct {
 // error: an *Error for a problem answer, whose Final says whether a retry
 // with the same key could still change it, or the last try's network
 // error when none was answered.
+//
+// With a Config.Journal, the ride is written down before its first try
+// (a ride the journal cannot record is not sent) and crossed out on a
+// final answer; giving up leaves it there, for ResumeRide. A journal
+// that cannot cross a ride out does not lose its answer: CreateRide
+// returns the answer with the journal's error joined to it, and the ride,
+// still pending, replays the same answer when it is resumed.
 func (c *Client) CreateRide(ctx context.Context, p RideParams) (*Ride, error) {
-	key := p.IdempotencyKey
-	if key == "" {
-		key = NewKey()
+	r := PendingRide{IdempotencyKey: p.IdempotencyKey, Body: p.form(), Recorded: time.Now().UTC()}
+	if r.IdempotencyKey == "" {
+		r.IdempotencyKey = NewKey()
 	}
+	if c.cfg.Journal != nil {
+		if err := c.cfg.Journal.Add(r); err != nil {
+			return nil, fmt.Errorf("client: POST /rides with key %s: not sent, the journal cannot record it: %w", r.IdempotencyKey, err)
+		}
+	}
+	return c.sendRide(ctx, r)
+}
+
+// PendingRides lists the rides the journal holds, oldest first: rides an
+// earlier process wrote down and got no final answer for. An app resumes
+// each (ResumeRide) when it starts, before it offers a new ride. Without
+// a Config.Journal there are none.
+func (c *Client) PendingRides() ([]PendingRide, error) {
+	if c.cfg.Journal == nil {
+		return nil, nil
+	}
+	rides, err := c.cfg.Journal.Pending()
+	if err != nil {
+		return nil, fmt.Errorf("client: list the pending rides: %w", err)
+	}
+	return rides, nil
+}
+
+// ErrTooOldToResume is ResumeRide's error for a ride recorded longer
+// than MaxResumeAge ago: it is crossed out unsent, and the rider's rides
+// (ListRides) tell what became of it.
+var ErrTooOldToResume = errors.New("client: the pending ride is too old to resume")
+
+// ResumeRide sends a pending ride again, with its key and the bytes it
+// was first sent with, and returns as CreateRide does: the journal
+// crosses it out on a final answer and keeps it otherwise.
+func (c *Client) ResumeRide(ctx context.Context, r PendingRide) (*Ride, error) {
+	if time.Since(r.Recorded) > MaxResumeAge {
+		return nil, c.crossOut(r.IdempotencyKey,
+			fmt.Errorf("%w: key %s, recorded %s", ErrTooOldToResume, r.IdempotencyKey, r.Recorded.Format(time.RFC3339)))
+	}
+	return c.sendRide(ctx, r)
+}
+
+// sendRide sends r's tries, and crosses r out of the journal on a final
+// answer.
+func (c *Client) sendRide(ctx context.Context, r PendingRide) (*Ride, error) {
 	ans, err := c.do(ctx, exchange{
-		method: http.MethodPost, path: "/rides", key: key,
-		body: []byte(p.form()), contentType: "application/x-www-form-urlencoded",
+		method: http.MethodPost, path: "/rides", key: r.IdempotencyKey,
+		body: []byte(r.Body), contentType: "application/x-www-form-urlencoded",
 	})
 	var prob *Error
-	if err != nil && !errors.As(err, &prob) {
-		return nil, &NoAnswerError{IdempotencyKey: key, Err: err}
-	}
-	if err != nil {
+	switch {
+	case err == nil:
+		ride, err := decodeRide(ans)
+		return ride, c.crossOut(r.IdempotencyKey, err)
+	case errors.As(err, &prob) && prob.Final:
+		return nil, c.crossOut(r.IdempotencyKey, err)
+	case errors.As(err, &prob):
 		return nil, err
 	}
-	return decodeRide(ans)
+	return nil, &NoAnswerError{IdempotencyKey: r.IdempotencyKey, Err: err}
+}
+
+// crossOut removes the ride with key from the journal, if there is one,
+// and returns err, with the journal's own error joined to it when it
+// fails.
+func (c *Client) crossOut(key string, err error) error {
+	if c.cfg.Journal == nil {
+		return err
+	}
+	if jerr := c.cfg.Journal.Remove(key); jerr != nil {
+		return errors.Join(err, fmt.Errorf("client: the answer to key %s is final, but the journal still lists it: %w", key, jerr))
+	}
+	return err
 }
 
 // NoAnswerError is CreateRide's error when no try was answered: the

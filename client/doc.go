@@ -16,6 +16,13 @@
 // client does not start a wait that would outlast the context's
 // deadline, and gives up instead, returning the last answer.
 //
+// A key kept in memory dies with the app. With a Config.Journal (a
+// FileJournal, which fsyncs every change), a ride is written down, key
+// and bytes of body, before its first try, and crossed out only on a
+// final answer; an app that starts again lists what is still pending
+// (PendingRides) and resumes each ride (ResumeRide) before it offers a
+// new one, so that no death of the app makes a second ride of one tap.
+//
 // A problem answer is returned as an *Error, carrying its code, the
 // ride_id it names and whether it is final; a success as a *Ride with
 // its status. Config.OnAttempt sees every try, for logs and metrics.

@@ -18,9 +18,10 @@ import (
 // comes with one.
 var docBudgets = map[string]int{
 	"architecture.md":  100,
-	"clients.md":       230,
-	"configuration.md": 340, // generated; every process lists the OTEL_* tracing settings it reads
+	"clients.md":       420, // two clients; the journal, the command's contract, the death cases and what the rider sees
+	"configuration.md": 360, // generated; every process lists the OTEL_* tracing settings it reads
 	"deployment.md":    240,
+	"errors.md":        140,
 	"failures.md":      450,
 	"scaling.md":       300,
 	"tour.md":          250,

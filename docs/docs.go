@@ -5,7 +5,9 @@
 //
 // It also holds failures.md, the walkthrough of what fails and what
 // happens then, which the console serves so that each step of a request's
-// story can link the section that explains it.
+// story can link the section that explains it; and errors.md, every
+// problem code, which the api serves at GET /errors, where each problem's
+// type points by default.
 package docs
 
 import _ "embed"
@@ -19,3 +21,8 @@ var OpenAPI []byte
 //
 //go:embed failures.md
 var Failures []byte
+
+// Errors is errors.md, written by make docs from problem.Codes.
+//
+//go:embed errors.md
+var Errors []byte

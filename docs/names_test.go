@@ -31,9 +31,10 @@ var notInTree = map[string]string{
 
 // TestDocsNameWhatExists reads README.md and docs/*.md and checks that
 // what they name in code form is still there: a Go identifier
-// (`idem.Tx`, `request.run`, `idem.Store.PhaseThen`, `claimExisting`), a
-// test (`TestStore/FencesOffRequestWhoseLockWasTakenOver`, or a pattern
-// such as `TestCreateRide/ResumesFrom*`), a path of the repository
+// (`idem.Tx`, `request.run`, `idem.Store.PhaseThen`, `claimExisting`) or a
+// name of the TypeScript client's source (`storageJournal`), a test
+// (`TestStore/FencesOffRequestWhoseLockWasTakenOver`, or a pattern such
+// as `TestCreateRide/ResumesFrom*`), a path of the repository
 // (`internal/idem`, `cmd/{chaos,bench}`, `docs/failures.md`), a file
 // (`request.go`), a make target (`make bench`) and a relative link with
 // its anchor. A rename that leaves a document behind fails here, naming
@@ -83,7 +84,7 @@ func TestDocsNameWhatExists(t *testing.T) {
 			"Run `make test` or `make nosuch`; see [it](failures.md#nosuch).",                 // 6
 			"`SELECT … FOR UPDATE`, `GET /rides/{id}`, `REAPER_MAX_AGE`, `ride_id`,",          // 7
 			"`rides.idempotency_key_id`, `rocket-rides-<key id>`, `pending`, `0`, `x.Valuer`", // 8
-			"`loadTree` and `loadTrees`.",                                                     // 9
+			"`loadTree`, `storageJournal` and `loadTrees`.",                                   // 9
 			"```sh",
 			"go run ./cmd/bench -only new", // 11
 			"go run ./cmd/nosuch",          // 12
@@ -101,7 +102,7 @@ func TestDocsNameWhatExists(t *testing.T) {
 			"docs/drift.md:6: `make nosuch`: the Makefile has no target \"nosuch\"",
 			"docs/drift.md:6: `failures.md#nosuch`: docs/failures.md has no heading whose anchor is #nosuch",
 			"docs/drift.md:8: `x.Valuer`: x is neither a package nor a type of the tree",
-			"docs/drift.md:9: `loadTrees`: no Go declaration, field or file of the tree has this name",
+			"docs/drift.md:9: `loadTrees`: no Go or TypeScript declaration, field or file of the tree has this name",
 			"docs/drift.md:12: `go run ./cmd/nosuch`: cmd/nosuch is not in the repository",
 		}
 		require.Equal(t, want, got)
@@ -259,7 +260,10 @@ var (
 	dottedRE = regexp.MustCompile(`^[A-Za-z]\w*(\.[A-Za-z]\w*)+(\(\))?$`)
 	// A single identifier in mixed caps: PhaseThen, ErrLockLost, rideByKey.
 	singleRE = regexp.MustCompile(`^([A-Z][a-z]|[a-z]+[0-9]*[A-Z])[A-Za-z0-9]*$`)
-	makeRE   = regexp.MustCompile(`(?:^|[;&|(]\s*)make((?:\s+[A-Z_]+=\S+)*)((?:\s+[a-z][\w-]*)*)`)
+	// A name in TypeScript source: a document may name the TypeScript
+	// client's functions and fields (`storageJournal`) as it names Go's.
+	scriptNameRE = regexp.MustCompile(`[A-Za-z_$][\w$]*`)
+	makeRE       = regexp.MustCompile(`(?:^|[;&|(]\s*)make((?:\s+[A-Z_]+=\S+)*)((?:\s+[a-z][\w-]*)*)`)
 )
 
 // check returns what is wrong with ref in the document doc, or "".
@@ -307,8 +311,8 @@ func (tr *tree) check(doc string, ref reference) string {
 	case dottedRE.MatchString(s):
 		return tr.checkGo(strings.TrimSuffix(s, "()"))
 	case singleRE.MatchString(s):
-		if !tr.declared[s] && !tr.used[s] && !tr.files[s] {
-			return "no Go declaration, field or file of the tree has this name"
+		if !tr.declared[s] && !tr.used[s] && !tr.files[s] && !tr.scripted[s] {
+			return "no Go or TypeScript declaration, field or file of the tree has this name"
 		}
 	}
 	return ""
@@ -533,6 +537,7 @@ type tree struct {
 	embeds      map[string][]string        // type name -> the types it embeds
 	declared    map[string]bool            // every name declared anywhere
 	used        map[string]bool            // every selected name and composite-literal key
+	scripted    map[string]bool            // every name the TypeScript client's source (client-ts/src) writes
 	selectors   map[string]bool            // every a.b and a.b.c the code writes
 	imported    map[string]bool            // the names of the packages the code imports from other modules
 	tests       map[string]map[string]bool // top-level test -> the subtest names it may run
@@ -546,7 +551,7 @@ func loadTree(t *testing.T, root string) *tree {
 	tr := &tree{root: root, packages: map[string]map[string]bool{}, types: map[string]bool{},
 		members: map[string]map[string]bool{}, embeds: map[string][]string{}, declared: map[string]bool{},
 		used: map[string]bool{}, selectors: map[string]bool{}, imported: map[string]bool{}, tests: map[string]map[string]bool{},
-		files: map[string]bool{}, makeTargets: map[string]bool{}}
+		files: map[string]bool{}, makeTargets: map[string]bool{}, scripted: map[string]bool{}}
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		switch {
@@ -558,6 +563,13 @@ func loadTree(t *testing.T, root string) *tree {
 			return nil
 		}
 		tr.files[d.Name()] = true
+		if strings.HasSuffix(p, ".ts") && strings.Contains(filepath.ToSlash(p), "/client-ts/src/") {
+			src, err := os.ReadFile(p)
+			for _, name := range scriptNameRE.FindAllString(string(src), -1) {
+				tr.scripted[name] = true
+			}
+			return err
+		}
 		if !strings.HasSuffix(p, ".go") {
 			return nil
 		}

@@ -6,6 +6,7 @@ DROP TABLE operator_login_failures;
 DROP TABLE operator_sessions;
 DROP TABLE operators;
 DROP TABLE reconcile_runs;
+DROP TABLE rate_limit_charges;
 DROP TABLE rate_limit_windows;
 DROP TABLE reaped_keys;
 DROP TABLE abandoned_requests;

@@ -354,16 +354,30 @@ BEGIN
 END
 $$;
 
--- The rate limits' counts, one window per limit and subject; owned by
--- package ratelimit, which says more. UNLOGGED: no WAL and no flush to
--- wait for; a crash only starts the windows over.
+-- The edge's rate limits' counts (requests per token, failed
+-- authentications per address), one fixed window per limit and subject;
+-- owned by package ratelimit, which says more. UNLOGGED: no WAL and no
+-- flush to wait for; a crash only starts the windows over.
 CREATE UNLOGGED TABLE rate_limit_windows (
     policy  TEXT        NOT NULL,
     subject TEXT        NOT NULL,
     hits    BIGINT      NOT NULL,
-    quota   BIGINT,
     ends_at TIMESTAMPTZ NOT NULL,
-    PRIMARY KEY (policy, subject),
+    PRIMARY KEY (policy, subject)
+);
+
+-- The charge cap's counts, one sliding window per user; owned by package
+-- ratelimit (charges.go), which says more. counts holds the user's charges
+-- in the last eleven tenths of a window, a tenth to an element, newest
+-- first; slot numbers the newest tenth since the epoch, and ends_at is when
+-- its charges leave the window. UNLOGGED, as rate_limit_windows.
+CREATE UNLOGGED TABLE rate_limit_charges (
+    user_id BIGINT      PRIMARY KEY,
+    slot    BIGINT      NOT NULL,
+    counts  INT[]       NOT NULL CHECK (cardinality(counts) BETWEEN 1 AND 11),
+    hits    BIGINT      NOT NULL,
+    quota   BIGINT      NOT NULL,
+    ends_at TIMESTAMPTZ NOT NULL,
     CHECK (hits <= quota)
 );
 

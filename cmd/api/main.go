@@ -15,6 +15,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/problem"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/platform/serve"
 	"github.com/rocketrides/rocketrides/internal/ratelimit"
@@ -47,9 +48,11 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	// Go reads GOGC itself at start; reading it here too gives the api
 	// its own default and puts the value on the start line.
 	gcPercent, gcErr := api.GCPercent(env.String("GOGC", api.DefaultGCPercent))
+	typeBase := problem.ReadTypeBase(env)
 	if err := errors.Join(env.Err(), gcErr); err != nil {
 		return nil, err
 	}
+	problem.SetTypeBase(typeBase)
 
 	debug.SetGCPercent(gcPercent)
 

@@ -1,11 +1,15 @@
 // Command chaos runs the soak (internal/proof/chaos): every Rocket Rides process
 // against a scratch Postgres cluster and the Stripe fake, a fleet of
 // retrying clients, and for -duration SIGKILLs, Postgres restarts and
-// Stripe faults; then the drain and the invariant check. It prints the
-// summary and exits 1 if any promise was broken, 2 if the soak could not
-// run.
+// Stripe faults; then the drain and the invariant check. With -network,
+// every process reaches Postgres and the Stripe fake through a fault
+// proxy of its own, and a network nemesis resets, blackholes, slows,
+// throttles and slices those links at random (make chaos passes it). It
+// prints the summary, with the faults injected by kind and by link, and
+// exits 1 if any promise was broken, 2 if the soak could not run.
 //
 //	go run ./cmd/chaos -duration 60s
+//	go run ./cmd/chaos -network                      # and faults on every wire
 //	go run ./cmd/chaos -failover -drill leader       # the failover drill on Patroni
 //	go run ./cmd/chaos -failover -drill standby      # standby loss and return
 //	go run ./cmd/chaos -failover -drill agent        # the leader's Patroni dies, its Postgres lives
@@ -42,10 +46,11 @@ func run() int {
 	replication := flag.String("replication", "sync", "with -failover: the standby's replication: strict or relaxed synchronous mode (Patroni's synchronous_mode_strict on or off), "+
 		"async, or sync: the drill's synchronous mode, strict for -drill agent (the project's cluster's), relaxed for leader and standby")
 	pooler := flag.Bool("pooler", false, "put PgBouncer (transaction mode) between Postgres and the api instances and completers")
+	network := flag.Bool("network", false, "put a fault proxy on every process's links to Postgres and the Stripe fake, and reset, blackhole, slow, throttle and slice them at random")
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if err := checkFlags(set, *duration, *clients, *failover, *pooler, *replication, flag.Args()); err != nil {
+	if err := checkFlags(set, *duration, *clients, *failover, *pooler, *network, *replication, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 2
 	}
@@ -69,6 +74,7 @@ func run() int {
 		Kills:       killsIf(*failover, *kills),
 		Replication: replicationIf(*failover, *replication),
 		Pooler:      *pooler,
+		Network:     *network,
 	})
 	fmt.Print(summary)
 	switch {
@@ -85,7 +91,7 @@ func run() int {
 // or ask for a soak of no length or no clients, before anything starts;
 // set holds the flags given. -replication sync is refused without
 // -failover too: it says something only the drill can honour.
-func checkFlags(set map[string]bool, duration time.Duration, clients int, failover, pooler bool, replication string, args []string) error {
+func checkFlags(set map[string]bool, duration time.Duration, clients int, failover, pooler, network bool, replication string, args []string) error {
 	switch {
 	case len(args) > 0:
 		return fmt.Errorf("unexpected arguments %q", args)
@@ -101,6 +107,9 @@ func checkFlags(set map[string]bool, duration time.Duration, clients int, failov
 		// PgBouncer 1.18 takes one host per database: following a
 		// failover would mean rewriting its configuration.
 		return errors.New("-pooler and -failover do not go together: the pooler fronts one host, the drill fails over to another")
+	case network && failover:
+		// A link forwards to one host; the drill's URL names two.
+		return errors.New("-network and -failover do not go together: a link forwards to one host, the drill fails over to another")
 	}
 	return nil
 }

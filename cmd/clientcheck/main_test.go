@@ -18,6 +18,7 @@ func TestRefusesBadFlags(t *testing.T) {
 		"-case-timeout 5s":              "-case-timeout bounds a -client run; without -client nothing is run",
 		"./myclient":                    `unexpected argument "./myclient" (a client command goes in -client)`,
 		"-budget many":                  `invalid value "many" for flag -budget`,
+		"-client true -project":         "-client and -project each say which client to check: give one",
 	} {
 		var stderr strings.Builder
 		require.Equal(t, 2, run(strings.Fields(args), &stderr), args)

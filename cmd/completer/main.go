@@ -14,6 +14,7 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/completer"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/problem"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
@@ -45,9 +46,12 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 		Logger:        logger,
 	}
 	metricsAddr := env.String("METRICS_ADDR", "")
+	// A request it finishes may store a problem on its key.
+	typeBase := problem.ReadTypeBase(env)
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
+	problem.SetTypeBase(typeBase)
 
 	pool, reg, err := process.OpenDatabase(ctx, databaseURL)
 	if err != nil {

@@ -36,6 +36,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -111,6 +112,7 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	// http; the proxy says https.
 	trustProxy := env.Bool("CONSOLE_TRUST_PROXY", false)
 	host := env.Host("HOST", "127.0.0.1")
+	proxyHosts := console.HostsFromEnv(env)
 	// Zero listens on any free port; the "Serving HTTP" line says which.
 	port := env.Port("PORT", 5050)
 	// The lab's settings are read whether or not it runs, so that -help
@@ -125,6 +127,7 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 		StripeKey:  services.settings.Stripe.APIKey,
 		Timeout:    env.Duration("CONSOLE_LAB_TIMEOUT", console.DefaultLabTimeout),
 	}
+	throttle := operator.Throttle{FirstWait: env.Duration("CONSOLE_LOGIN_FIRST_WAIT", operator.DefaultFirstWait)}
 	if !simulatedErrors {
 		lab = nil
 	} else if lab.StripeBase == "" {
@@ -137,7 +140,7 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	if err != nil {
 		return nil, err
 	}
-	operators, err := operator.New(&operator.Config{Pool: pool})
+	operators, err := operator.New(&operator.Config{Pool: pool, Throttle: throttle})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -150,16 +153,13 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	} else if n == 0 {
 		logger.WarnContext(ctx, "No operator account can log in; add one with: console operator add NAME")
 	}
-	handler, err := console.New(&console.Config{Pool: pool, Keys: keys, Rides: svc, Operators: operators,
-		TrustProxy: trustProxy, Logger: logger, Lab: lab})
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
+	// Listening first: the console answers to the address the listener
+	// took (PORT=0 included), and serves nothing until Run.
+	var handler *console.Console
 	srv, err := serve.Listen(&serve.Config{
 		Name:              "console",
 		Addr:              net.JoinHostPort(host, strconv.Itoa(port)),
-		Handler:           handler,
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		// No WriteTimeout: /events streams for as long as the page is
@@ -168,6 +168,12 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 		ShutdownTimeout: 5 * time.Second,
 		Logger:          logger,
 	})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	handler, err = console.New(&console.Config{Pool: pool, Keys: keys, Rides: svc, Operators: operators,
+		TrustProxy: trustProxy, Hosts: append(console.ListenHosts(srv.Addr()), proxyHosts...), Logger: logger, Lab: lab})
 	if err != nil {
 		pool.Close()
 		return nil, err

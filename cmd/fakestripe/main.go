@@ -10,13 +10,16 @@
 //	PORT                       port to listen on (default 12111; 0: any free port)
 //	FAKESTRIPE_KEY_RETENTION   how long idempotency keys are remembered, a Go
 //	                           duration such as 24h or 90s (default 24h)
+//	FAKESTRIPE_STATE           a file that keeps customers, charges and
+//	                           idempotency keys across restarts (make dev sets
+//	                           .data/fakestripe/state.jsonl); unset: in memory,
+//	                           gone when it stops
 //	LOG_LEVEL, LOG_FORMAT      as for every process (see internal/platform/config)
-//
-// Its state lives in memory and is gone when it stops.
 package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"strconv"
@@ -42,11 +45,15 @@ func build(_ context.Context, env *config.Env, logger *slog.Logger) (*process.Pr
 	host := env.Host("HOST", "127.0.0.1")
 	// Zero listens on any free port; the "Serving HTTP" line says which.
 	port := env.Port("PORT", 12111)
+	// Postgres keeps the rides across a restart of make dev; the charges
+	// they record must survive it too, or the reconciler reports every
+	// one of them missing.
+	statePath := env.String("FAKESTRIPE_STATE", "")
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
 
-	fake, err := fakestripe.New(&fakestripe.Config{KeyRetention: keyRetention, Logger: logger})
+	fake, err := fakestripe.New(&fakestripe.Config{KeyRetention: keyRetention, Logger: logger, StatePath: statePath})
 	if err != nil {
 		return nil, err
 	}
@@ -60,9 +67,15 @@ func build(_ context.Context, env *config.Env, logger *slog.Logger) (*process.Pr
 		ShutdownTimeout: 10 * time.Second,
 	})
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, fake.Close())
 	}
 	return &process.Program{
 		Run: srv.Serve,
+		// After Serve: requests in flight have finished.
+		Close: func() {
+			if err := fake.Close(); err != nil {
+				logger.ErrorContext(context.Background(), "Close state file", slog.Any("error", err))
+			}
+		},
 	}, nil
 }

@@ -93,7 +93,7 @@ type arguments struct {
 var commands = []command{
 	{name: "start", run: start},
 	{name: "url", names: 1, run: url},
-	{name: "stop", run: withCluster(func(ctx context.Context, c localpg.Cluster) error { return c.Stop(ctx) })},
+	{name: "stop", run: withCluster(stop)},
 	{name: "restart", run: withCluster(func(ctx context.Context, c localpg.Cluster) error { return c.Restart(ctx) })},
 	{name: "status", run: withCluster(status)},
 
@@ -101,11 +101,11 @@ var commands = []command{
 	{name: "ha url", names: 1, run: withHA(haURL)},
 	{name: "ha status", run: withHA(haStatus)},
 	{name: "ha kill-leader", run: withHA(haKillLeader)},
-	{name: "ha stop", run: withHA(func(ctx context.Context, h *localpg.HA, _ arguments) error { return h.Stop(ctx) })},
+	{name: "ha stop", run: withHA(haStop)},
 
 	{name: "pooler start", run: withPooler(poolerStart)},
 	{name: "pooler url", names: 1, run: withPooler(poolerURL)},
-	{name: "pooler stop", run: withPooler(func(ctx context.Context, p *localpg.Pooler, _ arguments) error { return p.Stop(ctx) })},
+	{name: "pooler stop", run: withPooler(poolerStop)},
 }
 
 func main() {
@@ -218,6 +218,24 @@ func status(ctx context.Context, c localpg.Cluster) error {
 	return nil
 }
 
+// stop stops the cluster and says what it stopped, or that nothing ran:
+// make stop's output.
+func stop(ctx context.Context, c localpg.Cluster) error {
+	running, err := c.Running(ctx)
+	if err != nil {
+		return err
+	}
+	if !running {
+		fmt.Fprintf(os.Stderr, "localpg: postgres in %s was not running\n", c.DataDir)
+		return nil
+	}
+	if err := c.Stop(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "localpg: stopped postgres at %s (data %s)\n", c.URL(), c.DataDir)
+	return nil
+}
+
 // withCluster runs fn on the project's cluster without starting it: stop
 // and status must not start a server as a side effect.
 func withCluster(fn func(context.Context, localpg.Cluster) error) func(context.Context, arguments) error {
@@ -292,6 +310,24 @@ func haStatus(ctx context.Context, h *localpg.HA, _ arguments) error {
 	return nil
 }
 
+func haStop(ctx context.Context, h *localpg.HA, _ arguments) error {
+	var running []string
+	for _, n := range h.Nodes {
+		if ok, err := n.Postgres().Running(ctx); err == nil && ok {
+			running = append(running, n.Name+" at "+n.URL())
+		}
+	}
+	if err := h.Stop(ctx); err != nil {
+		return err
+	}
+	if len(running) == 0 {
+		fmt.Fprintf(os.Stderr, "localpg: the replicated cluster in %s was not running\n", h.Dir)
+		return nil
+	}
+	fmt.Fprintf(os.Stderr, "localpg: stopped the replicated cluster in %s: %s, their Patroni agents and etcd\n", h.Dir, strings.Join(running, ", "))
+	return nil
+}
+
 func haKillLeader(ctx context.Context, h *localpg.HA, _ arguments) error {
 	leader, err := h.Leader(ctx)
 	if err != nil {
@@ -313,6 +349,18 @@ func withPooler(fn func(context.Context, *localpg.Pooler, arguments) error) func
 		}
 		return fn(ctx, p, a)
 	}
+}
+
+func poolerStop(ctx context.Context, p *localpg.Pooler, _ arguments) error {
+	if !p.Running() {
+		fmt.Fprintf(os.Stderr, "localpg: pgbouncer on port %d was not running\n", p.Port)
+		return nil
+	}
+	if err := p.Stop(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "localpg: stopped pgbouncer on port %d\n", p.Port)
+	return nil
 }
 
 func poolerStart(ctx context.Context, p *localpg.Pooler, _ arguments) error {

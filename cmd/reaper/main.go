@@ -34,19 +34,12 @@ func command() *process.Config {
 
 func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error) {
 	databaseURL := env.Required("DATABASE_URL")
-	cfg := &reaper.Config{
-		MaxAge:       env.Duration("REAPER_MAX_AGE", reaper.DefaultMaxAge),
-		RetainReaped: env.Duration("REAPED_KEY_RETENTION", reaper.DefaultRetainReaped),
-		// A ride whose request is reaped unfinished waits for a person.
-		Settle:       rides.SettleReaped,
-		BatchSize:    env.Int("REAPER_BATCH_SIZE", reaper.DefaultBatchSize),
-		PollInterval: env.Duration("REAPER_POLL_INTERVAL", reaper.DefaultPollInterval),
-		DutyCycle:    env.Fraction("REAPER_DUTY_CYCLE", reaper.DefaultDutyCycle),
-		Logger:       logger,
-	}
+	cfg := reaper.ConfigFromEnv(env)
+	// A ride whose request is reaped unfinished waits for a person.
+	cfg.Settle, cfg.Logger = rides.SettleReaped, logger
 	// The API's setting: a key under a lock younger than this is being
 	// worked and is left for a later pass.
-	lockTimeout := env.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout)
+	lockTimeout := idem.LockTimeoutFromEnv(env)
 	metricsAddr := env.String("METRICS_ADDR", "")
 	if err := env.Err(); err != nil {
 		return nil, err

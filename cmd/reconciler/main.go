@@ -24,6 +24,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/problem"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/reconcile"
 	"github.com/rocketrides/rocketrides/internal/rides"
@@ -53,14 +54,18 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	stripe := payment.ConfigFromEnv(env)
 	// A restored ride's key is claimed as the api claims one, on the same
 	// lock timeout.
-	lockTimeout := env.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout)
+	lockTimeout := idem.LockTimeoutFromEnv(env)
+	payment.RefuseTimeoutPastLock(env, stripe, lockTimeout)
 	window := env.Duration("RECONCILER_WINDOW", reconcile.DefaultWindow)
 	interval := env.Duration("RECONCILER_INTERVAL", reconcile.DefaultInterval)
 	grace := env.Duration("RECONCILER_GRACE", reconcile.DefaultGrace)
 	metricsAddr := env.String("METRICS_ADDR", "")
+	// A ride it restores may store a problem on its key.
+	typeBase := problem.ReadTypeBase(env)
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
+	problem.SetTypeBase(typeBase)
 	switch {
 	case since < 0:
 		return nil, errors.New("-since must not be negative")

@@ -77,7 +77,7 @@ func run() error {
 
 // customerFor returns the user's Stripe customer, creating one only when
 // the user has none that Stripe knows (the local fake forgets its
-// customers when it restarts).
+// customers when it restarts without FAKESTRIPE_STATE, or after make clean).
 func customerFor(ctx context.Context, q user.Querier, gateway *payment.Gateway, email, source string) (string, error) {
 	u, err := user.ByEmail(ctx, q, email)
 	switch {

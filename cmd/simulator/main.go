@@ -7,6 +7,10 @@
 // Its settings come from the environment (simulator -help lists them, as
 // does docs/configuration.md), and each has a flag, which wins.
 //
+// -journal FILE (SIMULATOR_JOURNAL; make dev sets one under .data/) writes
+// each ride down before its first try: killed mid-ride, even with kill -9,
+// the simulator resumes the ride with its key when it starts again.
+//
 // -wait D polls the API's /healthz for up to D before the first ride, so the
 // simulator can start alongside the API. -n N sends N rides and exits, with
 // status 1 if any of them failed or gave up (simulated failures are
@@ -24,6 +28,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/rocketrides/rocketrides/client"
 	"github.com/rocketrides/rocketrides/internal/dev/simulator"
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
@@ -46,6 +51,7 @@ type settings struct {
 	timeout time.Duration
 	once    bool
 	wait    time.Duration
+	journal string
 	logger  *slog.Logger
 }
 
@@ -63,6 +69,7 @@ func (s *settings) defineFlags(flags *flag.FlagSet) {
 	flags.IntVar(&s.sim.Rides, "n", 0, "send this many rides and exit (0: until stopped)")
 	flags.BoolVar(&s.once, "once", false, "send one ride and exit (-n 1)")
 	flags.DurationVar(&s.wait, "wait", 0, "poll the API's /healthz this long before the first ride")
+	flags.StringVar(&s.journal, "journal", "", "write each ride down in this file before its first try, and resume what it holds on start (default $SIMULATOR_JOURNAL)")
 }
 
 func (s *settings) build(_ context.Context, env *config.Env, logger *slog.Logger) (*process.Program, error) {
@@ -84,6 +91,7 @@ func (s *settings) build(_ context.Context, env *config.Env, logger *slog.Logger
 	maxAttempts := env.Int("SIMULATOR_MAX_ATTEMPTS", simulator.DefaultMaxAttempts)
 	maxDelay := env.Duration("SIMULATOR_MAX_BACKOFF", simulator.DefaultMaxDelay)
 	timeout := env.Duration("SIMULATOR_TIMEOUT", simulator.DefaultTimeout)
+	journal := env.String("SIMULATOR_JOURNAL", "")
 	if err := env.Err(); err != nil {
 		return nil, err
 	}
@@ -94,6 +102,7 @@ func (s *settings) build(_ context.Context, env *config.Env, logger *slog.Logger
 	fromEnv("attempts", func() { s.sim.Retry.MaxAttempts = maxAttempts })
 	fromEnv("max-backoff", func() { s.sim.Retry.MaxDelay = maxDelay })
 	fromEnv("timeout", func() { s.timeout = timeout })
+	fromEnv("journal", func() { s.journal = journal })
 	s.sim.Out = os.Stdout
 	s.logger = logger
 	if s.once {
@@ -103,6 +112,13 @@ func (s *settings) build(_ context.Context, env *config.Env, logger *slog.Logger
 		return nil, errors.New("-n must be 0 or more, -attempts 1 or more and -timeout positive")
 	}
 	s.sim.Client = &http.Client{Timeout: s.timeout}
+	if s.journal != "" {
+		j, err := client.NewFileJournal(s.journal)
+		if err != nil {
+			return nil, err
+		}
+		s.sim.Journal = j
+	}
 	sim, err := simulator.New(&s.sim)
 	if err != nil {
 		return nil, err
@@ -115,13 +131,14 @@ func (s *settings) build(_ context.Context, env *config.Env, logger *slog.Logger
 			slog.Float64("error_rate", s.sim.ErrorRate),
 			slog.Duration("max_pause", s.sim.MaxPause),
 			slog.Int("rides", s.sim.Rides),
+			slog.String("journal", s.journal),
 		},
 	}, nil
 }
 
-// run sends rides until ctx ends or the -n rides are sent. It fails when
-// any of those -n rides failed or gave up (simulated failures are
-// expected).
+// run resumes the journal's rides, then sends rides until ctx ends or the
+// -n rides are sent. It fails when any of those rides failed or gave up
+// (simulated failures are expected).
 func (s *settings) run(ctx context.Context, sim *simulator.Simulator) error {
 	if s.wait > 0 {
 		if err := sim.WaitReady(ctx, s.wait); err != nil {
@@ -130,13 +147,14 @@ func (s *settings) run(ctx context.Context, sim *simulator.Simulator) error {
 	}
 	tally := sim.Run(ctx)
 	s.logger.InfoContext(ctx, "Sent rides",
+		slog.Int("resumed", tally.Resumed),
 		slog.Int("sent", tally.Sent),
 		slog.Int("succeeded", tally.Succeeded),
 		slog.Int("simulated_failures", tally.SimulatedFailures),
 		slog.Int("failed", tally.Failed),
 		slog.Int("gave_up", tally.GaveUp))
 	if s.sim.Rides > 0 && tally.Failed+tally.GaveUp > 0 {
-		return fmt.Errorf("%d of %d rides failed or gave up", tally.Failed+tally.GaveUp, tally.Sent)
+		return fmt.Errorf("%d of %d rides failed or gave up", tally.Failed+tally.GaveUp, tally.Resumed+tally.Sent)
 	}
 	return nil
 }

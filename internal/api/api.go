@@ -127,6 +127,7 @@ func New(config *Config) (*Handler, error) {
 		})
 		r.Get("/readyz", readyz(config.Pool, logger, metrics.NewCommitsConfirmed(reg)))
 		r.Get("/openapi.yaml", serveOpenAPI)
+		r.Get("/errors", serveErrors)
 
 		r.Group(func(r chi.Router) {
 			r.Use(authenticate(config.Pool, config.Limits, logger))
@@ -179,6 +180,14 @@ func ServerConfig(addr string, h http.Handler, logger *slog.Logger) *serve.Confi
 func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/yaml")
 	_, _ = w.Write(docs.OpenAPI)
+}
+
+// serveErrors serves docs/errors.md, the page every problem's type names
+// unless PROBLEM_TYPE_BASE points elsewhere. Plain text, which a browser
+// shows, where it would download text/markdown.
+func serveErrors(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write(docs.Errors)
 }
 
 // readyz reports whether the database answers and takes commits; a load

@@ -92,6 +92,7 @@ func TestAnswerHeaders(t *testing.T) {
 		{http.MethodGet, "/healthz", nil},
 		{http.MethodGet, "/readyz", nil},
 		{http.MethodGet, "/openapi.yaml", nil},
+		{http.MethodGet, "/errors", nil},
 		{http.MethodGet, "/no/such/path", nil},
 		{http.MethodDelete, "/rides", auth},
 	} {

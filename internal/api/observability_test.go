@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -327,6 +328,25 @@ func TestOpenAPIDocument(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.Status)
 	require.Equal(t, "application/yaml", resp.Header.Get("Content-Type"))
 	require.Equal(t, docs.OpenAPI, resp.Body)
+}
+
+// TestProblemTypeResolves: a problem's type, resolved against the URL
+// that answered it, is a page a person can read that explains its code.
+func TestProblemTypeResolves(t *testing.T) {
+	t.Parallel()
+	b := apitest.New(t, apitest.Options{})
+
+	resp := b.Do(t, http.MethodGet, "/no/such/path", "")
+	require.Equal(t, http.StatusNotFound, resp.Status)
+	typ, err := url.Parse(resp.JSON(t)["type"].(string))
+	require.NoError(t, err)
+	require.Equal(t, "not_found", typ.Fragment)
+
+	page := b.Do(t, http.MethodGet, typ.Path, "")
+	require.Equal(t, http.StatusOK, page.Status)
+	require.Equal(t, "text/plain; charset=utf-8", page.Header.Get("Content-Type"))
+	require.Equal(t, docs.Errors, page.Body)
+	require.Contains(t, string(page.Body), "\n## not_found\n")
 }
 
 func TestDebugServer(t *testing.T) {

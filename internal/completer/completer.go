@@ -50,13 +50,13 @@ func (c *Completer) complete(ctx context.Context, key *idem.Key) bool {
 	from := key.RecoveryPoint
 	resp, err := c.service.Resume(keyCtx, key)
 	if err != nil {
-		// The service has unlocked the key where it stopped.
-		c.logger.ErrorContext(ctx, "Abandoned request failed again; it will be retried",
+		// The service has unlocked the key where it stopped, or set it aside.
+		c.logger.ErrorContext(ctx, "Abandoned request failed again",
 			slog.Int64("idempotency_key_id", key.ID),
 			slog.Int64("user_id", key.UserID),
 			slog.String("from_recovery_point", string(from)),
 			slog.String("recovery_point", string(key.RecoveryPoint)),
-			slog.Duration("retry_after", c.retryInterval),
+			slog.Bool("set_aside", key.AttentionReason != nil), // for a person: no completer takes it again
 			slog.Any("error", err))
 		return false
 	}

@@ -320,6 +320,11 @@ func TestBrowser(t *testing.T) {
 			chromedp.WaitVisible(`.live`), // the event stream is connected
 			chromedp.WaitVisible(`[data-field="rides.succeeded"]`),
 		))
+		// One time zone on every page, labelled: the live clock is UTC
+		// like the story's times, not the browser's local time.
+		var live string
+		require.NoError(t, chromedp.Run(ctx, chromedp.Text(`#live`, &live)))
+		require.Regexp(t, `^live · \d\d:\d\d:\d\d UTC$`, live)
 		var before, commits string
 		require.NoError(t, chromedp.Run(ctx, chromedp.Text(`[data-field="rides.succeeded"]`, &before)))
 		require.Equal(t, "0", before)
@@ -347,6 +352,9 @@ func TestBrowser(t *testing.T) {
 		var charges int
 		require.NoError(t, chromedp.Run(ctx, chromedp.Evaluate(`document.querySelectorAll('tr.charge').length`, &charges)))
 		require.Equal(t, 1, charges, "exactly one charge at Stripe")
+		var when string
+		require.NoError(t, chromedp.Run(ctx, chromedp.Text(`#steps tr.step td`, &when)))
+		require.Regexp(t, `^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC$`, when)
 		screenshot(t, ctx, "story")
 
 		// Each step's sentence links its section of docs/failures.md,

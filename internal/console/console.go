@@ -16,9 +16,9 @@
 // It is an operator tool over payment data: every page needs a login to
 // a person's own account (package operator), whose name every
 // settlement's audit record carries; sessions are kept on the server, so
-// logging out or disabling the account ends them; every POST is checked
-// against the console's own origin, scheme included, and a per-session
-// token; templates escape everything, and API tokens are never read, let
+// logging out or disabling the account ends them; it answers only to its
+// own names (Config.Hosts: no DNS rebinding); every POST is checked
+// against the console's own origin, exactly, and a per-session token; templates escape everything, and API tokens are never read, let
 // alone shown.
 package console
 
@@ -30,7 +30,9 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 
@@ -68,6 +70,15 @@ type Config struct {
 	// browsers reach the console directly: they could then claim either
 	// scheme, and any address.
 	TrustProxy bool
+	// Hosts are the values of the Host header the console answers to
+	// (ListenHosts, and CONSOLE_HOSTS behind a proxy); any other is
+	// refused 421 before anything is served, so that a page of another
+	// site whose name resolves to the console's address (DNS rebinding)
+	// reaches nothing, its login included. An entry with a port matches
+	// that host and port; one without, the host on any port; one whose
+	// host is an unspecified address (0.0.0.0:5050), any IP address on
+	// its port, as a listener there answers to them all. Required.
+	Hosts []string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Lab, when set, adds the lab (only where simulated errors are
@@ -85,6 +96,8 @@ func (c *Config) validate() error {
 		return errors.New("console: Config.Rides is required")
 	case c.Operators == nil:
 		return errors.New("console: Config.Operators is required")
+	case len(c.Hosts) == 0:
+		return errors.New("console: Config.Hosts is required")
 	}
 	if c.Lab != nil {
 		return c.Lab.validate()
@@ -99,6 +112,7 @@ type Console struct {
 	rides      *rides.Service
 	operators  *operator.Store
 	trustProxy bool
+	hosts      []string
 	logger     *slog.Logger
 	pages      map[string]*template.Template
 	mux        *http.ServeMux
@@ -128,6 +142,7 @@ func New(config *Config) (*Console, error) {
 		rides:      config.Rides,
 		operators:  config.Operators,
 		trustProxy: config.TrustProxy,
+		hosts:      config.Hosts,
 		logger:     cmp.Or(config.Logger, slog.Default()),
 		pages:      map[string]*template.Template{},
 	}
@@ -190,7 +205,54 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
+	if !servesHost(c.hosts, r.Host) {
+		c.logger.WarnContext(r.Context(), "Refused a console request for another host", slog.String("host", r.Host))
+		http.Error(w, "Refused: this console does not answer to that host name (CONSOLE_HOSTS lists the names it serves behind a proxy).",
+			http.StatusMisdirectedRequest)
+		return
+	}
 	c.mux.ServeHTTP(w, r)
+}
+
+// servesHost reports whether host, a request's Host header, matches one
+// of hosts (Config.Hosts).
+func servesHost(hosts []string, host string) bool {
+	name, port, err := net.SplitHostPort(host)
+	if err != nil {
+		name, port = host, ""
+	}
+	for _, h := range hosts {
+		hName, hPort, err := net.SplitHostPort(h)
+		if err != nil {
+			hName, hPort = h, ""
+		}
+		if hPort != "" && hPort != port {
+			continue
+		}
+		if strings.EqualFold(hName, name) {
+			return true
+		}
+		// A listener on every address answers to each IP address; an
+		// IP address is no name a rebinding page could borrow.
+		if ip, err := netip.ParseAddr(hName); err == nil && ip.IsUnspecified() {
+			if _, err := netip.ParseAddr(name); err == nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ListenHosts are the Host values a console listening on addr (host:port,
+// as the listener took it) answers to: the address itself, and
+// localhost on its port when it is a loopback or unspecified address.
+func ListenHosts(addr string) []string {
+	hosts := []string{addr}
+	host, port, err := net.SplitHostPort(addr)
+	if ip, perr := netip.ParseAddr(host); err == nil && perr == nil && (ip.IsLoopback() || ip.IsUnspecified()) {
+		hosts = append(hosts, net.JoinHostPort("localhost", port))
+	}
+	return hosts
 }
 
 // noListing answers 404 to the path of a directory, which a file server

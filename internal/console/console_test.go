@@ -56,7 +56,7 @@ func setupWith(t *testing.T, lab func(*apitest.Stack) *console.Lab) *testBundle 
 	require.NoError(t, err)
 	_, err = b.operators.Add(context.Background(), "ada", password)
 	require.NoError(t, err)
-	h, err := console.New(&console.Config{Pool: b.Pool, Keys: keys, Rides: svc, Operators: b.operators, Lab: labConfig})
+	h, err := console.New(&console.Config{Pool: b.Pool, Keys: keys, Rides: svc, Operators: b.operators, Lab: labConfig, Hosts: []string{"127.0.0.1"}})
 	require.NoError(t, err)
 	b.console = httptest.NewServer(h)
 	t.Cleanup(b.console.Close)
@@ -574,9 +574,11 @@ func TestConsole(t *testing.T) {
 	t.Run("LabShowsTheLostAnswerAndWhatRecoveredIt", func(t *testing.T) {
 		t.Parallel()
 		lab := setupWith(t, func(s *apitest.Stack) *console.Lab {
-			// A timeout shorter than stripe-go's resends take: the first
-			// attempt waits for the api's answer all the same.
-			return &console.Lab{APIURL: s.URL, Token: s.Token, StripeBase: s.StripeURL, StripeKey: "sk_test_lab", Timeout: 500 * time.Millisecond}
+			// A timeout shorter than stripe-go's resends take (at least
+			// 1.25 s): the first attempt waits for the api's answer all the
+			// same. Each retry must resume the key within it: a second
+			// leaves a loaded machine room that half of one did not.
+			return &console.Lab{APIURL: s.URL, Token: s.Token, StripeBase: s.StripeURL, StripeKey: "sk_test_lab", Timeout: time.Second}
 		})
 		lab.login(t)
 		resp := lab.post(t, "/lab", lab.console.URL, url.Values{"csrf": {lab.csrf(t)}, "scenario": {"answer_lost"}})

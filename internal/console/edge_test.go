@@ -68,8 +68,19 @@ func (c *operatorClient) post(t *testing.T, path string, form url.Values) *http.
 // postWith posts form with headers (name, value pairs).
 func (c *operatorClient) postWith(t *testing.T, path string, form url.Values, headers ...string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, c.base+path, strings.NewReader(form.Encode()))
+	return c.as(t, "", http.MethodPost, path, form, headers...)
+}
+
+// as sends a request to the console's address with Host set to host ("":
+// the address's own), as a browser does for a page of that name, and
+// form as its body, with headers (name, value pairs).
+func (c *operatorClient) as(t *testing.T, host, method, path string, form url.Values, headers ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, c.base+path, strings.NewReader(form.Encode()))
 	require.NoError(t, err)
+	if host != "" {
+		req.Host = host
+	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
@@ -172,7 +183,10 @@ func TestConsoleProcessEdge(t *testing.T) {
 // has accounts and client addresses of its own.
 func TestConsoleProcessAccounts(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, false, "MAX_CHARGE_ATTEMPTS=1")
+	// A first wait of 1s, the default, would let a guess sent more than a
+	// second after the fifth through on a slow machine: the throttle's
+	// tests would time the machine.
+	s := startStack(t, false, "MAX_CHARGE_ATTEMPTS=1", "CONSOLE_LOGIN_FIRST_WAIT=5s")
 	host := strings.TrimPrefix(s.console.URL, "http://")
 	consoleLog := func(t *testing.T, msg, address string) int {
 		t.Helper()
@@ -298,6 +312,46 @@ func TestConsoleProcessAccounts(t *testing.T) {
 		token := c.csrf(t)
 		require.Equal(t, http.StatusForbidden, c.postWith(t, path, url.Values{"csrf": {token}}, "Origin", "https://"+host).StatusCode)
 		require.Equal(t, "needs_review", s.rideStatus(t, id))
+	})
+
+	// The console used to answer any Host and compare Origin with it, so
+	// a page of rebind.evil.example, its name resolved to 127.0.0.1, could
+	// log in with make dev's account, read /attention and post to /lab.
+	// And Origin: http://evil@host passed, userinfo and all.
+	t.Run("AnswersOnlyToItsOwnName", func(t *testing.T) {
+		// The lab is on, and a proxy serves the console by a name.
+		p := fleettest.Start(t, s.fleet, "console", "SIMULATED_ERRORS=true", "CONSOLE_HOSTS=console.example.test")
+		port := p.URL[strings.LastIndex(p.URL, ":")+1:]
+		form := url.Values{"operator": {"ada"}, "password": {password}}
+		c := newClient(t, p.URL, "127.0.0.18")
+		as := func(host, method, path string, form url.Values, headers ...string) *http.Response {
+			t.Helper()
+			return c.as(t, host, method, path, form, headers...)
+		}
+		rebind := "rebind.evil.example:" + port
+		resp := as(rebind, http.MethodPost, "/login", form, "Origin", "http://"+rebind)
+		require.Equal(t, http.StatusMisdirectedRequest, resp.StatusCode, "the login")
+		require.Empty(t, resp.Cookies())
+		require.Equal(t, http.StatusSeeOther, c.post(t, "/login", form).StatusCode, "by its own address")
+		token := c.csrf(t)
+		require.Equal(t, http.StatusMisdirectedRequest, as(rebind, http.MethodGet, "/attention", nil).StatusCode, "a page")
+		require.Equal(t, http.StatusMisdirectedRequest,
+			as(rebind, http.MethodPost, "/lab", url.Values{"csrf": {token}, "scenario": {"stripe_down"}}, "Origin", "http://"+rebind).StatusCode, "the lab")
+		require.Contains(t, p.Log(), `msg="Refused a console request for another host" process=console host=`+rebind)
+
+		// Exactly scheme://host:port, and nothing else.
+		for _, origin := range []string{"http://evil@" + strings.TrimPrefix(p.URL, "http://"), p.URL + "/", p.URL + "/login", p.URL + ":80"} {
+			require.Equal(t, http.StatusForbidden, c.postWith(t, "/logout", url.Values{"csrf": {token}}, "Origin", origin).StatusCode, origin)
+		}
+		require.Equal(t, http.StatusForbidden,
+			c.postWith(t, "/logout", url.Values{"csrf": {token}}, "Referer", "http://evil@"+strings.TrimPrefix(p.URL, "http://")+"/attention").StatusCode)
+
+		// Its names: localhost on its port, and the proxy's.
+		for _, host := range []string{"localhost:" + port, "console.example.test", "Console.Example.Test:443"} {
+			resp := as(host, http.MethodPost, "/login", form, "Origin", "http://"+host)
+			require.Equal(t, http.StatusSeeOther, resp.StatusCode, host)
+		}
+		require.Equal(t, http.StatusMisdirectedRequest, as("localhost:1", http.MethodGet, "/login", nil).StatusCode, "another port")
 	})
 
 	// X-Forwarded-Proto is believed only with CONSOLE_TRUST_PROXY=true:

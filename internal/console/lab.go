@@ -104,7 +104,7 @@ var scenarios = []scenario{
 	{"slow_stripe", "Stripe is slower than the client's timeout",
 		"The fake waits longer than the client's timeout before charging. The client gives up on its first attempt and retries with the same key."},
 	{"race", "Two clients race one key",
-		"Two clients send the same request with the same key at the same moment, while Stripe is slow."},
+		"Two clients send the same request with the same key, the second while the first holds it and Stripe is slow."},
 }
 
 func scenarioNamed(name string) (scenario, bool) {
@@ -292,10 +292,12 @@ func (c *Console) runLab(ctx context.Context, run *labRun, calls int) {
 	case "race":
 		setFaults(fmt.Sprintf(`{"latency_ms":%d}`, (l.Timeout/2).Milliseconds()),
 			"The Stripe fake slows down, so that the two requests overlap.")
+		// Client B sets off once client A holds the key, so that it
+		// meets A's lock however slowly either client starts.
 		var wg sync.WaitGroup
-		for _, name := range []string{"client A", "client B"} {
-			wg.Go(func() { c.labRetry(ctx, run, name, 1) })
-		}
+		wg.Go(func() { c.labRetry(ctx, run, "client A", 1) })
+		c.labAwaitLock(ctx, run)
+		wg.Go(func() { c.labRetry(ctx, run, "client B", 1) })
 		wg.Wait()
 		return
 	}
@@ -411,6 +413,22 @@ func (c *Console) labKey(ctx context.Context, run *labRun) *idem.Key {
 		return nil
 	}
 	return keys[0]
+}
+
+// labAwaitLock waits, up to the lab's timeout, until a request holds
+// the run's key.
+func (c *Console) labAwaitLock(ctx context.Context, run *labRun) {
+	ctx, cancel := context.WithTimeout(ctx, c.lab.Timeout)
+	defer cancel()
+	for ctx.Err() == nil {
+		if key := c.labKey(ctx, run); key != nil && key.LockedAt != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // stripeCounts is the part of the Stripe fake's GET /_fake/stats the lab

@@ -109,20 +109,21 @@ func (c *Console) scheme(r *http.Request) string {
 }
 
 // sameOrigin reports whether r comes from a page of this console: its
-// Origin header, or failing that its Referer, names the scheme and host
-// r was sent to. A POST with neither is refused, and so is one from the
-// console's host under the other scheme: a page served over plain http
-// (which anyone on the path may rewrite) is not the https console's.
+// Origin header is exactly the scheme and host r was sent to (no
+// userinfo, path or anything else: http://evil@host is another origin),
+// or, without one, its Referer has that scheme and host and no userinfo.
+// A POST with neither is refused, and so is one from the console's host
+// under the other scheme: a page served over plain http (which anyone on
+// the path may rewrite) is not the https console's. The host itself is
+// one the console serves (Config.Hosts), or the request was refused
+// before this.
 func (c *Console) sameOrigin(r *http.Request) bool {
-	from := r.Header.Get("Origin")
-	if from == "" || from == "null" {
-		from = r.Header.Get("Referer")
+	want := c.scheme(r) + "://" + r.Host
+	if origin := r.Header.Get("Origin"); origin != "" && origin != "null" {
+		return strings.EqualFold(origin, want)
 	}
-	u, err := url.Parse(from)
-	if from == "" || err != nil {
-		return false
-	}
-	return u.Scheme == c.scheme(r) && u.Host == r.Host
+	u, err := url.Parse(r.Header.Get("Referer"))
+	return err == nil && u.User == nil && strings.EqualFold(u.Scheme+"://"+u.Host, want)
 }
 
 // setCookie sets the session cookie, Secure when the browser reached the

@@ -32,13 +32,18 @@ import (
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 
+// whenLayout is how every page shows a time: in UTC, and saying so, so
+// that operators in different zones, and the logs, agree on it. The
+// overview's live clock (console.js) shows UTC too.
+const whenLayout = "2006-01-02 15:04:05.000 UTC"
+
 var funcs = template.FuncMap{
-	"when": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
+	"when": func(t time.Time) string { return t.UTC().Format(whenLayout) },
 	"whenp": func(t *time.Time) string {
 		if t == nil {
 			return "—"
 		}
-		return t.UTC().Format("2006-01-02 15:04:05.000Z")
+		return t.UTC().Format(whenLayout)
 	},
 	"str": func(s *string) string {
 		if s == nil {
@@ -184,7 +189,7 @@ func (c *Console) snapshot(ctx context.Context) (*Overview, error) {
 	}
 	o.Reconciled = "never"
 	if run != nil {
-		o.Reconciled = run.RanAt.UTC().Format("2006-01-02 15:04:05Z")
+		o.Reconciled = run.RanAt.UTC().Format(whenLayout)
 		o.Findings = len(run.Discrepancies)
 	}
 	if o.Commits, err = c.commits.line(ctx, c.pool); err != nil {

@@ -41,11 +41,8 @@ func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool
 		}
 		// The unique index lets exactly one of several concurrent requests
 		// insert a new key; the others wait for it, and decide below.
-		rows, err := tx.Query(ctx, insertKeySQL,
-			req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, newLockToken(), s.actor, traceparent(ctx))
-		if err == nil {
-			key, err = collectKey(rows)
-		}
+		key, err = collectKey(tx.Query(ctx, insertKeySQL,
+			req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, newLockToken(), s.actor, traceparent(ctx)))
 		switch {
 		case err != nil:
 			return fmt.Errorf("claim idempotency key: %w", err)
@@ -66,8 +63,8 @@ func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool
 
 // insertKeySQL inserts a new key ($1, the user; $2, the client's key) for
 // the request ($3 to $6) at started, locked under a fresh lock token ($7),
-// with its first step ($8, the actor) and trace ($9); nothing where the key exists, or
-// where the reaper deleted it and keeps its record.
+// with its first step ($8, the actor) and its trace ($9); nothing where
+// the key exists, or where the reaper deleted it and keeps its record.
 const insertKeySQL = `
 	INSERT INTO idempotency_keys
 		(user_id, idempotency_key, request_method, request_path, request_params,
@@ -169,11 +166,7 @@ func (s *Store) take(ctx context.Context, tx pgx.Tx, k *Key) (*Key, metrics.Outc
 	if k.LockedAt != nil {
 		event, outcome = StepTookOver, metrics.OutcomeLockTakeover
 	}
-	rows, err := tx.Query(ctx, takeSQL, k.ID, newLockToken(), event, s.actor)
-	if err != nil {
-		return nil, outcome, fmt.Errorf("take idempotency key %d: %w", k.ID, err)
-	}
-	key, err := collectKey(rows)
+	key, err := collectKey(tx.Query(ctx, takeSQL, k.ID, newLockToken(), event, s.actor))
 	if err != nil {
 		return nil, outcome, fmt.Errorf("take idempotency key %d: %w", k.ID, err)
 	}

@@ -224,12 +224,14 @@ func (s *Store) behindCommitFailed(ctx context.Context, key *Key, err error) {
 // Phase runs it, one phase at a time; the pipelined try counts as its
 // first attempt.
 func (s *Store) PhaseThen(ctx context.Context, key *Key, first, second PhaseFunc) error {
-	if s.plain {
+	if s.plain { // each Phase under its own deadline
 		if err := s.Phase(ctx, key, first); err != nil || key.LockToken == nil || key.AttentionReason != nil {
 			return err
 		}
 		return s.Phase(ctx, key, second)
 	}
+	ctx, cancel := context.WithTimeout(ctx, phaseTimeout) // the pair's, as Phase's
+	defer cancel()
 	start, from := time.Now(), key.RecoveryPoint
 	pctx, span := startPhase(ctx, key) // one span for the pipeline's phases (trace.go)
 	q, q2, err := s.phasesOnce(pctx, key, first, second)

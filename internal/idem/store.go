@@ -40,6 +40,14 @@ const (
 	DefaultActor = "api"
 )
 
+// phaseTimeout bounds an atomic phase (Phase, PhaseThen), its retries
+// included: a few statements in one transaction, milliseconds on an
+// ordinary day. A phase whose connection has gone silent (a half-open
+// link, a COMMIT whose answer never comes) would otherwise wait as long
+// as its client does; cut off, its connection is closed and the request
+// fails resumable.
+const phaseTimeout = 10 * time.Second
+
 // Config configures a Store. Pool is required; every other field has a
 // default.
 type Config struct {
@@ -206,8 +214,12 @@ func (r firstRow) Scan(dest ...any) error {
 // newLockToken is a fresh fencing token.
 func newLockToken() pgtype.UUID { return pgtype.UUID{Bytes: uuid.New(), Valid: true} }
 
-// collectKey is the one key rows hold, or nil.
-func collectKey(rows pgx.Rows) (*Key, error) {
+// collectKey is the one key rows hold, or nil; it takes a query's two
+// results, so that the query's error and the rows' come out as one.
+func collectKey(rows pgx.Rows, err error) (*Key, error) {
+	if err != nil {
+		return nil, err
+	}
 	keys, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Key])
 	if err != nil {
 		return nil, err

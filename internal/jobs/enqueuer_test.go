@@ -262,20 +262,16 @@ func TestEnqueuer(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 		// Far longer than the test may take: only a notification can
-		// explain a quick move.
+		// explain a move within the minute, however slow the machine.
 		stop := startRun(t, newEnqueuer(t, bundle.pool, jobs.EnqueuerConfig{PollInterval: time.Hour}))
 
 		// Run's first batch comes after its LISTEN, so once this job has
 		// moved the enqueuer is listening.
 		stage(t, bundle.pool, receipts(1, 1)...)
-		waitForRiverJobs(t, bundle.pool, 1, 10*time.Second)
+		waitForRiverJobs(t, bundle.pool, 1, time.Minute)
 
-		start := time.Now()
 		stage(t, bundle.pool, receipts(2, 1)...)
-		waitForRiverJobs(t, bundle.pool, 2, 2*time.Second)
-		if took := time.Since(start); took > 500*time.Millisecond {
-			t.Errorf("staged job reached River after %s, want well under a second", took)
-		}
+		waitForRiverJobs(t, bundle.pool, 2, time.Minute)
 		stop()
 	})
 
@@ -291,12 +287,10 @@ func TestEnqueuer(t *testing.T) {
 		}
 		listenerPID(t, bundle.pool, first)
 
-		start := time.Now()
+		// The poll is an hour away: a move within the minute is the
+		// notification on the new connection.
 		stage(t, bundle.pool, receipts(1, 1)...)
-		waitForRiverJobs(t, bundle.pool, 1, 2*time.Second)
-		if took := time.Since(start); took > 500*time.Millisecond {
-			t.Errorf("staged job reached River after %s, want well under a second", took)
-		}
+		waitForRiverJobs(t, bundle.pool, 1, time.Minute)
 		stop()
 	})
 
@@ -440,7 +434,7 @@ func waitForRiverJobs(t *testing.T, pool *pgxpool.Pool, want int, timeout time.D
 func listenerPID(t *testing.T, pool *pgxpool.Pool, notPID int32) int32 {
 	t.Helper()
 	var pid int32
-	eventually(t, 10*time.Second, func() bool {
+	eventually(t, time.Minute, func() bool {
 		err := pool.QueryRow(t.Context(), `
 			SELECT pid FROM pg_stat_activity
 			WHERE datname = current_database() AND query LIKE 'LISTEN %' AND pid <> $1

@@ -302,6 +302,12 @@ func TestStandIn(t *testing.T) {
 		"http://LocalHost:12111":         true,
 		"http://[::1]:12111":             true,
 		"https://127.0.0.1:12112/prefix": true,
+		// Decided by parsing the address, not by a list of names.
+		"https://127.0.0.2:12112":            true,
+		"http://[::ffff:127.0.0.1]:12111":    true,
+		"http://[0:0:0:0:0:0:0:1]:12111":     true,
+		"http://localhost.evil.example:1211": false,
+		"http://[::ffff:10.0.0.7]:12111":     false,
 	} {
 		require.Equal(t, want, payment.StandIn(base), base)
 	}

@@ -1,5 +1,5 @@
 // Package ratelimit owns the API's rate limits and their counts, the
-// rate_limit_windows table. Three limits, each a Policy that a setting
+// rate_limit_windows and rate_limit_charges tables. Three limits, each a Policy that a setting
 // sets and 0 turns off (RATE_LIMITS=off turns all three off, for load
 // tools):
 //
@@ -10,7 +10,8 @@
 //     too, until the window ends;
 //   - charges per user ("charges"), against card testing: counted when a
 //     ride request is about to create its ride and charge it, never for a
-//     replay.
+//     replay, in a sliding window (charges.go), so that no window of its
+//     length, wherever it starts, holds more than the quota.
 //
 // A refusal is 429 rate_limited with Retry-After and the RateLimit and
 // RateLimit-Policy header fields of the IETF httpapi draft
@@ -19,20 +20,24 @@
 // # One count for every instance
 //
 // The counts live in Postgres, so every api instance (and the completer,
-// for charges) adds to the same one: a fixed window per subject, one
-// INSERT ... ON CONFLICT DO UPDATE ... RETURNING per sync, which starts a
-// new window once the last has ended. The table is UNLOGGED: a sync
-// writes no WAL and its transaction commits without waiting for a WAL
-// flush, so the one row all of a subject's requests update is locked for
-// the statement alone. A crash or a failover empties the table, which
-// loses only counts.
+// for charges) adds to the same one: one INSERT ... ON CONFLICT DO
+// UPDATE per sync. The edge's limits count in a fixed window per subject,
+// which starts a new one once the last has ended: a token or an address
+// can spend its quota at the end of one window and again at the start of
+// the next, which costs a flood nothing it could not do in two windows.
+// The charge cap slides instead, at the cost of eleven integers per user:
+// there, twice the cap at once is twice the cards tested. The tables are
+// UNLOGGED: a sync writes no WAL and its transaction commits without
+// waiting for a WAL flush, so the one row all of a subject's requests
+// update is locked for the statement alone. A crash or a failover empties
+// them, which loses only counts.
 //
 // No count costs a round trip of its own on a request that passes:
 //
 //   - a ride's charge is counted in the round trip of its first atomic
 //     phase, in a transaction of its own just ahead of the phase
-//     (ChargeGuard, idem.Guard); given the quota, it fails the table's
-//     CHECK (hits <= quota) when the cap is reached, which stops the phase
+//     (ChargeGuard, idem.Guard); it fails the table's CHECK (hits <=
+//     quota) when the cap is reached, which stops the phase
 //     and leaves the charge uncounted. Every charge is counted, exactly;
 //   - what a request's token count and its address's failures need of
 //     Postgres goes in the round trip that looks the token up (Queue);

@@ -123,19 +123,14 @@ func New(config *Config) (*Limiter, error) {
 // On reports whether l applies any limit at all.
 func (l *Limiter) On() bool { return l != nil && (l.token.On() || l.failedAuth.On()) }
 
-// hitSQL adds $5 hits to the count of subject ($2) under policy ($1), in
+// hitSQL adds $4 hits to the count of subject ($2) under policy ($1), in
 // the window that is running, or in a new one of $3 seconds if none is,
-// and answers the window's hits and the seconds until it ends. Given a
-// quota ($4), it fails past it instead, on the table's CHECK (hits <=
-// quota), and its transaction rolls back, the hits uncounted: how the
-// charge cap stops the phase sent after it (ChargeGuard). Without one
-// (NULL) it counts on, and the caller compares.
+// and answers the window's hits and the seconds until it ends.
 const hitSQL = `
-	INSERT INTO rate_limit_windows AS w (policy, subject, hits, quota, ends_at)
-	VALUES ($1, $2, $5, $4, now() + make_interval(secs => $3::int))
+	INSERT INTO rate_limit_windows AS w (policy, subject, hits, ends_at)
+	VALUES ($1, $2, $4, now() + make_interval(secs => $3::int))
 	ON CONFLICT (policy, subject) DO UPDATE
 	SET hits    = CASE WHEN w.ends_at > now() THEN w.hits + excluded.hits ELSE excluded.hits END,
-	    quota   = excluded.quota,
 	    ends_at = CASE WHEN w.ends_at > now() THEN w.ends_at ELSE excluded.ends_at END
 	RETURNING hits, ceil(extract(epoch FROM ends_at - now()))::int AS retry_after`
 
@@ -258,7 +253,7 @@ func (c *Check) Queue(b *pgx.Batch) {
 	}
 	l := c.l
 	if c.sent > 0 {
-		queueWindow(b, &c.tokenWindow, hitSQL, l.token.Name, c.tokenSubject, l.token.seconds(), nil, c.sent)
+		queueWindow(b, &c.tokenWindow, hitSQL, l.token.Name, c.tokenSubject, l.token.seconds(), c.sent)
 	}
 	if c.read {
 		queueWindow(b, &c.addWindow, readSQL, l.failedAuth.Name, c.address)
@@ -313,7 +308,7 @@ func (l *Limiter) Failed(ctx context.Context, addr netip.Addr) (*Exceeded, error
 		return nil, nil
 	}
 	subject := AddressSubject(addr)
-	rows, err := l.pool.Query(ctx, hitSQL, l.failedAuth.Name, subject, l.failedAuth.seconds(), nil, 1)
+	rows, err := l.pool.Query(ctx, hitSQL, l.failedAuth.Name, subject, l.failedAuth.seconds(), 1)
 	if err != nil {
 		return nil, fmt.Errorf("count failed authentication: %w", err)
 	}
@@ -370,7 +365,7 @@ func (e *Exceeded) Problem() *problem.Problem {
 		detail = fmt.Sprintf("Too many failed authentications from this address: %d are allowed every %d seconds, and then no request is authenticated from it until Retry-After seconds have passed. Nothing was done.",
 			p.Quota, p.seconds())
 	case ChargesPolicy:
-		detail = fmt.Sprintf("Too many charges for this user: %d rides are allowed every %d seconds. Nothing was done and nothing is stored on the key: retry with the same Idempotency-Key after Retry-After seconds.",
+		detail = fmt.Sprintf("Too many charges for this user: %d rides are allowed in any %d seconds. Nothing was done and nothing is stored on the key: retry with the same Idempotency-Key after Retry-After seconds.",
 			p.Quota, p.seconds())
 	default:
 		detail = fmt.Sprintf("Rate limit %s reached: %d are allowed every %d seconds. Nothing was done; retry after Retry-After seconds.",

@@ -257,17 +257,90 @@ func TestChargeGuard(t *testing.T) {
 	require.True(t, ratelimit.Refused(err), "%v", err)
 	refused := ratelimit.ChargeRefusal(ctx, pool, charges, 1)
 	require.Equal(t, charges, refused.Policy)
-	require.InDelta(t, 3600, refused.RetryAfter, 2)
+	require.GreaterOrEqual(t, refused.RetryAfter, 3599, "the oldest charge counts for a whole window")
+	require.LessOrEqual(t, refused.RetryAfter, 3960, "and a tenth of one more at most")
 	require.NoError(t, charge(2), "another user's charges are their own")
 
 	var hits int64
-	require.NoError(t, pool.QueryRow(ctx, `SELECT hits FROM rate_limit_windows WHERE policy = 'charges' AND subject = '1'`).Scan(&hits))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT hits FROM rate_limit_charges WHERE user_id = 1`).Scan(&hits))
 	require.Equal(t, int64(2), hits, "the refused charge rolled back with its transaction")
 
 	require.False(t, ratelimit.Refused(context.Canceled))
-	_, err = pool.Exec(ctx, `INSERT INTO rate_limit_windows (policy, subject, hits, quota, ends_at) VALUES ('x', 'y', 1, NULL, now())`)
-	require.NoError(t, err, "without a quota the caller compares")
-	require.Equal(t, 3600, ratelimit.ChargeRefusal(ctx, pool, charges, 99).RetryAfter, "no window to read: the whole window")
+	require.Equal(t, 3960, ratelimit.ChargeRefusal(ctx, pool, charges, 99).RetryAfter, "nothing to read: the longest a charge counts")
+}
+
+// TestChargeCapSlides straddles the end of the fixed window the cap used
+// to count in, which started at the user's first charge: a burst just
+// before it and another just after used to pass twice the quota in half
+// a second. Every charge is timed by Postgres's clock, which the cap
+// counts by, and no window of the cap's length holds more than the quota.
+func TestChargeCapSlides(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	const quota, window = 5, 4 * time.Second
+	charges := ratelimit.Policy{Name: "charges", Quota: quota, Window: window}
+	// charge counts a charge of user 1 in a transaction of its own, and
+	// returns when Postgres counted it, or false when the cap refused it.
+	charge := func() (time.Time, bool) {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		sql, args := ratelimit.ChargeGuard(charges, 1)
+		if _, err := tx.Exec(ctx, sql, args...); ratelimit.Refused(err) {
+			return time.Time{}, false
+		} else {
+			require.NoError(t, err)
+		}
+		var at time.Time
+		require.NoError(t, tx.QueryRow(ctx, `SELECT now()`).Scan(&at))
+		require.NoError(t, tx.Commit(ctx))
+		return at, true
+	}
+	// burst tries quota charges once Postgres's clock reaches from.
+	var counted []time.Time
+	burst := func(from time.Time) {
+		t.Helper()
+		for {
+			var now time.Time
+			require.NoError(t, pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
+			if !now.Before(from) {
+				break
+			}
+			time.Sleep(now.Sub(from) / -2)
+		}
+		for range quota {
+			if at, ok := charge(); ok {
+				counted = append(counted, at)
+			}
+		}
+	}
+
+	first, ok := charge()
+	require.True(t, ok)
+	counted = append(counted, first)
+	// The fixed window would have ended at first+window.
+	burst(first.Add(window - 400*time.Millisecond))
+	burst(first.Add(window + 100*time.Millisecond))
+	for _, end := range counted {
+		in := 0
+		for _, at := range counted {
+			if !at.Before(end.Add(-window)) && !at.After(end) {
+				in++
+			}
+		}
+		require.LessOrEqual(t, in, quota, "charges in the %s up to %s, of %v", window, end, counted)
+	}
+
+	// Refused until the oldest charge leaves the window, then not.
+	_, ok = charge()
+	require.False(t, ok)
+	wait := ratelimit.ChargeRefusal(ctx, pool, charges, 1).RetryAfter
+	require.LessOrEqual(t, wait, 5, "a window and a tenth at most")
+	time.Sleep(time.Duration(wait) * time.Second)
+	_, ok = charge()
+	require.True(t, ok, "after Retry-After")
 }
 
 // TestExceededProblem pins a refusal's answer to the IETF httpapi draft's
@@ -286,7 +359,7 @@ func TestExceededProblem(t *testing.T) {
 		{ratelimit.Policy{Name: "failed_auth", Quota: 50, Window: 5 * time.Minute}, `"failed_auth";q=50;w=300`, `"failed_auth";r=0;t=12`,
 			"Too many failed authentications from this address: 50 are allowed every 300 seconds"},
 		{ratelimit.Policy{Name: "charges", Quota: 10, Window: time.Hour}, `"charges";q=10;w=3600`, `"charges";r=0;t=12`,
-			"Too many charges for this user: 10 rides are allowed every 3600 seconds. Nothing was done and nothing is stored on the key"},
+			"Too many charges for this user: 10 rides are allowed in any 3600 seconds. Nothing was done and nothing is stored on the key"},
 	} {
 		p := (&ratelimit.Exceeded{Policy: tc.policy, RetryAfter: 12}).Problem()
 		require.Equal(t, http.StatusTooManyRequests, p.Status)

@@ -37,11 +37,11 @@ var Variables = config.Declare(
 	config.Setting{Name: "RATE_LIMIT_AUTH_FAILURES_WINDOW", Type: config.TypeDuration, Min: MinWindow,
 		Help: "the window RATE_LIMIT_AUTH_FAILURES counts in, in whole seconds, at least 1s: the RateLimit header fields count in seconds"},
 	config.Setting{Name: "RATE_LIMIT_CHARGES", Type: config.TypeInt, Unit: "charges", Zero: "no limit on a user's charges",
-		Help:     "rides, each a charge whether or not the card is declined, one user may request per RATE_LIMIT_CHARGES_WINDOW, counted across every api instance and the completer; one more is refused 429 rate_limited (policy \"charges\") before its ride or charge exists, and nothing is stored on its key, so the same key succeeds once the window has passed. Against card testing, which needs many charges: a rider takes a few rides a day, and 10 an hour leaves room for several booked at once. A replay of a finished key is never counted or refused",
+		Help:     "rides, each a charge whether or not the card is declined, one user may request in any RATE_LIMIT_CHARGES_WINDOW, counted across every api instance and the completer; one more is refused 429 rate_limited (policy \"charges\") before its ride or charge exists, and nothing is stored on its key, so the same key succeeds once the user's oldest counted charge has left the window (Retry-After). Against card testing, which needs many charges: a rider takes a few rides a day, and 10 an hour leaves room for several booked at once. A replay of a finished key is never counted or refused",
 		Trades:   "higher lets a stolen token or a card tester make more charges before anything stops it; lower refuses a busy rider's rides (429, retried after the window)",
 		Failures: "Abuse: rate limits (card testing)"},
 	config.Setting{Name: "RATE_LIMIT_CHARGES_WINDOW", Type: config.TypeDuration, Min: MinWindow,
-		Help: "the window RATE_LIMIT_CHARGES counts in, in whole seconds, at least 1s: the RateLimit header fields count in seconds"},
+		Help: "the window RATE_LIMIT_CHARGES counts in, in whole seconds, at least 1s: the RateLimit header fields count in seconds. It slides: a charge counts for one window after it and at most a tenth of one more, so no window of this length, wherever it starts, holds more than RATE_LIMIT_CHARGES"},
 )
 
 // EdgeFromEnv reads the limits the api applies to every request before it

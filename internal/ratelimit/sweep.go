@@ -15,19 +15,23 @@ import (
 // ended.
 const SweepInterval = time.Minute
 
-// sweepSQL deletes the windows that have ended. A subject that comes
-// back starts a new one, as it would on the row; what the sweep keeps
-// from growing is the rows of subjects that never come back (an unknown
-// token, an address seen once).
-const sweepSQL = `DELETE FROM rate_limit_windows WHERE ends_at <= now()`
+// sweepSQL deletes the windows that have ended, and the charge cap's
+// rows whose every charge has left its window. A subject that comes back
+// starts again, as it would on the row; what the sweep keeps from growing
+// is the rows of subjects that never come back (an unknown token, an
+// address seen once).
+const sweepSQL = `
+	WITH windows AS (DELETE FROM rate_limit_windows WHERE ends_at <= now() RETURNING 1),
+	     charges AS (DELETE FROM rate_limit_charges WHERE ends_at <= now() RETURNING 1)
+	SELECT (SELECT count(*) FROM windows) + (SELECT count(*) FROM charges)`
 
 // Sweep deletes the windows that have ended, and reports how many.
 func Sweep(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	tag, err := pool.Exec(ctx, sweepSQL)
-	if err != nil {
+	var n int64
+	if err := pool.QueryRow(ctx, sweepSQL).Scan(&n); err != nil {
 		return 0, fmt.Errorf("sweep rate limit windows: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // Sweeper is a loop that sweeps pool's ended windows every SweepInterval

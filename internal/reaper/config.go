@@ -16,7 +16,7 @@ import (
 
 // Reaper defaults.
 const (
-	DefaultMaxAge    = 72 * time.Hour
+	DefaultMaxAge    = idem.DefaultKeyLifetime
 	DefaultBatchSize = 200
 	// DefaultRetainReaped is how long after a key was first used its
 	// record refuses late retries: long past any client's retries, and

@@ -266,7 +266,7 @@ func TestReaper(t *testing.T) {
 			var n int
 			err := b.Pool.QueryRow(context.Background(), `SELECT count(*) FROM idempotency_keys`).Scan(&n)
 			return err == nil && n == 0
-		}, 10*time.Second, 20*time.Millisecond)
+		}, time.Minute, 20*time.Millisecond)
 
 		cancel()
 		select {

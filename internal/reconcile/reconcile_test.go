@@ -482,7 +482,7 @@ func TestReconcile(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx) }()
 		require.Eventually(t, func() bool { return strings.Count(logs.String(), "Reconciled charges with rides") >= 2 },
-			10*time.Second, 10*time.Millisecond, "two runs: %s", logs)
+			time.Minute, 10*time.Millisecond, "two runs: %s", logs)
 		cancel()
 		require.NoError(t, <-done)
 

@@ -24,7 +24,9 @@ import (
 // longer dedupes.
 type Settings struct {
 	Stripe payment.Config // see payment.ConfigFromEnv
-	// IDEMPOTENCY_LOCK_TIMEOUT, default idem.DefaultLockTimeout.
+	// IDEMPOTENCY_LOCK_TIMEOUT, default idem.DefaultLockTimeout; refused
+	// at or above REAPER_MAX_AGE (idem.LockTimeoutFromEnv), and so is a
+	// STRIPE_TIMEOUT at or above it (payment.RefuseTimeoutPastLock).
 	LockTimeout time.Duration
 	// STRIPE_KEY_RETENTION, default DefaultStripeKeyRetention; 0 is
 	// refused.
@@ -52,7 +54,7 @@ type Settings struct {
 func SettingsFromEnv(env *config.Env) Settings {
 	s := Settings{
 		Stripe:             payment.ConfigFromEnv(env),
-		LockTimeout:        env.Duration("IDEMPOTENCY_LOCK_TIMEOUT", idem.DefaultLockTimeout),
+		LockTimeout:        idem.LockTimeoutFromEnv(env),
 		Plain:              idem.PlainFromEnv(env),
 		StripeKeyRetention: env.Duration("STRIPE_KEY_RETENTION", DefaultStripeKeyRetention),
 		MaxChargeAttempts:  env.Int("MAX_CHARGE_ATTEMPTS", DefaultMaxChargeAttempts),
@@ -61,6 +63,7 @@ func SettingsFromEnv(env *config.Env) Settings {
 		Charges:               ratelimit.ChargesFromEnv(env),
 	}
 	refuseDoubleCharge(env, s)
+	payment.RefuseTimeoutPastLock(env, s.Stripe, s.LockTimeout)
 	return s
 }
 

@@ -148,6 +148,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 			// The failure the request asked for: a retry asks for it
 			// again and fails the same way, so the answer tells the
 			// client not to retry (the completer finishes the request).
+			p = problem.New(http.StatusInternalServerError, "internal_error",
+				"This request asked to fail (raise_error=true), and did. Do not retry it: the same request fails the same way. "+
+					"The completer finishes the ride in the background; follow it with GET /rides/{id}.")
 			p.Final = true
 		}
 		if res.RideID != 0 {
@@ -437,7 +440,10 @@ func (h *Handler) errorProblem(ctx context.Context, err error) *problem.Problem 
 	case errors.Is(err, idem.ErrContention):
 		return problem.New(http.StatusServiceUnavailable, "database_contention",
 			"The request conflicted with concurrent work. Retry with the same Idempotency-Key.").WithRetryAfter(1)
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+	case (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && ctx.Err() != nil:
+		// The request's own context ended. A deadline of the server's own
+		// (a claim or a phase the database never answered) is a fault on
+		// our side, below.
 		h.logger.WarnContext(ctx, "Ride request abandoned by its client; key left resumable", slog.Any("error", err))
 		return problem.New(http.StatusServiceUnavailable, "request_cancelled",
 			"The request was cancelled. Retry with the same Idempotency-Key.").WithRetryAfter(1)

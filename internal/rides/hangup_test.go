@@ -56,9 +56,9 @@ func TestClientHangUp(t *testing.T) {
 	}
 
 	// Each retry may briefly meet the abandoned request still running
-	// (409 with Retry-After: 1); it must get through well before the
-	// lock timeout would free a key nobody released.
-	deadline := time.Now().Add(20 * time.Second)
+	// (409 with Retry-After: 1); it must get through before the lock
+	// timeout (90 s) would free a key nobody released.
+	deadline := time.Now().Add(60 * time.Second)
 	var wg sync.WaitGroup
 	for _, key := range keys {
 		wg.Go(func() {

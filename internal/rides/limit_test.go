@@ -75,7 +75,7 @@ func TestChargeCap(t *testing.T) {
 				}
 				var hits int64
 				require.NoError(t, b.Pool.QueryRow(context.Background(),
-					`SELECT hits FROM rate_limit_windows WHERE policy = 'charges' AND subject = $1::bigint::text`, b.User.ID).Scan(&hits))
+					`SELECT hits FROM rate_limit_charges WHERE user_id = $1`, b.User.ID).Scan(&hits))
 				require.Equal(t, int64(1), hits, "one charge counted, however often it was replayed")
 			})
 

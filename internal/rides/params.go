@@ -62,6 +62,9 @@ type ParamError struct {
 	Params []InvalidParam
 	// Unlisted counts the rejected parameters past Params.
 	Unlisted int
+	// Hint says what the client most likely meant to do, when that is
+	// clear from the body (jsonSentAsForm). Empty otherwise.
+	Hint string
 }
 
 // InvalidParam is one rejected parameter and why.
@@ -74,14 +77,37 @@ type InvalidParam struct {
 // and reasons are in Params (a problem's invalid_params), once.
 func (e *ParamError) Error() string {
 	total := len(e.Params) + e.Unlisted
+	var msg string
 	switch {
 	case total == 1:
-		return "1 parameter is invalid; invalid_params says which and why"
+		msg = "1 parameter is invalid; invalid_params says which and why"
 	case e.Unlisted == 0:
-		return fmt.Sprintf("%d parameters are invalid; invalid_params says which and why", total)
+		msg = fmt.Sprintf("%d parameters are invalid; invalid_params says which and why", total)
+	default:
+		msg = fmt.Sprintf("%d parameters are invalid; invalid_params lists the first %d, and %d more",
+			total, len(e.Params), e.Unlisted)
 	}
-	return fmt.Sprintf("%d parameters are invalid; invalid_params lists the first %d, and %d more",
-		total, len(e.Params), e.Unlisted)
+	if e.Hint != "" {
+		msg += ". " + e.Hint
+	}
+	return msg
+}
+
+// jsonSentAsForm is the hint for a form body whose one parameter name is
+// a JSON object: JSON sent without its Content-Type, as curl -d sends it.
+const jsonSentAsForm = "The body looks like JSON sent as a form " +
+	"(Content-Type: application/x-www-form-urlencoded, curl -d's default): set Content-Type: application/json"
+
+// looksLikeJSON reports whether raw is a form that parsed as one name,
+// without a value, that begins like a JSON object.
+func (raw rawParams) looksLikeJSON() bool {
+	if len(raw) != 1 {
+		return false
+	}
+	for name, v := range raw {
+		return v.text == "" && strings.HasPrefix(strings.TrimSpace(name), "{")
+	}
+	return false
 }
 
 // SimulateErrorParam asks the API to fail on purpose after the ride is
@@ -153,7 +179,7 @@ func decodeJSON(data []byte) (rawParams, error) {
 	dec.UseNumber()
 	tok, err := dec.Token()
 	if err != nil {
-		return nil, &MalformedError{Err: fmt.Errorf("json: %w", err)}
+		return nil, malformedJSON(data, dec, "", err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return nil, &MalformedError{Err: errors.New("json: body must be an object")}
@@ -162,12 +188,12 @@ func decodeJSON(data []byte) (rawParams, error) {
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, &MalformedError{Err: fmt.Errorf("json: %w", err)}
+			return nil, malformedJSON(data, dec, "", err)
 		}
 		name := tok.(string) // object keys are always strings
 		var value json.RawMessage
 		if err := dec.Decode(&value); err != nil {
-			return nil, &MalformedError{Err: fmt.Errorf("json: value of %q: %w", problem.Clip(name), err)}
+			return nil, malformedJSON(data, dec, fmt.Sprintf("value of %q: ", problem.Clip(name)), err)
 		}
 		_, seen := raw[name]
 		v := rawValue{text: string(value), repeated: seen}
@@ -179,15 +205,43 @@ func decodeJSON(data []byte) (rawParams, error) {
 		raw[name] = v
 	}
 	if _, err := dec.Token(); err != nil {
-		return nil, &MalformedError{Err: fmt.Errorf("json: %w", err)}
+		return nil, malformedJSON(data, dec, "", err)
 	}
 	if dec.More() {
-		return nil, &MalformedError{Err: errors.New("json: unexpected data after the object")}
+		return nil, &MalformedError{Err: fmt.Errorf("json: unexpected data after the object at %s", position(data, dec.InputOffset()))}
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, &MalformedError{Err: errors.New("json: unexpected data after the object")}
+		return nil, &MalformedError{Err: fmt.Errorf("json: unexpected data after the object at %s", position(data, dec.InputOffset()))}
 	}
 	return raw, nil
+}
+
+// malformedJSON says what is wrong with data, which dec failed to read
+// with err, and where: encoding/json alone says "EOF", or "invalid
+// character" without a place.
+func malformedJSON(data []byte, dec *json.Decoder, what string, err error) *MalformedError {
+	var syntax *json.SyntaxError
+	switch {
+	case len(bytes.TrimSpace(data)) == 0:
+		return &MalformedError{Err: errors.New("json: the body is empty; send a JSON object")}
+	case errors.As(err, &syntax):
+		// Offset counts the bytes read, the offending one included.
+		return &MalformedError{Err: fmt.Errorf("json: %s%s at %s", what, syntax.Error(), position(data, max(syntax.Offset-1, 0)))}
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return &MalformedError{Err: fmt.Errorf("json: %sthe body ends before the object does, at %s", what, position(data, int64(len(data))))}
+	}
+	return &MalformedError{Err: fmt.Errorf("json: %s%w at %s", what, err, position(data, dec.InputOffset()))}
+}
+
+// position is where byte offset falls in data, as a person finds it in an
+// editor and a program in the bytes: "line 2, column 14 (byte 30)", each
+// counted from 1.
+func position(data []byte, offset int64) string {
+	offset = min(offset, int64(len(data)))
+	before := data[:offset]
+	line := bytes.Count(before, []byte("\n")) + 1
+	column := len(before) - (bytes.LastIndexByte(before, '\n') + 1) + 1
+	return fmt.Sprintf("line %d, column %d (byte %d)", line, column, offset+1)
 }
 
 // parseParams validates raw parameters. It reports every problem at once,
@@ -253,7 +307,11 @@ func parseParams(raw rawParams, allowSimulated bool) (p Params, raiseError bool,
 		invalid = append(invalid, InvalidParam{problem.Clip(name), "is not a known parameter"})
 	}
 	if total > 0 {
-		return Params{}, false, &ParamError{Params: invalid, Unlisted: total - len(invalid)}
+		perr := &ParamError{Params: invalid, Unlisted: total - len(invalid)}
+		if raw.looksLikeJSON() {
+			perr.Hint = jsonSentAsForm
+		}
+		return Params{}, false, perr
 	}
 	return p, raiseError, nil
 }

@@ -693,6 +693,37 @@ func TestReadRidesFailure(t *testing.T) {
 	}
 }
 
+// TestBadInputSaysWhatToDo: a body the api cannot use gets an answer that
+// says where it went wrong and how to fix it.
+func TestBadInputSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	b := apitest.New(t, apitest.Options{})
+
+	for _, tc := range []struct {
+		name, contentType, body string
+		wantStatus              int
+		wantDetail              string
+	}{
+		{"TruncatedJSON", "application/json", `{"origin_lat": 1,`, 400,
+			"malformed request body: json: the body ends before the object does, at line 1, column 18 (byte 18)"},
+		{"JSONSyntaxOnSecondLine", "application/json", "{\"origin_lat\": 1,\n \"origin_lon\": 2x}", 400,
+			`malformed request body: json: invalid character 'x' after object key:value pair at line 2, column 16 (byte 34)`},
+		{"EmptyJSON", "application/json", "  ", 400,
+			"malformed request body: json: the body is empty; send a JSON object"},
+		{"JSONSentAsForm", formType, `{"origin_lat":37.7,"origin_lon":-122.4,"target_lat":37.8,"target_lon":-122.2}`, 422,
+			"5 parameters are invalid; invalid_params says which and why. The body looks like JSON sent as a form " +
+				"(Content-Type: application/x-www-form-urlencoded, curl -d's default): set Content-Type: application/json"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			resp := b.Do(t, http.MethodPost, "/rides", tc.body,
+				"Authorization", "Bearer "+b.Token, "Idempotency-Key", apitest.NewKey(), "Content-Type", tc.contentType)
+			require.Equal(t, tc.wantStatus, resp.Status, "%s", resp.Body)
+			require.Equal(t, tc.wantDetail, resp.JSON(t)["detail"])
+		})
+	}
+}
+
 func TestSimulatedErrors(t *testing.T) {
 	t.Parallel()
 	b := apitest.New(t, apitest.Options{SimulatedErrors: true})
@@ -704,6 +735,10 @@ func TestSimulatedErrors(t *testing.T) {
 	// A retry would ask for the failure again: the server says so,
 	// although a 500 is retried otherwise.
 	require.Equal(t, "false", failed.Header.Get(problem.ShouldRetryHeader))
+	// and its detail says the same, not the 500's usual "retry".
+	detail := failed.JSON(t)["detail"].(string)
+	require.Contains(t, detail, "Do not retry it")
+	require.NotContains(t, detail, "Retry with")
 
 	repeated := b.PostRide(t, apitest.NewKey(), apitest.DefaultParams+"&raise_error=true&raise_error=false")
 	require.Equal(t, http.StatusUnprocessableEntity, repeated.Status, "%s", repeated.Body)

@@ -34,7 +34,7 @@ const MaxStripeKeyRetention = 24 * time.Hour
 func refuseDoubleCharge(env *config.Env, s Settings) {
 	if s.StripeKeyRetention > MaxStripeKeyRetention && !payment.StandIn(s.Stripe.BaseURL) {
 		env.Refuse("STRIPE_KEY_RETENTION", fmt.Sprintf(
-			"above Stripe's %s, a retry past Stripe's memory charges the customer again; only a stand-in for Stripe may keep keys longer (STRIPE_API_BASE on localhost, 127.0.0.1 or ::1)",
+			"above Stripe's %s, a retry past Stripe's memory charges the customer again; only a stand-in for Stripe may keep keys longer (STRIPE_API_BASE on a loopback address: 127.0.0.0/8, ::1 or localhost)",
 			config.FormatDuration(MaxStripeKeyRetention)))
 	}
 }

@@ -87,17 +87,26 @@ func ByEmail(ctx context.Context, q Querier, email string) (User, error) {
 }
 
 // Upsert creates the user with email or updates its Stripe customer and
-// token. Writing the same values again changes nothing.
+// token, and returns the user. Writing the same values again changes
+// nothing: the update's WHERE skips the row, which then comes from the
+// statement's snapshot instead of RETURNING (a second make dev, whose Stripe
+// fake kept the customers, seeds exactly that).
 func Upsert(ctx context.Context, q Querier, email, stripeCustomerID, token string) (User, error) {
 	return one(ctx, q, "upsert "+email, `
-		INSERT INTO users (email, stripe_customer_id, api_token_hash)
-		VALUES ($1, $2, $3)
-		ON CONFLICT (email) DO UPDATE
-		SET stripe_customer_id = excluded.stripe_customer_id,
-		    api_token_hash     = excluded.api_token_hash
-		WHERE (users.stripe_customer_id, users.api_token_hash)
-		      IS DISTINCT FROM (excluded.stripe_customer_id, excluded.api_token_hash)
-		RETURNING id, email, stripe_customer_id`,
+		WITH upserted AS (
+			INSERT INTO users (email, stripe_customer_id, api_token_hash)
+			VALUES ($1, $2, $3)
+			ON CONFLICT (email) DO UPDATE
+			SET stripe_customer_id = excluded.stripe_customer_id,
+			    api_token_hash     = excluded.api_token_hash
+			WHERE (users.stripe_customer_id, users.api_token_hash)
+			      IS DISTINCT FROM (excluded.stripe_customer_id, excluded.api_token_hash)
+			RETURNING id, email, stripe_customer_id
+		)
+		SELECT id, email, stripe_customer_id FROM upserted
+		UNION ALL
+		SELECT id, email, stripe_customer_id FROM users
+		WHERE email = $1 AND NOT EXISTS (SELECT FROM upserted)`,
 		email, stripeCustomerID, HashToken(token))
 }
 

@@ -193,13 +193,22 @@ CREATE SEQUENCE public.operators_id_seq
 
 ALTER SEQUENCE public.operators_id_seq OWNED BY public.operators.id;
 
+CREATE UNLOGGED TABLE public.rate_limit_charges (
+    user_id bigint NOT NULL,
+    slot bigint NOT NULL,
+    counts integer[] NOT NULL,
+    hits bigint NOT NULL,
+    quota bigint NOT NULL,
+    ends_at timestamp with time zone NOT NULL,
+    CONSTRAINT rate_limit_charges_check CHECK ((hits <= quota)),
+    CONSTRAINT rate_limit_charges_counts_check CHECK (((cardinality(counts) >= 1) AND (cardinality(counts) <= 11)))
+);
+
 CREATE UNLOGGED TABLE public.rate_limit_windows (
     policy text NOT NULL,
     subject text NOT NULL,
     hits bigint NOT NULL,
-    quota bigint,
-    ends_at timestamp with time zone NOT NULL,
-    CONSTRAINT rate_limit_windows_check CHECK ((hits <= quota))
+    ends_at timestamp with time zone NOT NULL
 );
 
 CREATE TABLE public.reaped_keys (
@@ -353,6 +362,9 @@ ALTER TABLE ONLY public.operators
 
 ALTER TABLE ONLY public.operators
     ADD CONSTRAINT operators_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.rate_limit_charges
+    ADD CONSTRAINT rate_limit_charges_pkey PRIMARY KEY (user_id);
 
 ALTER TABLE ONLY public.rate_limit_windows
     ADD CONSTRAINT rate_limit_windows_pkey PRIMARY KEY (policy, subject);

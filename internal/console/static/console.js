@@ -17,7 +17,8 @@ if (document.body.dataset.refresh) {
       if (v == null) return;
       el.textContent = typeof v === "number" && el.dataset.field === "rides_per_second" ? v.toFixed(1) : String(v);
     });
-    live.textContent = "live · " + new Date(o.at).toLocaleTimeString();
+    // UTC, as every time the server renders: not the browser's zone.
+    live.textContent = "live · " + new Date(o.at).toISOString().slice(11, 19) + " UTC";
     live.className = "live";
   });
   source.onerror = function () { live.textContent = "reconnecting…"; live.className = "muted"; };

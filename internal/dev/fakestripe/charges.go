@@ -263,6 +263,7 @@ func (s *Server) executeCharge(r *http.Request, params chargeParams) response {
 	}
 	s.charges = append(s.charges, charge)
 	s.chargesByID[charge.ID] = charge
+	s.recordLocked(chargeEntry(charge))
 	s.mu.Unlock()
 
 	if charge.Status == ChargeStatusFailed {
@@ -343,6 +344,7 @@ func (s *Server) updateCharge(r *http.Request) response {
 			s.charges[i] = &updated
 		}
 	}
+	s.recordLocked(chargeEntry(&updated))
 	return succeeded(http.StatusOK, updated.resource(nil))
 }
 

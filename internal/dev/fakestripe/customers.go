@@ -209,6 +209,7 @@ func (s *Server) createCustomer(r *http.Request) response {
 	}
 	s.customers = append(s.customers, customer)
 	s.customersBy[customer.ID] = customer
+	s.recordLocked(customerEntry(customer))
 	s.mu.Unlock()
 
 	return succeeded(http.StatusOK, customer.resource(parseExpand(form)["default_source"]))

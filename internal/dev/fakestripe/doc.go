@@ -1,6 +1,8 @@
-// Package fakestripe is a local, in-memory stand-in for the part of Stripe's
-// HTTP API that Rocket Rides uses: customers and charges, spoken in Stripe's
-// own wire format so that the real stripe-go client talks to it unchanged.
+// Package fakestripe is a local stand-in for the part of Stripe's HTTP API
+// that Rocket Rides uses: customers and charges, spoken in Stripe's own wire
+// format so that the real stripe-go client talks to it unchanged. Its
+// account lives in memory, and in a file too when Config.StatePath names
+// one (journal.go), so that it survives a restart as the rides do.
 //
 // It exists so that the foreign state mutation at the centre of the
 // idempotency-keys design, the charge, can be exercised end to end without a

@@ -209,6 +209,7 @@ func (s *Server) settleKey(scope idempotencyScope, resp response, requestID stri
 	record := s.idempotency[scope]
 	record.finished = true
 	record.result = storedResult{status: resp.status, body: resp.body, requestID: requestID}
+	s.recordLocked(keyEntry(scope, record))
 }
 
 func (s *Server) expired(record *idempotencyRecord, now time.Time) bool {

@@ -188,9 +188,10 @@ func TestIdempotency(t *testing.T) {
 	t.Run("ConcurrentRequestsWithSameKeyChargeOnce", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t, &fakestripe.Config{})
-		// Hold the first request in execution long enough for the others
-		// to arrive while it is still running.
-		bundle.fake.server.SetFaults(fakestripe.Faults{Latency: 300 * time.Millisecond})
+		// Hold the first request in execution while the others arrive.
+		// They are refused at once, from the key's lock; the hold is
+		// what a loaded machine may need to send them, many times over.
+		bundle.fake.server.SetFaults(fakestripe.Faults{Latency: 5 * time.Second})
 
 		const n = 8
 		var (

@@ -35,6 +35,12 @@ type Config struct {
 	// Nil means time.Now. Server.Advance moves whichever clock this is
 	// forward, so tests can also leave it nil.
 	Now func() time.Time
+
+	// StatePath is a file that keeps the account (customers, charges and
+	// stored idempotent results) across restarts: it is read by New and
+	// appended to as the account changes. Empty keeps it in memory only,
+	// gone when the Server is. Faults and Stats are never kept.
+	StatePath string
 }
 
 // Server is the fake's in-memory Stripe account and its HTTP API. It is an
@@ -58,6 +64,7 @@ type Server struct {
 	customersBy map[string]*Customer
 	faults      Faults
 	idempotency map[idempotencyScope]*idempotencyRecord
+	journal     *journal // nil without Config.StatePath
 	lastSweep   time.Time
 	stats       Stats
 }
@@ -69,7 +76,8 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// New returns a Server with no customers, no charges and no faults.
+// New returns a Server with no faults, and with no customers and no
+// charges but those kept at Config.StatePath. Close it when it has one.
 func New(config *Config) (*Server, error) {
 	if config == nil {
 		config = &Config{}
@@ -87,6 +95,12 @@ func New(config *Config) (*Server, error) {
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if config.StatePath != "" {
+		var err error
+		if s.journal, err = openJournal(config.StatePath, s); err != nil {
+			return nil, err
+		}
 	}
 	s.handler = s.routes()
 	return s, nil

@@ -710,6 +710,8 @@ func (n *HANode) config() map[string]any {
 						"fsync":                       "on",
 						"synchronous_commit":          "on",
 						"log_checkpoints":             "off",
+						// See server.go: a silent session's transaction ends.
+						"idle_in_transaction_session_timeout": "15s",
 					},
 				},
 			},

@@ -153,6 +153,9 @@ func (p *Pooler) Start(ctx context.Context) error {
 	}
 }
 
+// Running reports whether pgbouncer runs.
+func (p *Pooler) Running() bool { return p.pid() != 0 }
+
 // Stop stops pgbouncer at once (SIGTERM: every client disconnected).
 // Stopping a pooler that is not running is not an error.
 func (p *Pooler) Stop(ctx context.Context) error {

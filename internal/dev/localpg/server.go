@@ -231,6 +231,11 @@ fsync = on
 # Every DROP DATABASE (one per test) forces a checkpoint; logging each
 # would bury what the log is read for.
 log_checkpoints = off
+# A session gone silent inside a transaction (a half-open link, a COMMIT
+# whose answer never came back) would hold its key's row lock until TCP
+# keepalive noticed, two hours by default. An atomic phase is a few
+# statements under a 10s deadline; past 15s idle, it is ended.
+idle_in_transaction_session_timeout = '15s'
 `, c.Port, socketDir, quoteConf(c.sharedBuffers))
 	path := filepath.Join(c.DataDir, configFile)
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {

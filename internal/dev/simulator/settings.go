@@ -16,6 +16,8 @@ var Variables = config.Declare(
 		Help: "how long one HTTP attempt may take (-timeout)"},
 	config.Setting{Name: "SIMULATOR_MAX_ATTEMPTS", Type: config.TypeInt, Unit: "attempts",
 		Help: "attempts per ride, the first included (-attempts)"},
+	config.Setting{Name: "SIMULATOR_JOURNAL", Type: config.TypeString,
+		Help: "the file each ride is written down in before its first try, resumed when the simulator starts again (-journal); unset: no journal (make dev sets .data/simulator/rides-journal)"},
 	config.Setting{Name: "SIMULATOR_MAX_BACKOFF", Type: config.TypeDuration,
 		Help: "the longest wait between two attempts of a ride; an answer asking for a longer one (Retry-After) ends the ride's retries (-max-backoff)"},
 )

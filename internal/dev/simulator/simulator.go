@@ -20,6 +20,11 @@
 // alone and the completer finishes the ride, as it does for a client that
 // went away. A ride whose retries run out is left to the completer the
 // same way.
+//
+// With a journal (Config.Journal, a file under .data/ in make dev), each
+// ride is written down before its first try and crossed out on a final
+// answer, as an app's would be: a simulator killed mid-ride resumes the
+// ride, with its key and bytes, when it starts again, before any new one.
 package simulator
 
 import (
@@ -78,6 +83,11 @@ type Config struct {
 	NewKey func() string
 	// Out receives one line per attempt; nil discards them.
 	Out io.Writer
+	// Journal is where each ride is written down before its first try
+	// and crossed out on a final answer; Run resumes what it holds
+	// before it sends a new ride. Nil: a ride killed with the simulator
+	// is left to the completer.
+	Journal client.Journal
 }
 
 func (c *Config) validate() error {
@@ -232,6 +242,8 @@ type Outcome struct {
 	Key        string
 	Attempt    int
 	RaiseError bool
+	// Resumed is set for a ride an earlier run left in the journal.
+	Resumed bool
 	// Status is the HTTP status; zero when no response arrived (Err).
 	Status int
 	// RideID and ChargeID are read from a 2xx ride.
@@ -265,6 +277,9 @@ func (o Outcome) Simulated() bool {
 func (o Outcome) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "key=%s attempt=%d", o.Key, o.Attempt)
+	if o.Resumed {
+		b.WriteString(" resumed=true")
+	}
 	if o.Err != nil {
 		fmt.Fprintf(&b, " error=%s", strconv.Quote(o.Err.Error()))
 	} else {
@@ -304,6 +319,26 @@ func (s *Simulator) Send(ctx context.Context) Outcome {
 // SendRide sends r, retrying it by the retry policy, and returns the last
 // attempt's outcome. Every attempt is written to Config.Out.
 func (s *Simulator) SendRide(ctx context.Context, r Ride) Outcome {
+	return s.send(r, false, func(c *client.Client) error {
+		_, err := c.CreateRide(ctx, r.params())
+		return err
+	})
+}
+
+// resume sends again a ride an earlier run wrote down in the journal,
+// with its key and bytes.
+func (s *Simulator) resume(ctx context.Context, p client.PendingRide) Outcome {
+	form, _ := url.ParseQuery(p.Body) // the simulator's own form; a field it cannot read is only not shown
+	r := Ride{Key: p.IdempotencyKey, RaiseError: form.Get(simulateErrorParam) == "true"}
+	return s.send(r, true, func(c *client.Client) error {
+		_, err := c.ResumeRide(ctx, p)
+		return err
+	})
+}
+
+// send has the client package send ride r (create or resume), reporting
+// every attempt, and returns the last attempt's outcome.
+func (s *Simulator) send(r Ride, resumed bool, create func(*client.Client) error) Outcome {
 	var last Outcome
 	p := s.cfg.Retry
 	c, err := client.New(&client.Config{
@@ -313,18 +348,25 @@ func (s *Simulator) SendRide(ctx context.Context, r Ride) Outcome {
 		MaxDelay:    cmp.Or(p.MaxDelay, DefaultMaxDelay),
 		Jitter:      p.Jitter, Sleep: p.Sleep,
 		UserAgent: "rocketrides-simulator",
+		Journal:   s.cfg.Journal,
 		OnAttempt: func(a client.Attempt) {
 			last = outcome(r, a)
+			last.Resumed = resumed
 			s.report(last)
 		},
 	})
-	if err != nil {
-		// New validated the same URL and token already.
-		last = Outcome{Key: r.Key, RaiseError: r.RaiseError, Attempt: 1, Err: err, Result: GaveUp}
+	if err == nil {
+		// Every attempt's outcome is in last: an error matters here
+		// only when no attempt was made.
+		err = create(c)
+	}
+	if last.Attempt == 0 {
+		// New validated the same URL and token already: the journal
+		// refused the ride, or it was too old to resume.
+		last = Outcome{Key: r.Key, RaiseError: r.RaiseError, Resumed: resumed, Attempt: 1, Err: err, Result: GaveUp}
 		s.report(last)
 		return last
 	}
-	_, _ = c.CreateRide(ctx, r.params()) // every attempt's outcome is in last
 	if last.Result == Retrying {
 		// Stopping between two attempts: the key is left as it is, for
 		// the completer.
@@ -366,10 +408,13 @@ func outcome(r Ride, a client.Attempt) Outcome {
 	return o
 }
 
-func (s *Simulator) report(o Outcome) {
+func (s *Simulator) report(o Outcome) { s.say("%s", o) }
+
+// say writes one line to Config.Out.
+func (s *Simulator) say(format string, args ...any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, _ = fmt.Fprintln(s.cfg.Out, o)
+	_, _ = fmt.Fprintf(s.cfg.Out, format+"\n", args...)
 }
 
 // maxBody bounds how much of a /healthz answer is read.
@@ -377,12 +422,15 @@ const maxBody = 1 << 20
 
 // Tally counts what became of the rides Run sent.
 type Tally struct {
-	Sent, Succeeded, SimulatedFailures, Failed, GaveUp int
+	// Resumed are the rides an earlier run left pending in the journal;
+	// Sent the new ones. The outcomes count both.
+	Resumed, Sent                                int
+	Succeeded, SimulatedFailures, Failed, GaveUp int
 }
 
 func (t Tally) String() string {
-	return fmt.Sprintf("sent=%d succeeded=%d simulated_failures=%d failed=%d gave_up=%d",
-		t.Sent, t.Succeeded, t.SimulatedFailures, t.Failed, t.GaveUp)
+	return fmt.Sprintf("resumed=%d sent=%d succeeded=%d simulated_failures=%d failed=%d gave_up=%d",
+		t.Resumed, t.Sent, t.Succeeded, t.SimulatedFailures, t.Failed, t.GaveUp)
 }
 
 // Run sends rides one at a time, a random pause apart, until it has sent
@@ -391,6 +439,21 @@ func (t Tally) String() string {
 // finishes the ride.
 func (s *Simulator) Run(ctx context.Context) Tally {
 	var t Tally
+	// The rides an earlier run was killed in, before any new one.
+	var pending []client.PendingRide
+	if s.cfg.Journal != nil {
+		var err error
+		if pending, err = s.cfg.Journal.Pending(); err != nil {
+			s.say("journal error=%s", strconv.Quote(err.Error()))
+		}
+	}
+	for _, p := range pending {
+		if ctx.Err() != nil {
+			return t
+		}
+		t.Resumed++
+		t.count(s.resume(ctx, p))
+	}
 	for s.cfg.Rides == 0 || t.Sent < s.cfg.Rides {
 		if t.Sent > 0 && s.cfg.MaxPause > 0 {
 			if loop.Sleep(ctx, rand.N(s.cfg.MaxPause)) != nil {
@@ -400,20 +463,24 @@ func (s *Simulator) Run(ctx context.Context) Tally {
 		if ctx.Err() != nil {
 			return t
 		}
-		o := s.Send(ctx)
 		t.Sent++
-		switch o.Result {
-		case Succeeded:
-			t.Succeeded++
-		case SimulatedFailure:
-			t.SimulatedFailures++
-		case Failed:
-			t.Failed++
-		default:
-			t.GaveUp++
-		}
+		t.count(s.Send(ctx))
 	}
 	return t
+}
+
+// count adds what became of a ride.
+func (t *Tally) count(o Outcome) {
+	switch o.Result {
+	case Succeeded:
+		t.Succeeded++
+	case SimulatedFailure:
+		t.SimulatedFailures++
+	case Failed:
+		t.Failed++
+	default:
+		t.GaveUp++
+	}
 }
 
 // WaitReady polls the API's /healthz until it answers 200 or timeout

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -127,6 +128,35 @@ func TestSendAgainstAPI(t *testing.T) {
 		require.Contains(t, b.out.String(), "key="+key+" attempt=1 status=409 code=request_in_progress")
 		require.Equal(t, idem.Finished, stack.KeyRow(t, key).RecoveryPoint)
 		require.Len(t, stack.ChargesFor(held.ID), 1)
+	})
+
+	// A run killed after its ride's first try had charged the rider left
+	// the ride in the journal: the next run resumes it, with its key and
+	// bytes, before any new ride, and the rider is charged once for it.
+	t.Run("RunResumesTheJournalsRidesFirst", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 0)
+		j, err := client.NewFileJournal(filepath.Join(t.TempDir(), "rides-journal"))
+		require.NoError(t, err)
+		b.sim.cfg.Journal, b.sim.cfg.Rides = j, 1
+		killed := client.PendingRide{IdempotencyKey: apitest.NewKey(), Body: "origin_lat=37.7749&origin_lon=-122.4194&target_lat=37.8044&target_lon=-122.2712", Recorded: time.Now()}
+		require.NoError(t, j.Add(killed))
+		first := stack.Do(t, http.MethodPost, "/rides", killed.Body, "Authorization", "Bearer "+stack.Token,
+			"Idempotency-Key", killed.IdempotencyKey, "Content-Type", "application/x-www-form-urlencoded")
+		require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
+
+		tally := b.sim.Run(context.Background())
+		require.Equal(t, Tally{Resumed: 1, Sent: 1, Succeeded: 2}, tally)
+		lines := strings.Split(strings.TrimSpace(b.out.String()), "\n")
+		require.Len(t, lines, 2, "%s", b.out)
+		require.Contains(t, lines[0], "key="+killed.IdempotencyKey+" attempt=1 resumed=true status=201")
+		require.Contains(t, lines[0], "replayed=true")
+		require.NotContains(t, lines[1], killed.IdempotencyKey)
+		row := stack.KeyRow(t, killed.IdempotencyKey)
+		require.Len(t, stack.ChargesFor(row.ID), 1)
+		pending, err := j.Pending()
+		require.NoError(t, err)
+		require.Empty(t, pending, "both rides had a final answer")
 	})
 
 	t.Run("RunSendsRides", func(t *testing.T) {

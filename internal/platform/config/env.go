@@ -1,10 +1,12 @@
 package config
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
@@ -245,7 +247,8 @@ func keyValueForm(v string) string {
 
 // Duration parses $name as a positive Go duration ("90s", "5m"), or
 // returns def. Zero and negative durations are refused, and so is one
-// below the setting's declared floor (Setting.Min).
+// below the setting's declared floor (Setting.Min) or above its ceiling
+// (Setting.Max).
 func (e *Env) Duration(name string, def time.Duration) time.Duration {
 	d, ok := e.duration(name, def, false)
 	switch s, _ := Lookup(name); {
@@ -254,6 +257,9 @@ func (e *Env) Duration(name string, def time.Duration) time.Duration {
 		return 0
 	case ok && d < s.Min:
 		e.fail(name, os.Getenv(name), "must be at least "+FormatDuration(s.Min)+" (-help says why)")
+		return 0
+	case ok && s.Max > 0 && d > s.Max:
+		e.fail(name, os.Getenv(name), "must be at most "+FormatDuration(s.Max)+" (-help says why)")
 		return 0
 	case !ok && d != 0 && d < s.Min:
 		e.errs = append(e.errs, fmt.Errorf("%s: the default %s is below the declared floor %s", name, FormatDuration(def), FormatDuration(s.Min)))
@@ -346,7 +352,10 @@ func (e *Env) Port(name string, def int) int {
 
 // Host returns $name, the host a listener binds to (an IP address such as
 // 127.0.0.1, 0.0.0.0 or ::1, or a host name), or def. A value with a port
-// is refused: the port is a setting of its own.
+// is refused: the port is a setting of its own. So is a host the listener
+// could not bind: a name that does not resolve, or an address that is not
+// this machine's, refused here by the setting's name rather than later by
+// the listener's address.
 func (e *Env) Host(name, def string) string {
 	v := e.read(name, false, def, TypeHost)
 	if v == "" {
@@ -356,7 +365,49 @@ func (e *Env) Host(name, def string) string {
 		e.fail(name, v, "not an IP address or host name such as 127.0.0.1 or 0.0.0.0 (without a port)")
 		return ""
 	}
+	if why := notLocal(v); why != "" && !e.describe {
+		e.fail(name, v, why+": set an address of this machine, such as 127.0.0.1 or 0.0.0.0")
+		return ""
+	}
 	return v
+}
+
+// hostLookupTimeout bounds Host's look-up of a name.
+const hostLookupTimeout = 5 * time.Second
+
+// notLocal says why a listener cannot bind host, an IP address or a name:
+// it does not resolve, or none of its addresses is this machine's (any of
+// 127.0.0.0/8 and ::1, an unspecified address, or an interface's). It is
+// empty when one is.
+func notLocal(host string) string {
+	addrs := []netip.Addr{}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		addrs = append(addrs, ip)
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), hostLookupTimeout)
+		defer cancel()
+		if addrs, err = net.DefaultResolver.LookupNetIP(ctx, "ip", host); err != nil || len(addrs) == 0 {
+			return "the name does not resolve"
+		}
+	}
+	own := map[netip.Addr]bool{}
+	if ifaddrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range ifaddrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil {
+				own[p.Addr()] = true
+			}
+		}
+	}
+	for _, a := range addrs {
+		a = a.Unmap().WithZone("")
+		if a.IsLoopback() || a.IsUnspecified() || own[a] {
+			return ""
+		}
+	}
+	if addrs[0].String() != host {
+		return fmt.Sprintf("it resolves to %s, not an address of this machine", addrs[0])
+	}
+	return "not an address of this machine"
 }
 
 // hostName is a DNS name as RFC 1123 allows it.
@@ -460,5 +511,11 @@ func (e *Env) fail(name, value, why string) {
 	if s, ok := Lookup(name); ok {
 		value = s.Show(value)
 	}
-	e.errs = append(e.errs, fmt.Errorf("%s=%s: %s", name, value, why))
+	err := fmt.Errorf("%s=%s: %s", name, value, why)
+	// Two packages that read one setting (RATE_LIMITS) refuse it alike:
+	// once is enough.
+	if slices.ContainsFunc(e.errs, func(had error) bool { return had.Error() == err.Error() }) {
+		return
+	}
+	e.errs = append(e.errs, err)
 }

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ var _ = config.Declare(
 	config.Setting{Name: "ENV_TEST_LINK", Type: config.TypeURL, Help: "a URL"},
 	config.Setting{Name: "ENV_TEST_DSN", Type: config.TypeConnString, Help: "a connection string"},
 	config.Setting{Name: "ENV_TEST_FLOOR", Type: config.TypeDuration, Min: time.Second, Help: "a duration of at least 1s"},
+	config.Setting{Name: "ENV_TEST_CEILING", Type: config.TypeDuration, Max: 5 * time.Minute, Help: "a duration of at most 5m"},
 )
 
 func TestEnv(t *testing.T) {
@@ -128,10 +130,45 @@ func TestEnv(t *testing.T) {
 	t.Run("ReadsAHost", func(t *testing.T) {
 		var env config.Env
 		require.Equal(t, "127.0.0.1", env.Host("ENV_TEST_UNSET_HOST", "127.0.0.1"))
-		for _, host := range []string{"0.0.0.0", "127.0.0.1", "::1", "::", "api", "db.internal.example"} {
+		for _, host := range []string{"0.0.0.0", "127.0.0.1", "127.0.0.2", "::1", "::", "localhost"} {
 			t.Setenv("ENV_TEST_HOST", host)
 			require.Equal(t, host, env.Host("ENV_TEST_HOST", "127.0.0.1"))
 		}
+		require.NoError(t, env.Err())
+	})
+
+	// HOST=evil.example used to pass, and the listener then failed
+	// naming its address instead of the setting.
+	t.Run("RefusesAHostThatIsNotThisMachines", func(t *testing.T) {
+		for host, want := range map[string]string{
+			"evil.example": "the name does not resolve",
+			"203.0.113.9":  "not an address of this machine",
+		} {
+			t.Setenv("ENV_TEST_HOST", host)
+			var env config.Env
+			require.Empty(t, env.Host("ENV_TEST_HOST", "127.0.0.1"))
+			require.ErrorContains(t, env.Err(), "ENV_TEST_HOST="+host+": "+want, host)
+		}
+	})
+
+	// RATE_LIMITS=maybe used to be refused twice, once by each package
+	// that reads it.
+	t.Run("RefusesASettingOnce", func(t *testing.T) {
+		t.Setenv("ENV_TEST_WAIT", "soon")
+		var env config.Env
+		env.Duration("ENV_TEST_WAIT", time.Second)
+		env.Duration("ENV_TEST_WAIT", time.Second)
+		require.Equal(t, 1, strings.Count(env.Err().Error(), "ENV_TEST_WAIT=soon"), env.Err())
+	})
+
+	t.Run("RefusesADurationAboveItsCeiling", func(t *testing.T) {
+		t.Setenv("ENV_TEST_CEILING", "100000h")
+		var env config.Env
+		require.Zero(t, env.Duration("ENV_TEST_CEILING", time.Second))
+		require.ErrorContains(t, env.Err(), "ENV_TEST_CEILING=100000h: must be at most 5m")
+		t.Setenv("ENV_TEST_CEILING", "5m")
+		env = config.Env{}
+		require.Equal(t, 5*time.Minute, env.Duration("ENV_TEST_CEILING", time.Second))
 		require.NoError(t, env.Err())
 	})
 

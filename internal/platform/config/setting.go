@@ -59,6 +59,12 @@ type Setting struct {
 	// is where it is, and names it ("at least 1s"). Zero sets no floor.
 	Min time.Duration
 
+	// Max is the most a duration accepts, for a setting where more is
+	// never meant (a Stripe attempt of 100000h): a larger value stops the
+	// process, naming the setting and its ceiling. Help names it ("at
+	// most 5m"). Zero sets no ceiling.
+	Max time.Duration
+
 	// Required settings have no default: the process does not start
 	// without them (read with Env.Required).
 	Required bool
@@ -141,6 +147,10 @@ func (s Setting) validate() error {
 		return fmt.Errorf("config: %s: a duration with a floor (Min) cannot honour 0 (Zero)", s.Name)
 	case s.Min > 0 && !strings.Contains(s.Help, "at least "+FormatDuration(s.Min)):
 		return fmt.Errorf("config: %s: Help must name the floor and say why it is there (at least %s)", s.Name, FormatDuration(s.Min))
+	case s.Max < 0 || s.Max > 0 && (s.Type != TypeDuration || s.Max <= s.Min):
+		return fmt.Errorf("config: %s: Max is a positive ceiling above Min, for a duration", s.Name)
+	case s.Max > 0 && !strings.Contains(s.Help, "at most "+FormatDuration(s.Max)):
+		return fmt.Errorf("config: %s: Help must name the ceiling (at most %s)", s.Name, FormatDuration(s.Max))
 	}
 	switch s.Type {
 	case TypeString, TypeURL, TypeConnString, TypeAddress, TypeDuration, TypeInt, TypeFraction, TypeBool, TypePort, TypeHost:

@@ -40,6 +40,9 @@ func FromEnv() *Set {
 				panic(fmt.Sprintf("FAILPOINTS: %q: sleep needs a positive duration", item))
 			}
 			set.Arm(name, func(ctx context.Context) error {
+				// Said as the pause starts, so that a test lands its fault
+				// inside the window, not after it.
+				fmt.Fprintf(os.Stderr, "failpoint %s: sleeping %s\n", name, pause)
 				select {
 				case <-ctx.Done():
 					return ctx.Err()

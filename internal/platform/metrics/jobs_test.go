@@ -71,7 +71,7 @@ func TestWatchJobs(t *testing.T) {
 			`rocketrides_worker_job_run_duration_seconds_count{kind="metrics_watch_test"} 3`,
 			`rocketrides_worker_job_queue_wait_seconds_count{kind="metrics_watch_test"} 3`,
 		)
-	}, 10*time.Second, 50*time.Millisecond, "the worker metrics never showed the three runs")
+	}, time.Minute, 50*time.Millisecond, "the worker metrics never showed the three runs")
 }
 
 func containsAll(s string, parts ...string) bool {

@@ -68,7 +68,7 @@ type InvalidParam struct {
 // New returns a problem with the status's standard title.
 func New(status int, code, detail string) *Problem {
 	return &Problem{
-		Type:   "https://docs.rocketrides.local/errors#" + code,
+		Type:   Type(code),
 		Title:  Title(status),
 		Status: status,
 		Detail: detail,

@@ -81,7 +81,7 @@ func TestWith(t *testing.T) {
 		var got map[string]any
 		require.NoError(t, json.Unmarshal(p.JSON(), &got))
 		require.Equal(t, map[string]any{
-			"type":    "https://docs.rocketrides.local/errors#payment_unavailable",
+			"type":    "/errors#payment_unavailable",
 			"title":   http.StatusText(http.StatusServiceUnavailable),
 			"status":  float64(503),
 			"detail":  "Retry.",
@@ -93,7 +93,7 @@ func TestWith(t *testing.T) {
 	t.Run("NoneLeavesTheDocumentAsItWas", func(t *testing.T) {
 		t.Parallel()
 		p := problem.New(http.StatusNotFound, "not_found", "")
-		require.JSONEq(t, `{"type":"https://docs.rocketrides.local/errors#not_found","title":"Not Found","status":404,"code":"not_found"}`,
+		require.JSONEq(t, `{"type":"/errors#not_found","title":"Not Found","status":404,"code":"not_found"}`,
 			string(p.JSON()))
 	})
 }

@@ -472,8 +472,9 @@ func TestLoad(t *testing.T) {
 		begin := time.Now()
 		res, err := l.Run(context.Background())
 		require.NoError(t, err)
-		require.Less(t, time.Since(begin), 10*time.Second)
-		require.Less(t, res.Elapsed, time.Second)
+		// Well short of the minute: stopped, however slow the machine.
+		require.Less(t, time.Since(begin), 30*time.Second)
+		require.Less(t, res.Elapsed, 30*time.Second)
 		require.Positive(t, res.OK)
 	})
 }

@@ -2,9 +2,11 @@
 // (three api instances, two completers, two enqueuers, a worker) under a
 // fleet of clients that retry like good clients, while the soak SIGKILLs
 // and restarts api instances and completers, restarts Postgres and makes
-// Stripe fail, stall and drop its answers after charging. Then the faults
-// stop, the clients and completers finish what is left, the reconciler
-// runs once, and what is left is judged against the design's promise
+// Stripe fail, stall and drop its answers after charging; with
+// Config.Network the wires between the processes misbehave too (the
+// network nemesis, network.go). Then the faults stop, the clients and
+// completers finish what is left, the reconciler runs once, and what is
+// left is judged against the design's promise
 // (package invariant): one charge per ride, no charge without a ride, no
 // request wedged, one receipt per paid ride, and every ride a client was
 // told about still there.
@@ -25,7 +27,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,6 +39,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
 	"github.com/rocketrides/rocketrides/internal/testkit/invariant"
+	"github.com/rocketrides/rocketrides/internal/testkit/netfault"
 )
 
 // Config configures a soak. A zero field takes the default it names; a
@@ -85,6 +87,10 @@ type Config struct {
 	// api instances and completers. The enqueuers (LISTEN) and the worker
 	// (River's listener) connect directly, as they must.
 	Pooler bool
+	// Network puts a fault proxy on every connection between the
+	// processes and to Postgres and the Stripe fake, and runs the
+	// network nemesis (network.go) beside the other faults.
+	Network bool
 }
 
 // The soak's settings for the processes.
@@ -144,7 +150,7 @@ func Run(ctx context.Context, cfg Config) (summary Summary, err error) {
 	defer abort(nil)
 	s := &soak{cfg: cfg, start: time.Now(), traffic: newTraffic(), faults: newFaults(), abort: abort}
 	s.summary = Summary{Duration: cfg.Duration, Clients: cfg.Clients, Seed: cfg.Seed,
-		Failover: cfg.Failover, Drill: cfg.Drill, Replication: cfg.Replication, Pooler: cfg.Pooler}
+		Failover: cfg.Failover, Drill: cfg.Drill, Replication: cfg.Replication, Pooler: cfg.Pooler, Network: cfg.Network}
 	defer func() {
 		s.collect()
 		s.teardown()
@@ -188,6 +194,9 @@ func (c *Config) validate() error {
 		// PgBouncer 1.18 takes one host per database: following a
 		// failover would mean rewriting its configuration.
 		return errors.New("chaos: the pooler fronts one host; run it without the failover drill")
+	case c.Network && c.Failover:
+		// The drill's URL names both nodes: a link would fix one.
+		return errors.New("chaos: the network nemesis links each process to one database host; run it without the failover drill")
 	}
 	return nil
 }
@@ -213,6 +222,8 @@ type soak struct {
 	stripe     *fleet.Process
 	apis       []*fleet.Process
 	completers []*fleet.Process
+	proxies    *netfault.Proxies // with Config.Network
+	links      []*netfault.Link  // every process's links, for the nemesis
 	token      string
 	badToken   string
 }
@@ -248,7 +259,9 @@ func (s *soak) setUp(ctx context.Context) error {
 			"DATABASE_URL=" + s.dbURL,
 			"STRIPE_API_KEY=" + stripeKey,
 			"IDEMPOTENCY_LOCK_TIMEOUT=" + lockTimeout.String(),
-			"STRIPE_TIMEOUT=5s",
+			// Below the lock, as every process requires, and above the
+			// latency fault's 1.5 s at most.
+			"STRIPE_TIMEOUT=2s",
 			// A load tool: its clients send every ride with one token,
 			// far past the rate limits.
 			"RATE_LIMITS=off",
@@ -273,17 +286,40 @@ func (s *soak) setUp(ctx context.Context) error {
 	// The api instances and the completers reach Postgres through the
 	// pooler when there is one; with asynchronous replication they must
 	// be told that the loss it risks is accepted, or they refuse to start.
-	productEnv := []string{"DATABASE_URL=" + s.pooledURL}
-	if s.cfg.Replication == localpg.HAAsync {
-		productEnv = append(productEnv, "DATABASE_ALLOW_ASYNC_REPLICATION=true")
+	// With the network nemesis each reaches them through links of its
+	// own (wire).
+	if s.cfg.Network {
+		s.proxies = netfault.New()
+	}
+	database := "postgres"
+	if s.cfg.Pooler {
+		database = "pgbouncer"
+	}
+	productEnv := func(name string) ([]string, error) {
+		dbURL, err := s.wire(name, database, s.pooledURL)
+		if err != nil {
+			return nil, err
+		}
+		stripeURL, err := s.wire(name, "stripe", s.stripe.URL)
+		if err != nil {
+			return nil, err
+		}
+		env := []string{"DATABASE_URL=" + dbURL, "STRIPE_API_BASE=" + stripeURL}
+		if s.cfg.Replication == localpg.HAAsync {
+			env = append(env, "DATABASE_ALLOW_ASYNC_REPLICATION=true")
+		}
+		return env, nil
 	}
 	for i := range 3 {
-		env := productEnv
+		env, err := productEnv(fmt.Sprintf("api-%d", i+1))
+		if err != nil {
+			return err
+		}
 		if s.cfg.Failover && i == 0 {
 			// One instance pauses every request between Stripe's answer
 			// and the phase that records the charge, so that the
 			// primary's crash finds charges in that window.
-			env = append(slices.Clone(env), "FAILPOINTS="+rides.FailAfterCharge+"=sleep:"+afterChargePause.String())
+			env = append(env, "FAILPOINTS="+rides.FailAfterCharge+"=sleep:"+afterChargePause.String())
 		}
 		api, err := s.fleet.Start(ctx, "api", env...)
 		if err != nil {
@@ -292,8 +328,12 @@ func (s *soak) setUp(ctx context.Context) error {
 		s.apis = append(s.apis, api)
 	}
 	if s.fleet.Has("completer") {
-		for range 2 {
-			p, err := s.fleet.Start(ctx, "completer", append(slices.Clone(productEnv),
+		for i := range 2 {
+			env, err := productEnv(fmt.Sprintf("completer-%d", i+1))
+			if err != nil {
+				return err
+			}
+			p, err := s.fleet.Start(ctx, "completer", append(env,
 				"COMPLETER_MIN_AGE="+completerMinAge.String(),
 				"COMPLETER_RETRY_INTERVAL="+completerRetryInterval.String(),
 				"COMPLETER_POLL_INTERVAL=500ms")...)
@@ -305,14 +345,22 @@ func (s *soak) setUp(ctx context.Context) error {
 	} else {
 		s.progress("no cmd/completer: keys the clients give up on stay unfinished")
 	}
-	for range 2 {
-		if _, err := s.fleet.Start(ctx, "enqueuer"); err != nil {
+	for i := range 2 {
+		dbURL, err := s.wire(fmt.Sprintf("enqueuer-%d", i+1), "postgres", s.dbURL)
+		if err != nil {
+			return err
+		}
+		if _, err := s.fleet.Start(ctx, "enqueuer", "DATABASE_URL="+dbURL); err != nil {
 			return err
 		}
 	}
 	// A failover leaves jobs running whose worker lost the database:
 	// rescued within seconds here, so that the drain sees them through.
-	if _, err := s.fleet.Start(ctx, "worker", "MAIL_DIR="+filepath.Join(s.dir, "mail"),
+	workerURL, err := s.wire("worker", "postgres", s.dbURL)
+	if err != nil {
+		return err
+	}
+	if _, err := s.fleet.Start(ctx, "worker", "DATABASE_URL="+workerURL, "MAIL_DIR="+filepath.Join(s.dir, "mail"),
 		"WORKER_JOB_TIMEOUT=5s", "WORKER_RESCUE_STUCK_AFTER=10s"); err != nil {
 		return err
 	}
@@ -388,13 +436,23 @@ func (s *soak) chaos(ctx context.Context) {
 	monkeys.Go(func() {
 		newMonkey(4).injectStripeFaults(ctx, stopChaos, s.stripe.URL, 1500*time.Millisecond, 4*time.Second)
 	})
+	networked := make(chan struct{})
+	if s.cfg.Network {
+		monkeys.Go(func() {
+			newMonkey(5).injectNetworkFaults(ctx, stopChaos, s.links, 400*time.Millisecond, 1600*time.Millisecond, networked)
+		})
+	} else {
+		close(networked)
+	}
 
 	sleep(ctx, nil, s.cfg.Duration)
-	// The drill's rounds are not cut short: the faults go on until the
-	// last one is done.
-	select {
-	case <-drilled:
-	case <-ctx.Done():
+	// The drill's rounds are not cut short, nor the network nemesis's
+	// first: the faults go on until they are done.
+	for _, done := range []chan struct{}{drilled, networked} {
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
 	}
 	close(stopChaos)
 	monkeys.Wait()
@@ -533,6 +591,8 @@ func (s *soak) collect() {
 	s.summary.ReadyzOther = s.faults.readyzOther
 	s.summary.StripeFaults = s.faults.stripe
 	s.summary.StripeFaultRequests = s.faults.stripeRequests
+	s.summary.NetworkFaults = s.faults.network
+	s.summary.NetworkFaultLinks = s.faults.networkLinks
 	s.summary.Problems = s.faults.problems
 	s.faults.mu.Unlock()
 }
@@ -547,6 +607,9 @@ func (s *soak) teardown() {
 	var errs []error
 	if s.fleet != nil {
 		errs = append(errs, s.fleet.Stop(ctx))
+	}
+	if s.proxies != nil {
+		s.proxies.Close()
 	}
 	if s.pooler != nil {
 		errs = append(errs, s.pooler.Stop(ctx))

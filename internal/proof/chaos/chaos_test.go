@@ -86,6 +86,23 @@ func TestSoak(t *testing.T) {
 		require.Equal(t, summary.Report.KeysCreated, summary.Report.Charges, "one charge per ride")
 	})
 
+	// The soak with the network nemesis: every process reaches Postgres
+	// and the Stripe fake through a fault proxy of its own, and each kind
+	// of network fault (reset, blackhole, latency, a thin pipe, sliced
+	// packets) hits some link beside the kills, the Postgres restart and
+	// the Stripe faults.
+	t.Run("KeepsEveryPromiseUnderNetworkFaults", func(t *testing.T) {
+		t.Parallel()
+		summary := runSoak(t, chaos.Config{Duration: 6 * time.Second, Clients: 6, Seed: 4, Network: true})
+		for _, kind := range []string{chaos.NetReset, chaos.NetBlackhole, chaos.NetLatency, chaos.NetBandwidth, chaos.NetSlicer} {
+			require.Positive(t, summary.NetworkFaults[kind], "%s injected", kind)
+		}
+		require.Positive(t, summary.Acknowledged.Keys)
+		require.Zero(t, summary.Acknowledged.Missing)
+		require.Empty(t, summary.Acknowledged.Lost)
+		require.Equal(t, summary.Report.KeysCreated, summary.Report.Charges, "one charge per ride")
+	})
+
 	// The soak through PgBouncer in transaction mode, Postgres restarted
 	// behind it.
 	t.Run("KeepsEveryPromiseThroughPgBouncer", func(t *testing.T) {
@@ -106,6 +123,20 @@ func TestSoak(t *testing.T) {
 		require.Positive(t, summary.PostgresRestarts)
 		require.Equal(t, summary.Report.KeysCreated, summary.Report.Charges, "one charge per ride")
 	})
+}
+
+// runSoak runs a soak of cfg, with a minute to drain and its progress in
+// the test's output, and requires that it kept every promise.
+func runSoak(t *testing.T, cfg chaos.Config) chaos.Summary {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg.DrainTimeout, cfg.Progress = time.Minute, t.Output()
+	summary, err := chaos.Run(ctx, cfg)
+	require.NoError(t, err)
+	t.Logf("\n%s", summary)
+	require.True(t, summary.OK(), "\n%s", summary)
+	return summary
 }
 
 // TestRunRefusesConfig: a setting no soak can honour is refused by name
@@ -135,6 +166,8 @@ func TestRunRefusesConfig(t *testing.T) {
 		require.EqualError(t, err, `chaos: Replication "quorum": want strict, relaxed or async`)
 		_, err = chaos.Run(ctx, chaos.Config{Pooler: true, Failover: true})
 		require.EqualError(t, err, "chaos: the pooler fronts one host; run it without the failover drill")
+		_, err = chaos.Run(ctx, chaos.Config{Network: true, Failover: true})
+		require.EqualError(t, err, "chaos: the network nemesis links each process to one database host; run it without the failover drill")
 		_, err = chaos.Run(ctx, chaos.Config{Drill: chaos.DrillAgent})
 		require.EqualError(t, err, "chaos: Drill and Kills need the failover drill")
 		_, err = chaos.Run(ctx, chaos.Config{Failover: true, Drill: "switchover"})

@@ -39,11 +39,14 @@ type faults struct {
 	readyzOther     map[string]int // any other answer of /readyz, by status and code
 	stripe          map[string]int // injections by kind
 	stripeRequests  map[string]int // charge requests targeted, by kind
+	network         map[string]int // network faults by kind (NetReset, ...)
+	networkLinks    map[string]int // network faults by link
 	problems        []string       // a monkey that failed: the soak is void
 }
 
 func newFaults() *faults {
-	return &faults{stripe: map[string]int{}, stripeRequests: map[string]int{}, readyzOther: map[string]int{}}
+	return &faults{stripe: map[string]int{}, stripeRequests: map[string]int{}, readyzOther: map[string]int{},
+		network: map[string]int{}, networkLinks: map[string]int{}}
 }
 
 func (f *faults) count(fn func(*faults)) {

@@ -18,11 +18,11 @@ type Summary struct {
 	Duration time.Duration
 	Clients  int
 	Seed     int64
-	// Failover, Drill, Replication and Pooler are the Config's, with
-	// their defaults.
-	Failover, Pooler bool
-	Drill            string
-	Replication      localpg.HAMode
+	// Failover, Drill, Replication, Pooler and Network are the Config's,
+	// with their defaults.
+	Failover, Pooler, Network bool
+	Drill                     string
+	Replication               localpg.HAMode
 
 	// Requests counts every POST /rides sent, retries included; Answers
 	// counts them by status ("201", "201 replayed", "409", "503", ...,
@@ -65,6 +65,10 @@ type Summary struct {
 	// StripeFaultRequests the charge requests they targeted.
 	StripeFaults        map[string]int
 	StripeFaultRequests map[string]int
+	// NetworkFaults counts the network nemesis's faults by kind
+	// (NetReset, ...), NetworkFaultLinks by link ("api-1->postgres").
+	NetworkFaults     map[string]int
+	NetworkFaultLinks map[string]int
 
 	// Reconciler is the first line of cmd/reconciler -once, when it
 	// exists; ReconcilerFailed that it could not reconcile (an exit
@@ -140,7 +144,7 @@ func (a Acknowledged) OK() bool {
 // too: a ride the failover lost counts for nothing unless the reconciler
 // put it back.
 func (s Summary) OK() bool {
-	return s.Judged && len(s.Problems) == 0 && s.databaseFaulted() && s.Report.Keys > 0 && s.readyzTold() &&
+	return s.Judged && len(s.Problems) == 0 && s.databaseFaulted() && s.networkFaulted() && s.Report.Keys > 0 && s.readyzTold() &&
 		len(s.OddAnswers) == 0 && s.Report.OK() && s.Acknowledged.OK() && !s.ReconcilerFailed
 }
 
@@ -188,17 +192,27 @@ func (s Summary) databaseFaulted() bool {
 	return s.PostgresRestarts > 0
 }
 
+// networkFaulted reports whether, with the network nemesis, it injected
+// a fault at least once.
+func (s Summary) networkFaulted() bool {
+	return !s.Network || len(s.NetworkFaults) > 0
+}
+
 // mode names what the soak ran against, beyond one Postgres.
 func (s Summary) mode() string {
+	network := ""
+	if s.Network {
+		network = ", network nemesis on every link"
+	}
 	switch {
 	case s.Failover && s.Replication == localpg.HAAsync:
 		return ", " + s.Drill + " drill on Patroni, asynchronous replication"
 	case s.Failover:
 		return ", " + s.Drill + " drill on Patroni, synchronous mode " + string(s.Replication) + ", ttl " + localpg.HATTL.String()
 	case s.Pooler:
-		return ", through PgBouncer (transaction mode)"
+		return ", through PgBouncer (transaction mode)" + network
 	}
-	return ""
+	return network
 }
 
 // String is the summary as cmd/chaos prints it.
@@ -226,6 +240,14 @@ func (s Summary) String() string {
 		faults = append(faults, fmt.Sprintf("%s %d (%d requests)", kind, s.StripeFaults[kind], s.StripeFaultRequests[kind]))
 	}
 	line("stripe faults injected", "%s", strings.Join(faults, ", "))
+	if s.Network {
+		var kinds []string
+		for _, kind := range networkFaultKinds {
+			kinds = append(kinds, fmt.Sprintf("%s %d", kind, s.NetworkFaults[kind]))
+		}
+		line("network faults injected", "%s", strings.Join(kinds, ", "))
+		line("  by link", "%s", counts(s.NetworkFaultLinks))
+	}
 	if s.Judged {
 		s.writeJudgement(&b, line)
 	} else {
@@ -239,6 +261,9 @@ func (s Summary) String() string {
 	}
 	if s.Judged && !s.databaseFaulted() {
 		b.WriteString("  problem: Postgres was never restarted or failed over\n")
+	}
+	if s.Judged && !s.networkFaulted() {
+		b.WriteString("  problem: the network nemesis injected nothing\n")
 	}
 	if s.KeptHA != "" {
 		fmt.Fprintf(&b, "  kept: %s (logs in %s)\n  database still running: psql '%s'\n", s.Dir, s.LogDir, s.DatabaseURL)

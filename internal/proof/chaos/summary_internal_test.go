@@ -113,3 +113,21 @@ func TestReadyzMissed(t *testing.T) {
 		require.Len(t, s.ReadyzMissed(), tc.missed, tc.name)
 	}
 }
+
+// TestNetworkSummary: a soak with the network nemesis passes only if the
+// nemesis injected something, and its summary counts every kind, those
+// never injected too, and every link hit.
+func TestNetworkSummary(t *testing.T) {
+	t.Parallel()
+	s := Summary{Network: true, Judged: true, PostgresRestarts: 1, Report: invariant.Report{Keys: 1},
+		NetworkFaults:     map[string]int{NetReset: 2, NetBlackhole: 1},
+		NetworkFaultLinks: map[string]int{"api-1->postgres": 2, "worker->postgres": 1}}
+	require.True(t, s.OK())
+	text := s.String()
+	require.Contains(t, text, "network faults injected    reset_peer 2, timeout 1, latency 0, bandwidth 0, slicer 0\n")
+	require.Contains(t, text, "by link                  api-1->postgres: 2, worker->postgres: 1\n")
+
+	s.NetworkFaults, s.NetworkFaultLinks = nil, nil
+	require.False(t, s.OK(), "a network soak without a network fault")
+	require.Contains(t, s.String(), "problem: the network nemesis injected nothing\n")
+}

@@ -3,6 +3,7 @@ package clientcheck
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 )
 
@@ -35,16 +36,48 @@ type answer struct {
 	// cut closes the connection without answering.
 	cut    bool
 	header http.Header
+	// kill has the client killed, at this try (a death case).
+	kill kill
+	// charged: the try's request ran to its end before the client was
+	// killed; a retry with its key gets its 201, replayed.
+	charged bool
+}
+
+// kill is the moment a death case has the client killed, with SIGKILL
+// to its whole process group, before it is started again.
+type kill int
+
+const (
+	noKill kill = iota
+	// killUnanswered holds the try unanswered and kills the client: the
+	// answer is lost with the app.
+	killUnanswered
+	// killInWait answers the try and kills the client halfway through
+	// the answer's Retry-After, while it waits to retry.
+	killInWait
+)
+
+// madeRide reports whether the try answered a made a ride: a 201, an
+// answer naming the ride, or a request the client died in.
+func (a answer) madeRide() bool {
+	return a.status == http.StatusCreated || a.rideID || a.kill != noKill
 }
 
 func (a answer) String() string {
 	switch {
 	case a.cut:
 		return "no answer (the connection was cut)"
+	case a.kill == killUnanswered:
+		return "no answer (the client was killed)"
 	case a.code != "":
 		return fmt.Sprintf("%d %s", a.status, a.code)
 	}
 	return fmt.Sprintf("%d", a.status)
+}
+
+// Dies reports whether the case kills the client and starts it again.
+func (c Case) Dies() bool {
+	return slices.ContainsFunc(c.script, func(a answer) bool { return a.kill != noKill })
 }
 
 func (c Case) answer(n int) answer {
@@ -128,6 +161,29 @@ var cases = []Case{
 		Title:  "500 with Rocket-Rides-Should-Retry: false",
 		Expect: "stop: the server's hint wins over the status",
 		script: []answer{{status: http.StatusInternalServerError, code: "internal_error", rideID: true, final: true}},
+	},
+	// The app's death: each case kills the client and starts it again
+	// with the same journal, which it must resume before anything else.
+	{
+		Name:   "killed-before-answer",
+		Title:  "the app is killed once its first try has arrived, before the answer; then 201",
+		Expect: "restarted, resume the ride from the journal with the same key and body, and stop on the 201",
+		script: []answer{{kill: killUnanswered}, created},
+	},
+	{
+		Name:   "killed-after-charge",
+		Title:  "the app is killed after the charge, its 201 lost; then the stored 201, replayed",
+		Expect: "restarted, resume the ride with the same key and body, which gets the stored 201: one ride, charged once",
+		script: []answer{{kill: killUnanswered, charged: true}, created},
+	},
+	{
+		Name:   "killed-in-backoff",
+		Title:  "503 with Retry-After, and the app is killed while it waits; then 201",
+		Expect: "restarted, resume the ride with the same key and body, and stop on the 201",
+		script: []answer{
+			{status: http.StatusServiceUnavailable, code: "payment_unavailable", retryAfter: retryAfter, rideID: true, kill: killInWait},
+			created,
+		},
 	},
 }
 

@@ -12,6 +12,13 @@
 // whether it kept the key and the body, waited Retry-After, backed off,
 // stopped on a final answer and gave up within its budget.
 //
+// Three cases are the app's death: Run, which runs a client command for
+// every case, kills the command (SIGKILL to its process group) once its
+// first try has arrived, after the charge with the answer lost, or in its
+// backoff wait, and starts it again with the same journal; the restarted
+// command must resume the ride with its key and bytes, and make no other.
+// ProjectClients lists the project's own clients, which pass them all.
+//
 // The checks are lower bounds: a loaded machine makes a client slower,
 // never faster, so a client that passes on a quiet one passes there too.
 // docs/clients.md gives the rules and every case's answers.
@@ -24,6 +31,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,8 +61,19 @@ type Config struct {
 // http.Handler.
 type Harness struct {
 	budget int
-	mu     sync.Mutex
-	tries  map[string][]*try // by case name
+	// kills asks the runner of a death case to kill the client, after
+	// the wait it carries (Run).
+	kills map[string]chan time.Duration
+	mu    sync.Mutex
+	tries map[string][]*try // by case name
+	// stored are the answers of requests that ran to their end, by case
+	// and key: a retry gets them replayed, as the API's would.
+	stored map[string]map[string]answer
+	// restarts counts the client's restarts, by case.
+	restarts map[string]int
+	// killing: the runner was asked to kill the case's client, and has
+	// not restarted it yet.
+	killing map[string]bool
 }
 
 // New returns a Harness for config (nil: the defaults).
@@ -69,7 +88,14 @@ func New(config *Config) (*Harness, error) {
 	if cfg.Budget == 0 {
 		cfg.Budget = DefaultBudget
 	}
-	return &Harness{budget: cfg.Budget, tries: map[string][]*try{}}, nil
+	h := &Harness{budget: cfg.Budget, kills: map[string]chan time.Duration{}}
+	for _, c := range cases {
+		if c.Dies() {
+			h.kills[c.Name] = make(chan time.Duration, 1)
+		}
+	}
+	h.Reset()
+	return h, nil
 }
 
 // try is one request that reached a case, and what it was answered.
@@ -79,6 +105,9 @@ type try struct {
 	arrived          time.Time // when its header had arrived
 	answered         time.Time // just before its answer was written
 	answer           answer
+	// run counts the client's runs in a death case: 0 before its
+	// restart, 1 after it.
+	run int
 }
 
 // Names lists the cases, in the order the report gives them.
@@ -88,6 +117,11 @@ func Names() []string {
 		names[i] = c.Name
 	}
 	return names
+}
+
+// Cases lists the cases, in the order the report gives them.
+func Cases() []Case {
+	return slices.Clone(cases)
 }
 
 // ServeHTTP serves POST /<case>/rides, GET /report and POST /reset, and
@@ -105,7 +139,7 @@ func (h *Harness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/" && r.Method == http.MethodGet:
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		for _, c := range cases {
-			fmt.Fprintf(w, "%-18s http://%s/%s  %s\n", c.Name, r.Host, c.Name, c.Title)
+			fmt.Fprintf(w, "%-20s http://%s/%s  %s\n", c.Name, r.Host, c.Name, c.Title)
 		}
 		return
 	}
@@ -121,18 +155,55 @@ func (h *Harness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// meanwhile (GET /report) sees every try as it was answered.
 	h.mu.Lock()
 	t.answer = c.answer(len(h.tries[c.Name]))
-	t.answered = time.Now()
+	if stored, ok := h.stored[c.Name][t.key]; ok {
+		t.answer = stored
+	}
+	// A try that beats the kill (a machine slow to deliver it) dies
+	// with its client too, unanswered.
+	dying := h.killing[c.Name]
+	if dying {
+		t.answer = answer{kill: killUnanswered}
+	}
+	if t.answer.charged {
+		h.stored[c.Name][t.key] = createdReplayed
+	}
+	if t.answer.kill != noKill {
+		h.killing[c.Name] = true
+	}
+	t.answered, t.run = time.Now(), h.restarts[c.Name]
 	h.tries[c.Name] = append(h.tries[c.Name], t)
 	h.mu.Unlock()
-	if t.answer.cut {
+	switch {
+	case t.answer.kill == killUnanswered:
+		// The answer is lost with the client: held until it dies.
+		if !dying {
+			h.kill(c.Name, 0)
+		}
+		select {
+		case <-r.Context().Done():
+		case <-time.After(time.Minute):
+		}
+	case t.answer.cut:
 		cut(w)
-		return
-	}
-	if t.answer.status == http.StatusCreated {
+	case t.answer.status == http.StatusCreated:
 		writeRide(w, t.answer)
-		return
+	default:
+		writeProblem(w, t.answer)
+		if t.answer.kill == killInWait {
+			// Killed once the client has the answer, in its wait.
+			_ = http.NewResponseController(w).Flush()
+			h.kill(c.Name, t.answer.retryAfter/2)
+		}
 	}
-	writeProblem(w, t.answer)
+}
+
+// kill asks the runner of the case named name to kill its client after
+// wait; without a runner (the harness only serving), nobody does.
+func (h *Harness) kill(name string, wait time.Duration) {
+	select {
+	case h.kills[name] <- wait:
+	default:
+	}
 }
 
 // Reset forgets every try, for another client.
@@ -140,6 +211,23 @@ func (h *Harness) Reset() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.tries = map[string][]*try{}
+	h.stored, h.restarts, h.killing = map[string]map[string]answer{}, map[string]int{}, map[string]bool{}
+	for name, kill := range h.kills {
+		h.stored[name] = map[string]answer{}
+		select {
+		case <-kill:
+		default:
+		}
+	}
+}
+
+// restarted records that the client of the case named name was killed
+// and is starting again: the tries that follow are its restart's.
+func (h *Harness) restarted(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.restarts[name]++
+	h.killing[name] = false
 }
 
 // cut closes the connection without an answer, as a server that died
@@ -187,8 +275,8 @@ func writeProblem(w http.ResponseWriter, a answer) {
 	if a.rideID {
 		ride = fmt.Sprintf(`,"ride_id":%d`, rideID)
 	}
-	fmt.Fprintf(w, `{"type":"https://docs.rocketrides.local/errors#%s","title":%q,"status":%d,"code":%q%s}`,
-		a.code, problem.Title(a.status), a.status, a.code, ride)
+	fmt.Fprintf(w, `{"type":%q,"title":%q,"status":%d,"code":%q%s}`,
+		problem.Type(a.code), problem.Title(a.status), a.status, a.code, ride)
 }
 
 // Verdict is a check's outcome.
@@ -278,7 +366,7 @@ func (r Report) String() string {
 		case !res.Passed():
 			verdict = "FAIL"
 		}
-		fmt.Fprintf(&b, "%-18s %-8s %d tries  %s\n", res.Case.Name, verdict, res.Tries, res.Case.Title)
+		fmt.Fprintf(&b, "%-20s %-8s %d tries  %s\n", res.Case.Name, verdict, res.Tries, res.Case.Title)
 		if !res.Run {
 			continue
 		}
@@ -301,6 +389,9 @@ const (
 	RuleStopped     = "stopped on a final answer"
 	RuleRetried     = "retried what may still complete"
 	RuleBudget      = "gave up within its budget"
+	// The death cases' own.
+	RuleResumed = "resumed the killed ride after its restart"
+	RuleOnce    = "one ride for one tap"
 )
 
 // Report checks every case on the tries so far. Ask for it once the
@@ -363,6 +454,11 @@ func check(c Case, tries []*try, budget int) Result {
 		noHint        []time.Duration
 	)
 	for i, t := range tries[:len(tries)-1] {
+		if tries[i+1].run != t.run {
+			// A restarted client has not seen the answer its
+			// predecessor died with.
+			continue
+		}
 		gap := tries[i+1].arrived.Sub(t.answered)
 		if ra := t.answer.retryAfter; ra > 0 {
 			raSeen = "yes"
@@ -427,7 +523,40 @@ func check(c Case, tries []*try, budget int) Result {
 	} else {
 		add(RuleBudget, Pass, "")
 	}
+
+	if c.Dies() {
+		checkDeath(tries, add)
+	}
 	return res
+}
+
+// checkDeath judges what a client killed and started again did: it must
+// resume the ride it died in, and make no other.
+func checkDeath(tries []*try, add func(rule string, v Verdict, why string, args ...any)) {
+	first := tries[0]
+	i := slices.IndexFunc(tries, func(t *try) bool { return t.run > 0 })
+	switch {
+	case i < 0:
+		add(RuleResumed, Fail, "the restarted client sent nothing: the killed ride was left pending")
+	case tries[i].key != first.key:
+		add(RuleResumed, Fail, "the restarted client sent key %q, not the killed ride's %q: a new ride", clip(tries[i].key), clip(first.key))
+	case !bytes.Equal(tries[i].body, first.body):
+		add(RuleResumed, Fail, "the restarted client sent body %q, the killed ride %q", clip(string(tries[i].body)), clip(string(first.body)))
+	default:
+		add(RuleResumed, Pass, "")
+	}
+
+	var rides []string
+	for _, t := range tries {
+		if t.answer.madeRide() && !slices.Contains(rides, t.key) {
+			rides = append(rides, t.key)
+		}
+	}
+	if len(rides) > 1 {
+		add(RuleOnce, Fail, "%d rides, under keys %s", len(rides), strings.Join(rides, ", "))
+	} else {
+		add(RuleOnce, Pass, "")
+	}
 }
 
 // validKey is the contract's rule for an Idempotency-Key, its unquoted

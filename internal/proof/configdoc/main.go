@@ -1,10 +1,11 @@
 // Command configdoc writes docs/configuration.md, the reference of every
 // setting of every Rocket Rides process; .env.example, the same settings
-// as an environment file with their defaults; and the list of the
+// as an environment file with their defaults; the list of the
 // project's setting names in internal/platform/config/known.go, which
-// every process checks its environment against. Run it with `make docs`
-// (or go generate ./docs); its test fails when any of the three and the
-// code disagree.
+// every process checks its environment against; and docs/errors.md, every
+// problem code the API answers with, from problem.Codes. Run it with `make docs`
+// (or go generate ./docs); its test fails when any of them and the code
+// disagree.
 //
 // A process's settings are what it reads, not a list kept by hand: each
 // command that runs through process.Main is built and asked with
@@ -31,6 +32,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
 	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
+	"github.com/rocketrides/rocketrides/internal/platform/problem"
 	"github.com/rocketrides/rocketrides/internal/platform/project"
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
@@ -75,9 +77,10 @@ func main() {
 }
 
 const (
-	docPath   = "docs/configuration.md"
-	envPath   = ".env.example"
-	knownPath = "internal/platform/config/known.go"
+	docPath    = "docs/configuration.md"
+	envPath    = ".env.example"
+	knownPath  = "internal/platform/config/known.go"
+	errorsPath = "docs/errors.md"
 )
 
 // generate returns docs/configuration.md, .env.example and known.go as
@@ -118,10 +121,38 @@ func generate(root string) (map[string][]byte, error) {
 		return nil, err
 	}
 	return map[string][]byte{
-		docPath:   reference(processes, others),
-		envPath:   envExample(processes, others),
-		knownPath: known,
+		docPath:    reference(processes, others),
+		envPath:    envExample(processes, others),
+		knownPath:  known,
+		errorsPath: errorsReference(),
 	}, nil
+}
+
+// errorsReference is docs/errors.md: every problem code, from
+// problem.Codes, under a heading its type's fragment finds.
+func errorsReference() []byte {
+	var b bytes.Buffer
+	b.WriteString(`# Error codes
+
+<!-- Written by make docs from problem.Codes (internal/platform/problem/codes.go); edit there. -->
+
+Every error answer of the API is a problem (RFC 9457, ` + "`application/problem+json`" + `)
+with a stable ` + "`code`" + `, which clients branch on, and a ` + "`type`" + ` that points here:
+` + "`<PROBLEM_TYPE_BASE>#<code>`" + `. The default base, ` + "`" + problem.DefaultTypeBase + "`" + `, is relative: it resolves
+against the api's own URL, whose ` + "`GET /errors`" + ` serves this page. An operator who
+publishes the docs elsewhere sets ` + "`PROBLEM_TYPE_BASE`" + ` (docs/configuration.md).
+
+Whether to retry is the ` + "`Rocket-Rides-Should-Retry`" + ` header's word (docs/clients.md):
+a retry always reuses the request's ` + "`Idempotency-Key`" + `.
+`)
+	for _, c := range problem.Codes {
+		statuses := make([]string, len(c.Statuses))
+		for i, s := range c.Statuses {
+			statuses[i] = fmt.Sprintf("%d %s", s, problem.Title(s))
+		}
+		fmt.Fprintf(&b, "\n## %s\n\n%s. %s\n", c.Code, strings.Join(statuses, ", "), c.Meaning)
+	}
+	return b.Bytes()
 }
 
 // declared are settings as read with no default.

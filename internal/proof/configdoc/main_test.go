@@ -10,16 +10,16 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/project"
 )
 
-// TestReferenceIsCurrent fails when docs/configuration.md, .env.example
-// or known.go says something else than the code: a setting added,
-// removed or changed without `make docs`.
+// TestReferenceIsCurrent fails when docs/configuration.md, .env.example,
+// known.go or docs/errors.md says something else than the code: a setting
+// or a problem code added, removed or changed without `make docs`.
 func TestReferenceIsCurrent(t *testing.T) {
 	t.Parallel()
 	root, err := project.Root()
 	require.NoError(t, err)
 	files, err := generate(root)
 	require.NoError(t, err)
-	require.Len(t, files, 3)
+	require.Len(t, files, 4)
 	for path, want := range files {
 		got, err := os.ReadFile(filepath.Join(root, path))
 		require.NoError(t, err)

@@ -26,8 +26,9 @@ func TestCrashRecovery(t *testing.T) {
 	t.Parallel()
 
 	// A short lock timeout lets the retry take over the dead request's
-	// lock within the test, as it would after 90s in production.
-	const lockTimeout = time.Second
+	// lock within the test, as it would after 90s in production: 2s, so
+	// that a Stripe attempt (STRIPE_TIMEOUT=1s) ends within it.
+	const lockTimeout = 2 * time.Second
 
 	type testBundle struct {
 		*stack
@@ -44,7 +45,7 @@ func TestCrashRecovery(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		s := newStack(t, dbtest.NewURL(t))
-		s.fleet.AddEnv("IDEMPOTENCY_LOCK_TIMEOUT="+lockTimeout.String(), idem.Pipeline+"="+pipeline)
+		s.fleet.AddEnv("IDEMPOTENCY_LOCK_TIMEOUT="+lockTimeout.String(), "STRIPE_TIMEOUT=1s", idem.Pipeline+"="+pipeline)
 		b := &testBundle{
 			stack:  s,
 			api:    fleettest.Start(t, s.fleet, "api", "FAILPOINTS="+seam+"=kill"),
@@ -148,7 +149,7 @@ func TestCrashRecovery(t *testing.T) {
 						t.Parallel()
 						b := setup(t, path.pipeline, seam)
 						requireCrashState(t, b, seam)
-						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 						defer cancel()
 
 						replies, err := b.client.retryUntilFinal(ctx, []string{b.api.URL}, b.key)

@@ -57,7 +57,9 @@ type readiness struct {
 
 func watchReadiness(url string) *readiness {
 	r := &readiness{stop: make(chan struct{}), done: make(chan struct{})}
-	client := &http.Client{Timeout: 3 * time.Second}
+	// /readyz bounds its own check at 2s: no answer (0) means it hung. The
+	// client's bound is the margin a loaded machine needs above that.
+	client := &http.Client{Timeout: 15 * time.Second}
 	go func() {
 		defer close(r.done)
 		for {
@@ -115,10 +117,12 @@ func TestDatabaseFaults(t *testing.T) {
 	t.Parallel()
 
 	// A short lock timeout: a request cut off by the restart may fail to
-	// unlock its key, and its retry must not wait 90s.
+	// unlock its key, and its retry must not wait 90s. The api has no
+	// deadline of its own here, so a hung request would wait forever:
+	// clientTimeout tells one apart with a margin no loaded machine uses.
 	const (
-		lockTimeout   = time.Second
-		clientTimeout = 10 * time.Second
+		lockTimeout   = 2 * time.Second // STRIPE_TIMEOUT=1s ends within it
+		clientTimeout = 30 * time.Second
 	)
 	cluster := scratchCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -128,7 +132,7 @@ func TestDatabaseFaults(t *testing.T) {
 	require.NoError(t, db.MigrateUp(ctx, dbURL, slog.New(slog.DiscardHandler)))
 
 	s := newStack(t, dbURL)
-	s.fleet.AddEnv("IDEMPOTENCY_LOCK_TIMEOUT="+lockTimeout.String(),
+	s.fleet.AddEnv("IDEMPOTENCY_LOCK_TIMEOUT="+lockTimeout.String(), "STRIPE_TIMEOUT=1s",
 		// A load, of one token's rides: past the rate limits by design.
 		"RATE_LIMITS=off")
 	api := fleettest.Start(t, s.fleet, "api")
@@ -138,7 +142,10 @@ func TestDatabaseFaults(t *testing.T) {
 	// the one before left behind.
 
 	t.Run("RestartUnderLoadFailsCleanlyAndRecovers", func(t *testing.T) {
+		// /readyz's first answer comes before the load, so that it is the
+		// green of a quiet api, not a check slowed by the load.
 		ready := watchReadiness(api.URL)
+		waitFor(t, time.Minute, "/readyz's first answer", func() bool { return ready.Last() != 0 })
 		var (
 			mu      sync.Mutex
 			keys    []string
@@ -245,11 +252,11 @@ func TestDatabaseFaults(t *testing.T) {
 
 		// On a loaded machine the watcher's first look may come late: the
 		// database comes back only once /readyz has said it was gone.
-		waitFor(t, 15*time.Second, "/readyz to report the database gone", func() bool {
+		waitFor(t, time.Minute, "/readyz to report the database gone", func() bool {
 			return ready.Seen(http.StatusServiceUnavailable)
 		})
 		require.NoError(t, cluster.Start(ctx))
-		waitFor(t, 15*time.Second, "/readyz to recover", func() bool {
+		waitFor(t, time.Minute, "/readyz to recover", func() bool {
 			resp, err := http.Get(api.URL + "/readyz")
 			if err != nil {
 				return false

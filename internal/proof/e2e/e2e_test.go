@@ -43,13 +43,14 @@ type stack struct {
 	token, badToken string
 }
 
-// newStack starts the Stripe fake and seeds the users in the migrated
-// database at dbURL, with bin/seed as an operator would.
-func newStack(t *testing.T, dbURL string) *stack {
+// newStack starts the Stripe fake, with stripeEnv (KEY=VALUE) on top of
+// its settings, and seeds the users in the migrated database at dbURL,
+// with bin/seed as an operator would.
+func newStack(t *testing.T, dbURL string, stripeEnv ...string) *stack {
 	t.Helper()
 	s := &stack{token: "e2e-" + uuid.NewString(), badToken: "e2e-bad-" + uuid.NewString()}
 	s.fleet = fleettest.New(t, "DATABASE_URL="+dbURL, "STRIPE_API_KEY="+stripeKey)
-	s.stripe = fleettest.Start(t, s.fleet, "fakestripe")
+	s.stripe = fleettest.Start(t, s.fleet, "fakestripe", stripeEnv...)
 	s.fleet.AddEnv("STRIPE_API_BASE=" + s.stripe.URL)
 	fleettest.Run(t, s.fleet, "seed", []string{"SEED_USER_TOKEN=" + s.token, "SEED_BAD_SOURCE_TOKEN=" + s.badToken})
 

@@ -41,7 +41,7 @@ func testRideToReceipt(t *testing.T, pipeline string) {
 	fleettest.Start(t, s.fleet, "enqueuer")
 	fleettest.Start(t, s.fleet, "worker", "MAIL_DIR="+mailDir)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	r := newClient(s.token, 15*time.Second).postRide(ctx, api.URL, uuid.NewString())
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r)
@@ -52,7 +52,7 @@ func testRideToReceipt(t *testing.T, pipeline string) {
 	require.NoError(t, json.Unmarshal(r.Body, &ride))
 
 	mail := filepath.Join(mailDir, mail.FileName(jobs.ReceiptMessageID(ride.ID)))
-	waitFor(t, 10*time.Second, "the receipt of ride in "+mail, func() bool {
+	waitFor(t, time.Minute, "the receipt of ride in "+mail, func() bool {
 		_, err := os.Stat(mail)
 		return err == nil
 	})
@@ -62,7 +62,7 @@ func testRideToReceipt(t *testing.T, pipeline string) {
 	require.Contains(t, string(content), "user@example.com")
 	require.Len(t, mails(t, mailDir), 1)
 
-	waitFor(t, 5*time.Second, "the worker to record the receipt", func() bool {
+	waitFor(t, time.Minute, "the worker to record the receipt", func() bool {
 		report, err := invariant.Check(ctx, s.pool, invariant.NewStripeClient(s.stripe.URL, stripeKey),
 			invariant.Options{ReceiptsDrained: true})
 		require.NoError(t, err)

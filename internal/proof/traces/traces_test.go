@@ -17,6 +17,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/completer"
 	"github.com/rocketrides/rocketrides/internal/idem"
 	"github.com/rocketrides/rocketrides/internal/jobs"
+	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/mail"
 	"github.com/rocketrides/rocketrides/internal/platform/trace"
 	"github.com/rocketrides/rocketrides/internal/rides"
@@ -101,11 +102,11 @@ func TestRideTrace(t *testing.T) {
 		t.Parallel()
 		s := setup(t)
 		key := apitest.NewKey()
-		s.Fail(rides.FailBeforeCharge, func(context.Context) error { return context.DeadlineExceeded })
+		s.Fail(rides.FailBeforeCharge, func(context.Context) error { return payment.ErrUnavailable })
 		resp, first := ride(t, s, key)
 		require.Equal(t, http.StatusServiceUnavailable, resp.Status)
 		s.Fail(rides.FailBeforeCharge, nil)
-		one(t, first, "refuse 503 request_cancelled")
+		one(t, first, "refuse 503 payment_unavailable")
 
 		c, err := completer.New(&completer.Config{Keys: s.Keys, Service: s.Service, MinAge: time.Millisecond, RetryInterval: time.Millisecond})
 		require.NoError(t, err)

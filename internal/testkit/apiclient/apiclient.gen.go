@@ -192,7 +192,8 @@ type Longitude = float64
 
 // Problem An error, as RFC 9457 problem details with a stable `code`.
 type Problem struct {
-	// Code Stable across releases; clients branch on it.
+	// Code Stable across releases; clients branch on it. docs/errors.md (GET
+	// /errors) says what each means and what to do.
 	//
 	// - `unauthorized` (401): no or bad bearer token, or `Authorization` sent twice.
 	// - `idempotency_key_missing` (400): the `Idempotency-Key` header is missing or empty.
@@ -245,11 +246,14 @@ type Problem struct {
 	// Title The HTTP status's reason phrase as RFC 9110 gives it (`Content Too Large`, `Unprocessable Content`).
 	Title string `json:"title"`
 
-	// Type A URI naming the kind of problem; it ends in `#<code>`.
+	// Type Where the kind of problem is explained for a person:
+	// `<PROBLEM_TYPE_BASE>#<code>`. The default base, `/errors`, is a
+	// relative reference to this API's GET /errors (docs/errors.md).
 	Type string `json:"type"`
 }
 
-// ProblemCode Stable across releases; clients branch on it.
+// ProblemCode Stable across releases; clients branch on it. docs/errors.md (GET
+// /errors) says what each means and what to do.
 //
 // - `unauthorized` (401): no or bad bearer token, or `Authorization` sent twice.
 // - `idempotency_key_missing` (400): the `Idempotency-Key` header is missing or empty.
@@ -557,6 +561,15 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
+	// GetErrorCodes Every problem code, for a person
+	//
+	// docs/errors.md: each `code` under a heading of its own, with what
+	// happened and what to do. A problem's `type` is `/errors#<code>` by
+	// default, which resolves against the API's URL to this page.
+	//
+	// Corresponds with GET /errors (the `GetErrorCodes` operationId).
+	GetErrorCodes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CheckHealth Liveness
 	//
 	// Answers as long as the process serves HTTP.
@@ -663,6 +676,25 @@ type ClientInterface interface {
 	//
 	// Corresponds with HEAD /rides/{id} (the `GetRideHead` operationId).
 	GetRideHead(ctx context.Context, id RideID, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// GetErrorCodes Every problem code, for a person
+//
+// docs/errors.md: each `code` under a heading of its own, with what
+// happened and what to do. A problem's `type` is `/errors#<code>` by
+// default, which resolves against the API's URL to this page.
+//
+// Corresponds with GET /errors (the `GetErrorCodes` operationId).
+func (c *Client) GetErrorCodes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetErrorCodesRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // CheckHealth Liveness
@@ -890,6 +922,33 @@ func (c *Client) GetRideHead(ctx context.Context, id RideID, reqEditors ...Reque
 		return nil, err
 	}
 	return c.Client.Do(req)
+}
+
+// NewGetErrorCodesRequest constructs an http.Request for the GetErrorCodes method
+func NewGetErrorCodesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/errors")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
 }
 
 // NewCheckHealthRequest constructs an http.Request for the CheckHealth method
@@ -1359,6 +1418,17 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
+	// GetErrorCodesWithResponse Every problem code, for a person
+	//
+	// docs/errors.md: each `code` under a heading of its own, with what
+	// happened and what to do. A problem's `type` is `/errors#<code>` by
+	// default, which resolves against the API's URL to this page.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /errors (the `GetErrorCodes` operationId).
+	GetErrorCodesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetErrorCodesResponse, error)
+
 	// CheckHealthWithResponse Liveness
 	//
 	// Answers as long as the process serves HTTP.
@@ -1483,6 +1553,93 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with HEAD /rides/{id} (the `GetRideHead` operationId).
 	GetRideHeadWithResponse(ctx context.Context, id RideID, reqEditors ...RequestEditorFn) (*GetRideHeadResponse, error)
+}
+
+// GetErrorCodesResponse200Headers the declared response headers of an HTTP 200 response for GetErrorCodes
+type GetErrorCodesResponse200Headers struct {
+	RequestId string
+}
+
+// GetErrorCodesResponse413Headers the declared response headers of an HTTP 413 response for GetErrorCodes
+type GetErrorCodesResponse413Headers struct {
+	RequestId              string
+	RocketRidesShouldRetry bool
+}
+
+// GetErrorCodesResponse415Headers the declared response headers of an HTTP 415 response for GetErrorCodes
+type GetErrorCodesResponse415Headers struct {
+	AcceptEncoding         *string
+	RequestId              string
+	RocketRidesShouldRetry bool
+}
+
+// GetErrorCodesResponse500Headers the declared response headers of an HTTP 500 response for GetErrorCodes
+type GetErrorCodesResponse500Headers struct {
+	RequestId              string
+	RocketRidesShouldRetry bool
+}
+
+type GetErrorCodesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ContentEncodingRefused
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetErrorCodesResponse200Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *GetErrorCodesResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *GetErrorCodesResponse415Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetErrorCodesResponse500Headers
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r GetErrorCodesResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r GetErrorCodesResponse) GetApplicationproblemJSON415() *ContentEncodingRefused {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetErrorCodesResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetErrorCodesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetErrorCodesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetErrorCodesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetErrorCodesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 // CheckHealthResponse200Headers the declared response headers of an HTTP 200 response for CheckHealth
@@ -2698,6 +2855,23 @@ func (r GetRideHeadResponse) ContentType() string {
 	return ""
 }
 
+// GetErrorCodesWithResponse Every problem code, for a person
+//
+// docs/errors.md: each `code` under a heading of its own, with what
+// happened and what to do. A problem's `type` is `/errors#<code>` by
+// default, which resolves against the API's URL to this page.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /errors (the `GetErrorCodes` operationId).
+func (c *ClientWithResponses) GetErrorCodesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetErrorCodesResponse, error) {
+	rsp, err := c.GetErrorCodes(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetErrorCodesResponse(rsp)
+}
+
 // CheckHealthWithResponse Liveness
 //
 // Answers as long as the process serves HTTP.
@@ -2893,6 +3067,117 @@ func (c *ClientWithResponses) GetRideHeadWithResponse(ctx context.Context, id Ri
 		return nil, err
 	}
 	return ParseGetRideHeadResponse(rsp)
+}
+
+// ParseGetErrorCodesResponse parses an HTTP response from a GetErrorCodesWithResponse call
+func ParseGetErrorCodesResponse(rsp *http.Response) (*GetErrorCodesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetErrorCodesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ContentEncodingRefused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetErrorCodesResponse200Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 413:
+		var headers GetErrorCodesResponse413Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers GetErrorCodesResponse415Headers
+		if values := rsp.Header.Values("Accept-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Accept-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.AcceptEncoding = &value
+		}
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetErrorCodesResponse500Headers
+		if values := rsp.Header.Values("Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RequestId = value
+		}
+		if values := rsp.Header.Values("Rocket-Rides-Should-Retry"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Rocket-Rides-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RocketRidesShouldRetry = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
 }
 
 // ParseCheckHealthResponse parses an HTTP response from a CheckHealthWithResponse call

@@ -266,5 +266,6 @@ var readyPaths = map[string]string{
 }
 
 // readyTimeout bounds a start: a binary that is not serving by then is
-// broken, not slow.
-const readyTimeout = 20 * time.Second
+// broken, not slow. It outlasts db.Preflight's own 30 s wait for the
+// database, which a process started while Postgres restarts sits through.
+const readyTimeout = time.Minute

@@ -188,8 +188,10 @@ func (p *Process) signalAndWait(ctx context.Context, sig syscall.Signal) error {
 func (p *Process) command(stdout, stderr io.Writer) *exec.Cmd {
 	cmd := exec.Command(p.path, p.args...)
 	p.mu.Lock()
-	// HOST as well as PORT: the process listens where p.URL points.
-	cmd.Env = append(mergeEnv(p.env), "HOST=127.0.0.1", "PORT="+strconv.Itoa(p.Port))
+	// HOST as well as PORT: the process listens where p.URL points,
+	// unless its env sets a HOST of its own, as a test of the setting
+	// does.
+	cmd.Env = append(mergeEnv([]string{"HOST=127.0.0.1"}, p.env), "PORT="+strconv.Itoa(p.Port))
 	p.mu.Unlock()
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
