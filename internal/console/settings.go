@@ -24,7 +24,7 @@ var Variables = config.Declare(
 	config.Setting{Name: "CONSOLE_LAB_TIMEOUT", Type: config.TypeDuration,
 		Help: "the lab's client timeout per attempt, as a mobile app's"},
 	config.Setting{Name: "CONSOLE_TRACE_URL", Type: config.TypeURL,
-		Help: "the address of a request's trace in a trace viewer, with {trace_id} where its id goes, such as http://127.0.0.1:16686/trace/{trace_id} for Jaeger's UI: each request's story links to its trace; unset, no link (make dev TRACES=on sets it)"},
+		Help: "the address of a request's trace in a trace viewer, with {trace_id} where its id goes (http://127.0.0.1:16686/trace/{trace_id} for Jaeger's UI): each request's story links to the trace of the request that claimed its key; unset, no link (make dev TRACES=on sets its Jaeger's /api/traces/{trace_id})"},
 	config.Setting{Name: "CONSOLE_LOGIN_FIRST_WAIT", Type: config.TypeDuration, Max: operator.DefaultMaxWait,
 		Help: "how long a login waits after five failed in a row at its account or from its address, doubling with each further failure up to 15m; at most 15m"},
 )
