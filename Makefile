@@ -111,8 +111,12 @@ dev: build $(if $(filter on,$(TRACES)),$(JAEGER) $(DEV_PROCFILE))
 $(JAEGER):
 	@echo "building Jaeger $(JAEGER_VERSION), the trace viewer of make dev TRACES=on, into .data/tools with the Go toolchain: once, and a few minutes the first time"
 	@mkdir -p $(@D)
-	@src=$$(cd / && $(GO) mod download -json github.com/jaegertracing/jaeger@$(JAEGER_VERSION) | sed -n 's/.*"Dir": "\(.*\)".*/\1/p'); \
-	cd "$$src" && $(GO) build -trimpath -o $(CURDIR)/$@.tmp ./cmd/jaeger && mv $(CURDIR)/$@.tmp $(CURDIR)/$@
+	@set -euo pipefail; \
+	module=$$(cd / && $(GO) mod download -json github.com/jaegertracing/jaeger@$(JAEGER_VERSION)) || { echo "$$module" >&2; exit 1; }; \
+	src=$$(echo "$$module" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p'); \
+	cd "$$src"; \
+	$(GO) build -trimpath -o $(CURDIR)/$@.tmp ./cmd/jaeger; \
+	mv $(CURDIR)/$@.tmp $(CURDIR)/$@
 
 # The Procfile and Jaeger beside it.
 .data/Procfile.traces: Procfile Procfile.traces
