@@ -470,6 +470,7 @@ func TestBrowser(t *testing.T) {
 		))
 		require.Regexp(t, `^[0-9a-f]{32}$`, traceID)
 		require.Equal(t, sink.Query+"/trace/"+traceID, href)
+		screenshot(t, ctx, "story-trace")
 
 		// The api sends its spans in batches: the last phase's may still
 		// be on its way when the ride's answer has come back.
