@@ -37,10 +37,11 @@ export FAKESTRIPE_STATE ?= $(CURDIR)/.data/fakestripe/state.jsonl
 
 # Traces: make dev TRACES=on also runs Jaeger (Procfile.traces, configured
 # by scripts/jaeger.yaml), built into .data/tools once with the Go
-# toolchain; every process sends it every trace, and the console's story
-# links each request to its trace there. Make variables only, but for the
-# OTEL_* settings and CONSOLE_TRACE_URL that TRACES=on exports. Without
-# it, nothing here changes make dev.
+# toolchain; every process sends it every trace (the OTEL_* settings), and
+# the console's story links each request to its trace there
+# (CONSOLE_TRACE_URL). No process reads the JAEGER_* variables: they go to
+# Procfile.traces and scripts/jaeger.yaml. Without TRACES=on, none of this
+# is exported and make dev runs as it always has.
 TRACES                 ?= off
 JAEGER_VERSION         := v1.76.0
 JAEGER                 := .data/tools/jaeger-$(JAEGER_VERSION)
@@ -63,15 +64,14 @@ endif
 
 # 0 is any free port. make dev picks it before starting anything, so that
 # the simulator, the console and the printed URLs all use the port taken.
-ifeq ($(FAKESTRIPE_PORT),0)
-override FAKESTRIPE_PORT := $(shell scripts/free-port)
+dev_ports := FAKESTRIPE_PORT API_PORT CONSOLE_PORT \
+	$(if $(filter on,$(TRACES)),JAEGER_OTLP_GRPC_PORT JAEGER_OTLP_HTTP_PORT JAEGER_UI_PORT JAEGER_QUERY_GRPC_PORT)
+define free_port
+ifeq ($$($(1)),0)
+override $(1) := $$(shell scripts/free-port $$(foreach p,$$(dev_ports),$$($$(p))))
 endif
-ifeq ($(API_PORT),0)
-override API_PORT := $(shell scripts/free-port $(FAKESTRIPE_PORT))
-endif
-ifeq ($(CONSOLE_PORT),0)
-override CONSOLE_PORT := $(shell scripts/free-port $(FAKESTRIPE_PORT) $(API_PORT))
-endif
+endef
+$(foreach port,$(dev_ports),$(eval $(call free_port,$(port))))
 
 # An execution count, not a duration: with a duration, Go 1.26's fuzzing
 # coordinator can report "context deadline exceeded" as a failure when the
@@ -109,7 +109,7 @@ dev: build $(if $(filter on,$(TRACES)),$(JAEGER) $(DEV_PROCFILE))
 # its go.mod), which go install refuses: it is built in its own module, as
 # the Go toolchain downloads it, with that module's own requirements.
 $(JAEGER):
-	@echo "building Jaeger $(JAEGER_VERSION), the trace viewer of make dev TRACES=on, into .data/tools with the Go toolchain: once, and a few minutes the first time"
+	@echo "building Jaeger $(JAEGER_VERSION), the trace viewer of make dev TRACES=on, into .data/tools with the Go toolchain: once, and several minutes the first time (README.md)"
 	@mkdir -p $(@D)
 	@set -euo pipefail; \
 	module=$$(cd / && $(GO) mod download -json github.com/jaegertracing/jaeger@$(JAEGER_VERSION)) || { echo "$$module" >&2; exit 1; }; \
