@@ -259,7 +259,7 @@ var (
 	// The directories a repository path starts with.
 	topDirs = []string{"cmd", "internal", "docs", "migrations", "tools", "scripts"}
 	// A file named alone.
-	fileRE   = regexp.MustCompile(`^\.?[\w-]+(\.[\w-]+)*\.(go|sql|md|ya?ml|mod|sum|example)$|^(Makefile|Dockerfile|Procfile)$`)
+	fileRE   = regexp.MustCompile(`^\.?[\w-]+(\.[\w-]+)*\.(go|sql|md|ya?ml|mod|sum|example)$|^(Makefile|Dockerfile|Procfile(\.\w+)?)$`)
 	testRE   = regexp.MustCompile(`^(Test|Fuzz|Example|Benchmark)[\w*…]*(/\S+)?$`)
 	dottedRE = regexp.MustCompile(`^[A-Za-z]\w*(\.[A-Za-z]\w*)+(\(\))?$`)
 	// A single identifier in mixed caps: PhaseThen, ErrLockLost, rideByKey.

@@ -4,7 +4,8 @@
 // is a span of its own under it. The claim stores the claiming request's
 // traceparent with a new key (insertKeySQL, claimFastSQL), and a phase
 // hands its own to the jobs it stages (Tx.Traceparent), so that later
-// work on the key, or the job, links back to it (TraceOf).
+// work on the key, or the job, links back to it (TraceOf), and the
+// console links a key's story to its trace (Traceparent).
 
 package idem
 
@@ -61,9 +62,16 @@ func (s *Store) TraceOf(ctx context.Context, key *Key) (*string, error) {
 	if !trace.Recording(ctx) {
 		return nil, nil
 	}
+	return s.Traceparent(ctx, key.ID)
+}
+
+// Traceparent returns the traceparent of the request that claimed key
+// id, whether or not ctx is traced: the console links a key's story to
+// its trace. Nil when that request was not traced.
+func (s *Store) Traceparent(ctx context.Context, id int64) (*string, error) {
 	var tp *string
-	if err := s.pool.QueryRow(ctx, traceOfSQL, key.ID).Scan(&tp); err != nil {
-		return nil, fmt.Errorf("read the trace of idempotency key %d: %w", key.ID, err)
+	if err := s.pool.QueryRow(ctx, traceOfSQL, id).Scan(&tp); err != nil {
+		return nil, fmt.Errorf("read the trace of idempotency key %d: %w", id, err)
 	}
 	return tp, nil
 }

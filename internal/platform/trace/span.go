@@ -91,6 +91,18 @@ func Link(span Span, traceparent *string) {
 	}
 }
 
+// TraceID is the id of the trace traceparent (Traceparent) belongs to,
+// as trace viewers name it in their addresses (32 hex digits); "" for a
+// malformed one.
+func TraceID(traceparent string) string {
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+	sc := oteltrace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ""
+	}
+	return sc.TraceID().String()
+}
+
 // Recording reports whether ctx's span records: whether reading what a
 // span would link to is worth a query.
 func Recording(ctx context.Context) bool {

@@ -54,3 +54,12 @@ func TestNewSampler(t *testing.T) {
 		require.Contains(t, s.Description(), want, name)
 	}
 }
+
+func TestTraceID(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736",
+		TraceID("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))
+	for _, bad := range []string{"", "not a traceparent", "00-00000000000000000000000000000000-00f067aa0ba902b7-01"} {
+		require.Empty(t, TraceID(bad), "%q", bad)
+	}
+}

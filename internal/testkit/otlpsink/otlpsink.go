@@ -259,7 +259,7 @@ var page = template.Must(template.New("trace").Parse(`<!doctype html>
 <h1>Trace <code>{{.TraceID}}</code></h1>
 <table>
 <tr><th>span</th><th>service</th><th>µs</th><th>attributes</th></tr>
-{{range .Spans}}<tr class="span"><td>{{.OperationName}}</td><td>{{.ProcessID}}</td><td>{{.Duration}}</td><td>{{range .Tags}}{{.Key}}={{.Value}} {{end}}</td></tr>
+{{range .Spans}}<tr class="span"><td>{{.OperationName}}</td><td>{{(index $.Processes .ProcessID).ServiceName}}</td><td>{{.Duration}}</td><td>{{range .Tags}}{{.Key}}={{.Value}} {{end}}</td></tr>
 {{end}}</table>`))
 
 // servePage answers GET /trace/{id} with the trace as a page, where
