@@ -80,6 +80,8 @@ type move struct {
 // phase's writes and the new recovery point commit together or not at
 // all. A phase whose key is no longer this request's returns ErrLockLost.
 func (s *Store) Phase(ctx context.Context, key *Key, fn PhaseFunc) error {
+	ctx, cancel := context.WithTimeout(ctx, phaseTimeout) // however silent the connection
+	defer cancel()
 	if !s.plain {
 		return s.phasePipelined(ctx, key, fn)
 	}
