@@ -115,7 +115,9 @@ func Setup(ctx context.Context, cfg *Config) (stop func(context.Context) error, 
 	case "", "grpc":
 		exporter, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(cfg.Endpoint))
 	case "http/protobuf":
-		exporter, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(cfg.Endpoint))
+		// The endpoint is the receiver's base URL, as the OTLP spec has
+		// it: traces go to its /v1/traces.
+		exporter, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(strings.TrimSuffix(cfg.Endpoint, "/")+"/v1/traces"))
 	default:
 		return nil, fmt.Errorf("%s=%s: must be grpc or http/protobuf", ProtocolSetting, cfg.Protocol)
 	}
