@@ -28,6 +28,9 @@ func (tx *Tx) Traceparent() *string { return tx.trace }
 // startPhase starts the span of an atomic phase of key, from its
 // recovery point; endPhase names it once the phase has moved the key.
 func startPhase(ctx context.Context, key *Key) (context.Context, trace.Span) {
+	if !trace.On() {
+		return ctx, trace.None // no name or attributes to build
+	}
 	return trace.Start(ctx, "phase "+string(key.RecoveryPoint),
 		append(trace.Key(key.ID, key.UserID), trace.From.String(string(key.RecoveryPoint)))...)
 }

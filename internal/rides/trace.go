@@ -17,6 +17,9 @@ import (
 
 // startClaim starts the span of the claim of a request of user's.
 func startClaim(ctx context.Context, userID int64) (context.Context, trace.Span) {
+	if !trace.On() {
+		return ctx, trace.None // no attributes to build
+	}
 	return trace.Start(ctx, "claim", trace.User(userID))
 }
 
@@ -51,6 +54,9 @@ func (s *Service) endClaim(ctx context.Context, span trace.Span, key *idem.Key, 
 // startResume starts the span of the completer's resume of key, linked
 // to the request that started it.
 func (s *Service) startResume(ctx context.Context, key *idem.Key) (context.Context, trace.Span) {
+	if !trace.On() {
+		return ctx, trace.None
+	}
 	ctx, span := trace.Start(ctx, "resume", append(trace.Key(key.ID, key.UserID), trace.From.String(string(key.RecoveryPoint)))...)
 	s.linkOrigin(ctx, span, key)
 	return ctx, span

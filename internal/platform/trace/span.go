@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	oteltrace "go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Span is an OpenTelemetry span.
@@ -43,8 +44,17 @@ func tracer() oteltrace.Tracer {
 	return otel.Tracer("github.com/rocketrides/rocketrides")
 }
 
-// Start starts a span of the mechanism named name, a child of ctx's.
+// None is the span of a process that does not trace: it records nothing,
+// and ending it costs nothing. A caller whose span's name or attributes
+// cost something to build returns it when tracing is off (On).
+var None Span = noop.Span{}
+
+// Start starts a span of the mechanism named name, a child of ctx's;
+// None when the process does not trace.
 func Start(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, Span) {
+	if !On() {
+		return ctx, None
+	}
 	return tracer().Start(ctx, name, oteltrace.WithAttributes(attrs...))
 }
 
