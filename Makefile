@@ -35,17 +35,43 @@ DEV_OPERATOR_PASSWORD   ?= rocketrides-dev
 # that a second make dev finds both; make clean removes it with .data.
 export FAKESTRIPE_STATE ?= $(CURDIR)/.data/fakestripe/state.jsonl
 
+# Traces: make dev TRACES=on also runs Jaeger (Procfile.traces, configured
+# by scripts/jaeger.yaml), built into .data/tools once with the Go
+# toolchain; every process sends it every trace (the OTEL_* settings), and
+# the console's story links each request to its trace there
+# (CONSOLE_TRACE_URL). No process reads the JAEGER_* variables: they go to
+# Procfile.traces and scripts/jaeger.yaml. Without TRACES=on, none of this
+# is exported and make dev runs as it always has.
+TRACES                 ?= off
+JAEGER_VERSION         := v1.76.0
+JAEGER                 := .data/tools/jaeger-$(JAEGER_VERSION)
+JAEGER_OTLP_GRPC_PORT  ?= 4317
+JAEGER_OTLP_HTTP_PORT  ?= 4318
+JAEGER_UI_PORT         ?= 16686
+JAEGER_QUERY_GRPC_PORT ?= 16685
+ifeq ($(filter $(TRACES),on off),)
+$(error TRACES=$(TRACES): must be on or off)
+endif
+DEV_PROCFILE := Procfile
+ifeq ($(TRACES),on)
+DEV_PROCFILE := .data/Procfile.traces
+export JAEGER JAEGER_OTLP_GRPC_PORT JAEGER_OTLP_HTTP_PORT JAEGER_UI_PORT JAEGER_QUERY_GRPC_PORT
+export OTEL_EXPORTER_OTLP_ENDPOINT ?= http://127.0.0.1:$(JAEGER_OTLP_GRPC_PORT)
+export OTEL_EXPORTER_OTLP_PROTOCOL ?= grpc
+export OTEL_TRACES_SAMPLER         ?= always_on
+export CONSOLE_TRACE_URL           ?= http://127.0.0.1:$(JAEGER_UI_PORT)/api/traces/{trace_id}
+endif
+
 # 0 is any free port. make dev picks it before starting anything, so that
 # the simulator, the console and the printed URLs all use the port taken.
-ifeq ($(FAKESTRIPE_PORT),0)
-override FAKESTRIPE_PORT := $(shell scripts/free-port)
+dev_ports := FAKESTRIPE_PORT API_PORT CONSOLE_PORT \
+	$(if $(filter on,$(TRACES)),JAEGER_OTLP_GRPC_PORT JAEGER_OTLP_HTTP_PORT JAEGER_UI_PORT JAEGER_QUERY_GRPC_PORT)
+define free_port
+ifeq ($$($(1)),0)
+override $(1) := $$(shell scripts/free-port $$(foreach p,$$(dev_ports),$$($$(p))))
 endif
-ifeq ($(API_PORT),0)
-override API_PORT := $(shell scripts/free-port $(FAKESTRIPE_PORT))
-endif
-ifeq ($(CONSOLE_PORT),0)
-override CONSOLE_PORT := $(shell scripts/free-port $(FAKESTRIPE_PORT) $(API_PORT))
-endif
+endef
+$(foreach port,$(dev_ports),$(eval $(call free_port,$(port))))
 
 # An execution count, not a duration: with a duration, Go 1.26's fuzzing
 # coordinator can report "context deadline exceeded" as a failure when the
@@ -58,8 +84,8 @@ FUZZ_TARGETS := FuzzParams FuzzEquivalentEncodings FuzzIdempotencyKey
 
 ## dev: local Postgres, migrations, the console's dev account (printed), then
 ## every Procfile process. Ctrl-C stops them all, and the local Postgres too
-## when make dev started it
-dev: build
+## when make dev started it. TRACES=on adds Jaeger, every trace sent to it
+dev: build $(if $(filter on,$(TRACES)),$(JAEGER) $(DEV_PROCFILE))
 	@set -euo pipefail; \
 	if [ -z "$${DATABASE_URL:-}" ] && ! $(BIN)/localpg status >/dev/null 2>&1; then \
 		trap 'echo "stopping the project-local Postgres"; $(BIN)/localpg stop' EXIT; \
@@ -68,13 +94,34 @@ dev: build
 	export DATABASE_URL="$${DATABASE_URL:-$$($(BIN)/localpg url rocketrides)}"; \
 	$(BIN)/migrate up; \
 	printf '%s\n' '$(DEV_OPERATOR_PASSWORD)' | $(BIN)/console operator add -reset '$(DEV_OPERATOR)' >/dev/null; \
-	runner=$$(scripts/procfile-runner); \
+	runner=$$(scripts/procfile-runner $(DEV_PROCFILE)); \
 	echo "database: $$DATABASE_URL"; \
 	echo "stripe:   $$STRIPE_API_BASE (the fake keeps its charges in $$FAKESTRIPE_STATE)"; \
 	echo "api:      http://$$API_HOST:$$API_PORT"; \
 	echo "metrics:  http://$$API_METRICS_ADDR/metrics"; \
 	echo "console:  http://$$CONSOLE_HOST:$$CONSOLE_PORT (account $(DEV_OPERATOR), password $(DEV_OPERATOR_PASSWORD))"; \
+	if [ "$(TRACES)" = on ]; then \
+		echo "traces:   http://127.0.0.1:$(JAEGER_UI_PORT) (Jaeger; a trace at /api/traces/{trace_id}, linked from each request's story)"; \
+	fi; \
 	$$runner
+
+# Jaeger's module replaces one of its dependencies (a replace directive in
+# its go.mod), which go install refuses: it is built in its own module, as
+# the Go toolchain downloads it, with that module's own requirements.
+$(JAEGER):
+	@echo "building Jaeger $(JAEGER_VERSION), the trace viewer of make dev TRACES=on, into .data/tools with the Go toolchain: once, and several minutes the first time (README.md)"
+	@mkdir -p $(@D)
+	@set -euo pipefail; \
+	module=$$(cd / && $(GO) mod download -json github.com/jaegertracing/jaeger@$(JAEGER_VERSION)) || { echo "$$module" >&2; exit 1; }; \
+	src=$$(echo "$$module" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p'); \
+	cd "$$src"; \
+	$(GO) build -trimpath -o $(CURDIR)/$@.tmp ./cmd/jaeger; \
+	mv $(CURDIR)/$@.tmp $(CURDIR)/$@
+
+# The Procfile and Jaeger beside it.
+.data/Procfile.traces: Procfile Procfile.traces
+	@mkdir -p $(@D)
+	@cat $^ > $@
 
 ## stop: stop every project-local server, saying which it stopped: the cluster
 ## (make dev, make test), the replicated cluster (etcd and Patroni) and the pooler

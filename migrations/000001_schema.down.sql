@@ -18,4 +18,4 @@ DROP TABLE idempotency_keys;
 DROP TABLE users;
 DROP DOMAIN stripe_id, currency, amount, longitude, latitude, ride_status, attention_reason,
     unknown_outcome_count, claim_count, key_steps, recovery_point, request_path, request_method,
-    idempotency_key_value;
+    idempotency_key_value, traceparent;

@@ -427,3 +427,11 @@ CREATE TABLE operator_login_failures (
     PRIMARY KEY (scope, subject)
 );
 CREATE INDEX operator_login_failures_wait_until ON operator_login_failures (wait_until);
+
+-- Traces (package trace of the platform): the W3C traceparent of the
+-- request that claimed a key, and of the phase that staged a job, when
+-- that request was traced. The completer's resume, a client's later retry
+-- and the job's run link back to it; NULL when nothing was traced.
+CREATE DOMAIN traceparent AS TEXT CHECK (VALUE ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$');
+ALTER TABLE idempotency_keys ADD COLUMN traceparent traceparent;
+ALTER TABLE staged_jobs ADD COLUMN traceparent traceparent;

@@ -5,6 +5,7 @@
 //	go run ./cmd/bench -json .data/bench/results.json
 //	go run ./cmd/bench -quick -only limit,new
 //	go run ./cmd/bench -only new,replay -limits   # what the rate limits cost
+//	go run ./cmd/bench -only tracing              # what tracing costs the api
 package main
 
 import (

@@ -113,6 +113,7 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 	trustProxy := env.Bool("CONSOLE_TRUST_PROXY", false)
 	host := env.Host("HOST", "127.0.0.1")
 	proxyHosts := console.HostsFromEnv(env)
+	traceURL := console.TraceURLFromEnv(env)
 	// Zero listens on any free port; the "Serving HTTP" line says which.
 	port := env.Port("PORT", 5050)
 	// The lab's settings are read whether or not it runs, so that -help
@@ -173,7 +174,8 @@ func build(ctx context.Context, env *config.Env, logger *slog.Logger) (*process.
 		return nil, err
 	}
 	handler, err = console.New(&console.Config{Pool: pool, Keys: keys, Rides: svc, Operators: operators,
-		TrustProxy: trustProxy, Hosts: append(console.ListenHosts(srv.Addr()), proxyHosts...), Logger: logger, Lab: lab})
+		TrustProxy: trustProxy, Hosts: append(console.ListenHosts(srv.Addr()), proxyHosts...), TraceURL: traceURL,
+		Logger: logger, Lab: lab})
 	if err != nil {
 		pool.Close()
 		return nil, err

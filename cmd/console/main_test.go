@@ -33,6 +33,7 @@ func TestBuild(t *testing.T) {
 		t.Setenv("HOST", "")
 		t.Setenv("SIMULATED_ERRORS", "")
 		t.Setenv("CONSOLE_TRUST_PROXY", "")
+		t.Setenv("CONSOLE_TRACE_URL", "")
 		for i := 0; i+1 < len(env); i += 2 {
 			t.Setenv(env[i], env[i+1])
 		}
@@ -62,6 +63,15 @@ func TestBuild(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		require.NotZero(t, process.Run(ctx, command(), nil, &stdout, &stderr))
 		require.Contains(t, stderr.String(), "CONSOLE_PASSWORD is not a setting of any Rocket Rides process")
+	})
+
+	// A trace link with nowhere to put the trace's id would send every
+	// story to the same page: refused at start, by name.
+	t.Run("RefusesATraceURLWithoutTheTraceID", func(t *testing.T) {
+		setEnv(t, "PORT", "0", "CONSOLE_TRACE_URL", "http://127.0.0.1:16686/search")
+		_, err := build(t.Context(), &config.Env{}, slog.New(slog.DiscardHandler))
+		require.ErrorContains(t, err, "CONSOLE_TRACE_URL")
+		require.ErrorContains(t, err, "{trace_id}")
 	})
 
 	t.Run("ResolveRefusesBadUsage", func(t *testing.T) {

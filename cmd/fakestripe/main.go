@@ -29,6 +29,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
 	"github.com/rocketrides/rocketrides/internal/platform/serve"
+	"github.com/rocketrides/rocketrides/internal/platform/trace"
 )
 
 func main() { process.Main(command()) }
@@ -58,9 +59,12 @@ func build(_ context.Context, env *config.Env, logger *slog.Logger) (*process.Pr
 		return nil, err
 	}
 	srv, err := serve.Listen(&serve.Config{
-		Name:    "fakestripe",
-		Addr:    net.JoinHostPort(host, strconv.Itoa(port)),
-		Handler: fake,
+		Name: "fakestripe",
+		Addr: net.JoinHostPort(host, strconv.Itoa(port)),
+		// Traced like the api (OTEL_*): a charge's span at the fake is
+		// the child of the api's call, how long "Stripe" took seen
+		// from Stripe's side.
+		Handler: trace.Handler(fake),
 		Logger:  logger,
 		// Requests in flight (a charge sleeping out injected latency,
 		// say) get this long to finish once asked to stop.

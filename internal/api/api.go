@@ -36,6 +36,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
 	"github.com/rocketrides/rocketrides/internal/platform/problem"
 	"github.com/rocketrides/rocketrides/internal/platform/serve"
+	"github.com/rocketrides/rocketrides/internal/platform/trace"
 	"github.com/rocketrides/rocketrides/internal/ratelimit"
 	"github.com/rocketrides/rocketrides/internal/rides"
 )
@@ -133,7 +134,7 @@ func New(config *Config) (*Handler, error) {
 			config.Rides.Mount(r)
 		})
 	})
-	return &Handler{router: r}, nil
+	return &Handler{router: trace.Handler(r)}, nil
 }
 
 // ServeHTTP serves the API.
@@ -469,6 +470,7 @@ func requestLog(logger *slog.Logger, m *metrics.HTTP, ids *requestIDs) func(http
 			// Known only now that the router has matched the request.
 			route := chi.RouteContext(r.Context()).RoutePattern()
 			m.Observe(r.Method, route, status, elapsed)
+			trace.Route(r.Context(), r.Method, route)
 			level := slog.LevelInfo
 			if status >= 500 {
 				level = slog.LevelWarn

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,6 +30,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/testkit/dbtest"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet"
 	"github.com/rocketrides/rocketrides/internal/testkit/fleet/fleettest"
+	"github.com/rocketrides/rocketrides/internal/testkit/otlpsink"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
 
@@ -441,6 +443,70 @@ func TestBrowser(t *testing.T) {
 		))
 		require.Contains(t, title, "River")
 		screenshot(t, ctx, "river")
+	})
+
+	// A real api exports a ride's spans to an OTLP receiver; the ride's
+	// story links to its trace there, and the link lands on a page that
+	// lists the ride's spans. A console without CONSOLE_TRACE_URL links
+	// nothing.
+	t.Run("LinksTheStoryToItsTrace", func(t *testing.T) {
+		t.Parallel()
+		sink, err := otlpsink.Start()
+		require.NoError(t, err)
+		t.Cleanup(sink.Close)
+		s := startStack(t, false, append(sink.Env("grpc"), "CONSOLE_TRACE_URL="+sink.Query+"/trace/{trace_id}")...)
+		key := uuid.NewString()
+		require.Equal(t, http.StatusCreated, s.postRide(t, key))
+		story := "/keys/" + strconv.FormatInt(s.keyID(t, key), 10)
+
+		ctx := browser(t, 60*time.Second)
+		s.login(t, ctx, false)
+		var href, traceID string
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Navigate(s.console.URL+story),
+			chromedp.WaitVisible(`#trace`),
+			chromedp.AttributeValue(`#trace`, "href", &href, nil),
+			chromedp.Text(`#trace`, &traceID),
+		))
+		require.Regexp(t, `^[0-9a-f]{32}$`, traceID)
+		require.Equal(t, sink.Query+"/trace/"+traceID, href)
+		screenshot(t, ctx, "story-trace")
+
+		// The api sends its spans in batches: the last phase's may still
+		// be on its way when the ride's answer has come back.
+		waitCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.True(t, sink.Await(waitCtx, func(spans []otlpsink.Span) bool {
+			return slices.ContainsFunc(spans, func(sp otlpsink.Span) bool {
+				return sp.TraceID == traceID && strings.HasSuffix(sp.OperationName, "-> finished")
+			})
+		}), "the ride's last phase reached the receiver")
+
+		var names, services []string
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Click(`#trace`),
+			chromedp.WaitVisible(`tr.span`),
+			chromedp.Evaluate(`Array.from(document.querySelectorAll('tr.span')).map(r => r.cells[0].textContent)`, &names),
+			chromedp.Evaluate(`Array.from(new Set(Array.from(document.querySelectorAll('tr.span')).map(r => r.cells[1].textContent)))`, &services),
+		))
+		require.Contains(t, names, "claim")
+		require.Contains(t, names, "stripe charge")
+		require.True(t, slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "phase started -> ride_created") }), "spans: %v", names)
+		require.True(t, slices.ContainsFunc(names, func(n string) bool { return strings.HasSuffix(n, "-> finished") }), "spans: %v", names)
+		require.Contains(t, services, "api")
+		screenshot(t, ctx, "trace")
+
+		// Without a trace viewer the same story has no link. A browser's
+		// cookies do not tell ports apart, and both consoles keep their
+		// sessions in the same database: ada is logged in there too.
+		plain := fleettest.Start(t, s.fleet, "console", "CONSOLE_TRACE_URL=")
+		var links int
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Navigate(plain.URL+story),
+			chromedp.WaitVisible(`#steps`),
+			chromedp.Evaluate(`document.querySelectorAll('#trace').length`, &links),
+		))
+		require.Zero(t, links)
 	})
 
 	// Flag keys through the unknown-outcome path and settle one with each

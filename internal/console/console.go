@@ -8,7 +8,7 @@
 //     new rides per second, live over server-sent events.
 //   - A request's story: its key, every step it took (idem's steps), its
 //     ride, its charge as Stripe reports it, its audit records, its
-//     receipt.
+//     receipt, and a link to its trace (Config.TraceURL).
 //   - Needs attention: the keys set aside for a person, with what Stripe
 //     holds for each, and the three settlements of package rides.
 //   - The reaper's abandoned requests and the reconciler's findings.
@@ -79,6 +79,11 @@ type Config struct {
 	// host is an unspecified address (0.0.0.0:5050), any IP address on
 	// its port, as a listener there answers to them all. Required.
 	Hosts []string
+	// TraceURL is the address of a trace in a trace viewer, with
+	// TraceIDPlaceholder where the trace's id goes (CONSOLE_TRACE_URL):
+	// a request's story links to the trace of the request that claimed
+	// its key. Empty: no link.
+	TraceURL string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Lab, when set, adds the lab (only where simulated errors are
@@ -98,6 +103,8 @@ func (c *Config) validate() error {
 		return errors.New("console: Config.Operators is required")
 	case len(c.Hosts) == 0:
 		return errors.New("console: Config.Hosts is required")
+	case c.TraceURL != "" && !strings.Contains(c.TraceURL, TraceIDPlaceholder):
+		return errors.New("console: Config.TraceURL must have " + TraceIDPlaceholder + " where the trace's id goes")
 	}
 	if c.Lab != nil {
 		return c.Lab.validate()
@@ -113,6 +120,7 @@ type Console struct {
 	operators  *operator.Store
 	trustProxy bool
 	hosts      []string
+	traceURL   string
 	logger     *slog.Logger
 	pages      map[string]*template.Template
 	mux        *http.ServeMux
@@ -143,6 +151,7 @@ func New(config *Config) (*Console, error) {
 		operators:  config.Operators,
 		trustProxy: config.TrustProxy,
 		hosts:      config.Hosts,
+		traceURL:   config.TraceURL,
 		logger:     cmp.Or(config.Logger, slog.Default()),
 		pages:      map[string]*template.Template{},
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/jobs"
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/db"
+	"github.com/rocketrides/rocketrides/internal/platform/trace"
 	"github.com/rocketrides/rocketrides/internal/reconcile"
 	"github.com/rocketrides/rocketrides/internal/rides"
 	"github.com/rocketrides/rocketrides/internal/user"
@@ -428,6 +429,10 @@ func (c *Console) story(w http.ResponseWriter, r *http.Request, s *session) {
 	// The page reloads itself while something may still change: the key
 	// is unfinished, or the lab's clients are still at it.
 	data["Refresh"] = key.RecoveryPoint != idem.Finished && key.AttentionReason == nil || lab != nil && !lab.Done
+	if data["Trace"], err = c.traceLink(ctx, id); err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	if data["Steps"], err = c.keys.Steps(ctx, id); err != nil {
 		c.fail(w, r, err)
 		return
@@ -467,6 +472,27 @@ func (c *Console) story(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	c.render(w, r, "story", s, data)
 }
+
+// traceLink is the link to the trace of the request that claimed key id,
+// in the viewer at c.traceURL; nil without a viewer, or when that request
+// was not traced.
+func (c *Console) traceLink(ctx context.Context, id int64) (*traceLink, error) {
+	if c.traceURL == "" {
+		return nil, nil
+	}
+	tp, err := c.keys.Traceparent(ctx, id)
+	if err != nil || tp == nil {
+		return nil, err
+	}
+	traceID := trace.TraceID(*tp)
+	if traceID == "" {
+		return nil, nil
+	}
+	return &traceLink{ID: traceID, URL: strings.ReplaceAll(c.traceURL, TraceIDPlaceholder, traceID)}, nil
+}
+
+// traceLink is a trace's id and its address in the trace viewer.
+type traceLink struct{ ID, URL string }
 
 // attentionItem is a key set aside, with what Stripe holds for it.
 type attentionItem struct {

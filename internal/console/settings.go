@@ -23,6 +23,8 @@ var Variables = config.Declare(
 		Help: "the API token the lab sends rides with; unset: SEED_USER_TOKEN, else the seed's dev token of user@example.com"},
 	config.Setting{Name: "CONSOLE_LAB_TIMEOUT", Type: config.TypeDuration,
 		Help: "the lab's client timeout per attempt, as a mobile app's"},
+	config.Setting{Name: "CONSOLE_TRACE_URL", Type: config.TypeURL,
+		Help: "the address of a request's trace in a trace viewer, with {trace_id} where its id goes (http://127.0.0.1:16686/trace/{trace_id} for Jaeger's UI): each request's story links to the trace of the request that claimed its key; unset, no link (make dev TRACES=on sets its Jaeger's /api/traces/{trace_id})"},
 	config.Setting{Name: "CONSOLE_LOGIN_FIRST_WAIT", Type: config.TypeDuration, Max: operator.DefaultMaxWait,
 		Help: "how long a login waits after five failed in a row at its account or from its address, doubling with each further failure up to 15m; at most 15m"},
 )
@@ -47,4 +49,18 @@ func HostsFromEnv(env *config.Env) []string {
 		hosts = append(hosts, h)
 	}
 	return hosts
+}
+
+// TraceIDPlaceholder is where CONSOLE_TRACE_URL puts a trace's id.
+const TraceIDPlaceholder = "{trace_id}"
+
+// TraceURLFromEnv reads CONSOLE_TRACE_URL, refused by name when it has no
+// place for the trace's id.
+func TraceURLFromEnv(env *config.Env) string {
+	u := env.String("CONSOLE_TRACE_URL", "")
+	if u != "" && !strings.Contains(u, TraceIDPlaceholder) {
+		env.Refuse("CONSOLE_TRACE_URL", "must have "+TraceIDPlaceholder+" where the trace's id goes, such as http://127.0.0.1:16686/trace/"+TraceIDPlaceholder)
+		return ""
+	}
+	return u
 }

@@ -87,7 +87,7 @@ func insertKey(t *testing.T, b *abandonedBundle, st keyState) *Key {
 		          first_foreign_attempt_at, unknown_outcomes, attention_reason, claims, identity`,
 		b.userID, uuid.NewString(), st.point, st.age, st.idle, st.lockedAgo, st.attention)
 	require.NoError(t, err)
-	key, err := collectKey(rows)
+	key, err := collectKey(rows, nil)
 	require.NoError(t, err)
 	return key
 }

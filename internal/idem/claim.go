@@ -8,8 +8,8 @@
 //
 // Left to a second reading: the fast path's claim in one statement
 // (claimFast); reaped keys, which refuse late retries (reaped); a guard;
-// the steps; metrics, logs and helpers (Store.count, annotate,
-// newLockToken, collectKey).
+// the steps; metrics, logs, traces and helpers (Store.count, annotate,
+// traceparent: trace.go; newLockToken, collectKey).
 
 package idem
 
@@ -41,11 +41,8 @@ func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool
 		}
 		// The unique index lets exactly one of several concurrent requests
 		// insert a new key; the others wait for it, and decide below.
-		rows, err := tx.Query(ctx, insertKeySQL,
-			req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, newLockToken(), s.actor)
-		if err == nil {
-			key, err = collectKey(rows)
-		}
+		key, err = collectKey(tx.Query(ctx, insertKeySQL,
+			req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, newLockToken(), s.actor, traceparent(ctx)))
 		switch {
 		case err != nil:
 			return fmt.Errorf("claim idempotency key: %w", err)
@@ -66,13 +63,13 @@ func (s *Store) Claim(ctx context.Context, req Request) (key *Key, replayed bool
 
 // insertKeySQL inserts a new key ($1, the user; $2, the client's key) for
 // the request ($3 to $6) at started, locked under a fresh lock token ($7),
-// with its first step ($8, the actor); nothing where the key exists, or
-// where the reaper deleted it and keeps its record.
+// with its first step ($8, the actor) and its trace ($9); nothing where
+// the key exists, or where the reaper deleted it and keeps its record.
 const insertKeySQL = `
 	INSERT INTO idempotency_keys
 		(user_id, idempotency_key, request_method, request_path, request_params,
-		 origin_ip, recovery_point, locked_at, lock_token, steps)
-	SELECT $1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::inet, 'started', now(), $7::uuid,
+		 origin_ip, recovery_point, locked_at, lock_token, traceparent, steps)
+	SELECT $1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::inet, 'started', now(), $7::uuid, $9,
 	       jsonb_build_array(jsonb_build_object('at', clock_timestamp(), 'event', 'claimed'::text,
 	                                            'recovery_point', 'started'::text, 'actor', $8::text, 'attempt', 1))
 	WHERE NOT EXISTS (SELECT 1 FROM reaped_keys WHERE user_id = $1::bigint AND idempotency_key = $2::text)
@@ -169,11 +166,7 @@ func (s *Store) take(ctx context.Context, tx pgx.Tx, k *Key) (*Key, metrics.Outc
 	if k.LockedAt != nil {
 		event, outcome = StepTookOver, metrics.OutcomeLockTakeover
 	}
-	rows, err := tx.Query(ctx, takeSQL, k.ID, newLockToken(), event, s.actor)
-	if err != nil {
-		return nil, outcome, fmt.Errorf("take idempotency key %d: %w", k.ID, err)
-	}
-	key, err := collectKey(rows)
+	key, err := collectKey(tx.Query(ctx, takeSQL, k.ID, newLockToken(), event, s.actor))
 	if err != nil {
 		return nil, outcome, fmt.Errorf("take idempotency key %d: %w", k.ID, err)
 	}

@@ -34,13 +34,14 @@ import (
 // trip.
 //
 // $1 to $6 are the request (user, key, method, path, parameters, origin),
-// $7 the new lock token and $8 the actor of the claim's first step.
+// $7 the new lock token, $8 the actor of the claim's first step and $9
+// the claiming request's traceparent (trace.go).
 const claimFastSQL = `
 	WITH inserted AS (
 		INSERT INTO idempotency_keys
 			(user_id, idempotency_key, request_method, request_path, request_params,
-			 origin_ip, recovery_point, locked_at, lock_token, steps)
-		SELECT $1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::inet, 'started', now(), $7::uuid,
+			 origin_ip, recovery_point, locked_at, lock_token, traceparent, steps)
+		SELECT $1::bigint, $2::text, $3::text, $4::text, $5::jsonb, $6::inet, 'started', now(), $7::uuid, $9,
 		       jsonb_build_array(jsonb_build_object('at', clock_timestamp(), 'event', 'claimed'::text,
 		                                            'recovery_point', 'started'::text, 'actor', $8::text, 'attempt', 1))
 		WHERE NOT EXISTS (
@@ -78,7 +79,7 @@ type claimRow struct {
 // its error is returned); then, for a key it neither inserted nor
 // replayed, the locking path.
 func (s *Store) claimFast(ctx context.Context, req Request) (key *Key, replayed bool, err error) {
-	args := []any{req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, newLockToken(), s.actor}
+	args := []any{req.UserID, req.Key, req.Method, req.Path, req.Params, req.OriginIP, newLockToken(), s.actor, traceparent(ctx)}
 	var claimed []*claimRow
 	collect := func(rows pgx.Rows) error {
 		claimed, err = pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[claimRow])

@@ -12,8 +12,8 @@
 // deadlock (Store.retry); a reaped predecessor (errReapedPredecessor); a
 // guard (Tx.Guard); a set-aside (attentionMove, followAttention); what
 // follows the commit (behindCommitFailed); the steps; the metrics
-// (Idempotency.Outcome, Idempotency.PhaseDone), logs (annotate) and
-// helpers (Key.lockToken, answer).
+// (Idempotency.Outcome, Idempotency.PhaseDone), logs (annotate), traces
+// (traceparent: trace.go) and helpers (Key.lockToken, answer).
 
 package idem
 
@@ -62,6 +62,7 @@ type Tx struct {
 	wrote bool          // a statement was queued before the move
 	after []afterCommit // sent once the phase has committed
 	err   error
+	trace *string // the request's traceparent, for the jobs it stages (trace.go)
 
 	tx       pgx.Tx             // the plain path's transaction
 	queued   []*pgx.QueuedQuery // what the next Flush sends
@@ -85,12 +86,12 @@ func (s *Store) Phase(ctx context.Context, key *Key, fn PhaseFunc) error {
 		return s.phasePipelined(ctx, key, fn)
 	}
 	defer s.metrics.PhaseDone(string(key.RecoveryPoint), time.Now())
-	return s.retry(ctx, key, func(int) error { return s.phase(ctx, key, fn) }, 1, nil)
+	return s.retry(ctx, key, func(ctx context.Context, _ int) error { return s.phase(ctx, key, fn) }, 1, nil)
 }
 
 // phase makes one attempt at the atomic phase fn of key.
 func (s *Store) phase(ctx context.Context, key *Key, fn PhaseFunc) error {
-	tx := &Tx{store: s, key: key, from: key.RecoveryPoint}
+	tx := &Tx{store: s, key: key, from: key.RecoveryPoint, trace: traceparent(ctx)}
 	err := pgx.BeginFunc(ctx, s.pool, func(ptx pgx.Tx) error { // BEGIN; COMMIT, or ROLLBACK after an error
 		var reaped bool // the fence: no row, another request has the key
 		err := ptx.QueryRow(ctx, fenceSQL, key.ID, key.lockToken(), key.RecoveryPoint).Scan(&reaped)

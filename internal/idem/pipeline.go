@@ -115,7 +115,7 @@ func (s *Store) phasePipelined(ctx context.Context, key *Key, fn PhaseFunc) erro
 // attempt's. A guard goes out with the first attempt only: it committed
 // on its own, ahead of the phase (guard.go).
 func (s *Store) retryPhase(ctx context.Context, key *Key, fn PhaseFunc, attempt int, err error) error {
-	return s.retry(ctx, key, func(attempt int) error { return s.phaseOnce(ctx, key, fn, attempt > 1) }, attempt, err)
+	return s.retry(ctx, key, func(ctx context.Context, attempt int) error { return s.phaseOnce(ctx, key, fn, attempt > 1) }, attempt, err)
 }
 
 // phaseOnce makes one attempt at the atomic phase fn of key: its
@@ -131,7 +131,7 @@ func (s *Store) phaseOnce(ctx context.Context, key *Key, fn PhaseFunc, skipGuard
 	defer conn.Release()
 	defer rollback(ctx, conn.Conn()) // a no-op once committed
 
-	tx := &Tx{pipeline: pipeline{conn: conn.Conn(), batch: &pgx.Batch{}, skipGuards: skipGuards}}
+	tx := &Tx{trace: traceparent(ctx), pipeline: pipeline{conn: conn.Conn(), batch: &pgx.Batch{}, skipGuards: skipGuards}}
 	q, err := s.queuePhase(ctx, tx, key, key.RecoveryPoint, fn)
 	if err != nil {
 		return s.fenceError(key, err)
@@ -233,7 +233,9 @@ func (s *Store) PhaseThen(ctx context.Context, key *Key, first, second PhaseFunc
 	ctx, cancel := context.WithTimeout(ctx, phaseTimeout) // the pair's, as Phase's
 	defer cancel()
 	start, from := time.Now(), key.RecoveryPoint
-	q, q2, err := s.phasesOnce(ctx, key, first, second)
+	pctx, span := startPhase(ctx, key) // one span for the pipeline's phases (trace.go)
+	q, q2, err := s.phasesOnce(pctx, key, first, second)
+	endPhase(pctx, span, key, from, pipelinedVia(q, q2), err)
 	switch {
 	case q == nil || !q.committed:
 		if errors.Is(err, errReapedPredecessor) {
@@ -277,7 +279,7 @@ func (s *Store) phasesOnce(ctx context.Context, key *Key, first, second PhaseFun
 	defer conn.Release()
 	defer rollback(ctx, conn.Conn()) // a no-op once committed
 
-	tx := &Tx{pipeline: pipeline{conn: conn.Conn(), batch: &pgx.Batch{}}}
+	tx := &Tx{trace: traceparent(ctx), pipeline: pipeline{conn: conn.Conn(), batch: &pgx.Batch{}}}
 	q1, err = s.queuePhase(ctx, tx, key, key.RecoveryPoint, first)
 	if err != nil {
 		return nil, nil, s.fenceError(key, err)
@@ -337,4 +339,13 @@ func rollback(ctx context.Context, conn *pgx.Conn) {
 	if _, err := conn.Exec(ctx, `ROLLBACK`); err != nil {
 		_ = conn.Close(ctx)
 	}
+}
+
+// pipelinedVia is the recovery point between two phases that PhaseThen
+// committed in one round trip, for their span's name; "" for fewer.
+func pipelinedVia(q1, q2 *queuedPhase) RecoveryPoint {
+	if q1 == nil || q2 == nil {
+		return ""
+	}
+	return q1.moved.out.next
 }

@@ -18,17 +18,13 @@ var ErrKeyNotFound = errors.New("idempotency key not found")
 
 // KeyByID returns key id; ErrKeyNotFound if there is none.
 func (s *Store) KeyByID(ctx context.Context, id int64) (*Key, error) {
-	rows, err := s.pool.Query(ctx, `
+	key, err := collectKey(s.pool.Query(ctx, `
 		SELECT id, created_at, idempotency_key, last_run_at, locked_at, lock_token,
 		       request_method, request_params, request_path, origin_ip,
 		       response_code, response_body, recovery_point, user_id,
 		       first_foreign_attempt_at, unknown_outcomes, attention_reason, claims, identity
 		FROM idempotency_keys
-		WHERE id = $1`, id)
-	if err != nil {
-		return nil, fmt.Errorf("read idempotency key %d: %w", id, err)
-	}
-	key, err := collectKey(rows)
+		WHERE id = $1`, id))
 	if err != nil {
 		return nil, fmt.Errorf("read idempotency key %d: %w", id, err)
 	}

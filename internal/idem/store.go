@@ -148,10 +148,14 @@ func (s *Store) count(outcome metrics.Outcome, err error) {
 // succeeds or fails with what another attempt cannot mend; err is the
 // previous attempt's. Postgres aborts a phase for a deadlock or a
 // serialization failure, which a new attempt usually escapes. A key found
-// at its first phase to have a reaped predecessor is retired.
-func (s *Store) retry(ctx context.Context, key *Key, once func(attempt int) error, attempt int, err error) error {
+// at its first phase to have a reaped predecessor is retired. The
+// attempts are one span (trace.go).
+func (s *Store) retry(ctx context.Context, key *Key, once func(ctx context.Context, attempt int) error, attempt int, err error) (rerr error) {
+	ctx, span := startPhase(ctx, key)
+	from := key.RecoveryPoint
+	defer func() { endPhase(ctx, span, key, from, "", rerr) }()
 	for ; attempt <= s.phaseAttempts; attempt++ {
-		err = once(attempt)
+		err = once(ctx, attempt)
 		if errors.Is(err, errReapedPredecessor) {
 			return s.retire(ctx, key)
 		}
@@ -210,8 +214,12 @@ func (r firstRow) Scan(dest ...any) error {
 // newLockToken is a fresh fencing token.
 func newLockToken() pgtype.UUID { return pgtype.UUID{Bytes: uuid.New(), Valid: true} }
 
-// collectKey is the one key rows hold, or nil.
-func collectKey(rows pgx.Rows) (*Key, error) {
+// collectKey is the one key rows hold, or nil; it takes a query's two
+// results, so that the query's error and the rows' come out as one.
+func collectKey(rows pgx.Rows, err error) (*Key, error) {
+	if err != nil {
+		return nil, err
+	}
 	keys, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Key])
 	if err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/rocketrides/rocketrides/internal/platform/mail"
+	"github.com/rocketrides/rocketrides/internal/platform/trace"
 )
 
 // Kinds are the jobs the workers of NewClient handle, and so the kinds an
@@ -94,6 +95,7 @@ func NewClient(config *ClientConfig) (*river.Client[pgx.Tx], error) {
 		JobTimeout:           config.JobTimeout,
 		RescueStuckJobsAfter: config.RescueStuckJobsAfter,
 		Logger:               logger,
+		Middleware:           trace.RiverMiddleware(true), // a job's span links to the request that staged it
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cmp.Or(config.MaxWorkers, DefaultMaxWorkers)}},
 		Workers:              workers,
 	})

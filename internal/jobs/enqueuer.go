@@ -25,6 +25,7 @@ type stagedJob struct {
 	ID      int64           `db:"id"`
 	JobName string          `db:"job_name"`
 	JobArgs json.RawMessage `db:"job_args"`
+	Trace   *string         `db:"traceparent"` // the staging request's (trace.go)
 }
 
 // moveBatch deletes a batch of staged jobs and inserts them into River in
@@ -59,9 +60,9 @@ func (e *Enqueuer) moveBatch(ctx context.Context) (int, error) {
 				LIMIT $1
 				FOR UPDATE SKIP LOCKED
 			)
-			RETURNING id, job_name, job_args
+			RETURNING id, job_name, job_args, traceparent
 		)
-		SELECT id, job_name, job_args FROM moved ORDER BY id`,
+		SELECT id, job_name, job_args, traceparent FROM moved ORDER BY id`,
 		e.batchSize, e.kinds,
 	)
 	if err != nil {

@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/rocketrides/rocketrides/internal/platform/trace"
 )
 
 // Enqueuer defaults.
@@ -111,7 +113,7 @@ func NewEnqueuer(config *EnqueuerConfig) (*Enqueuer, error) {
 	logger := cmp.Or(config.Logger, slog.Default())
 	// Without Queues the client only inserts: it starts no producers and
 	// needs no Start.
-	client, err := river.NewClient(riverpgxv5.New(config.Pool), &river.Config{Logger: logger})
+	client, err := river.NewClient(riverpgxv5.New(config.Pool), &river.Config{Logger: logger, Middleware: trace.RiverMiddleware(false)})
 	if err != nil {
 		return nil, fmt.Errorf("create river insert client: %w", err)
 	}

@@ -49,7 +49,7 @@ func (e *Enqueuer) insertParams(staged []stagedJob) ([]river.InsertManyParams, i
 		}
 		params = append(params, river.InsertManyParams{
 			Args:       stagedArgs{kind: job.JobName, args: job.JobArgs},
-			InsertOpts: &opts,
+			InsertOpts: withTrace(opts, job.Trace),
 		})
 	}
 	return params, batchDuplicates

@@ -47,7 +47,7 @@ func Stage(q Queuer, args river.JobArgs) error {
 	if err != nil {
 		return fmt.Errorf("encode %s job args: %w", args.Kind(), err)
 	}
-	q.Queue(`INSERT INTO staged_jobs (job_name, job_args) VALUES ($1, $2)`, args.Kind(), json.RawMessage(payload))
+	q.Queue(`INSERT INTO staged_jobs (job_name, job_args, traceparent) VALUES ($1, $2, $3)`, args.Kind(), json.RawMessage(payload), traceOf(q))
 	wake(q) // an idle enqueuer, once the job is committed (wake.go)
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/stripe/stripe-go/v76/client"
 
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/trace"
 )
 
 // ErrUnavailable means Stripe could not be reached or answered with a
@@ -187,7 +188,7 @@ func NewStripeClient(config *Config) (*client.API, error) {
 		// No Client.Timeout: the transport bounds each attempt itself
 		// (attemptTransport), so that net/http keeps its cheaper way of
 		// cancelling a request.
-		HTTPClient: &http.Client{Transport: newTransport(cmp.Or(config.Timeout, DefaultTimeout))},
+		HTTPClient: &http.Client{Transport: trace.Transport(newTransport(cmp.Or(config.Timeout, DefaultTimeout)))},
 		// Failures come back as errors and are logged by the caller
 		// with the request's context; stripe-go's own lines would only
 		// repeat them without it.
@@ -310,6 +311,10 @@ type Created struct {
 // ride's foreign state mutation.
 func (g *Gateway) Charge(ctx context.Context, req ChargeRequest) (charge Created, err error) {
 	defer g.record(metrics.StripeCreateCharge, time.Now(), &err)
+	// The foreign state mutation's span, its Stripe key on it; the HTTP
+	// exchanges under it are stripe-go's, retries included.
+	ctx, span := trace.Start(ctx, "stripe charge", trace.StripeKey.String(req.IdempotencyKey))
+	defer func() { trace.End(span, err) }()
 	params := &stripe.ChargeParams{
 		Amount:      stripe.Int64(req.Amount),
 		Currency:    stripe.String(req.Currency),

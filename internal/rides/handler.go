@@ -23,6 +23,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
 	"github.com/rocketrides/rocketrides/internal/platform/problem"
+	"github.com/rocketrides/rocketrides/internal/platform/trace"
 	"github.com/rocketrides/rocketrides/internal/ratelimit"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
@@ -142,6 +143,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		p := h.errorProblem(ctx, err)
+		trace.Refused(ctx, p.Status, p.Code)
 		if raiseError && errors.Is(err, ErrSimulated) {
 			// The failure the request asked for: a retry asks for it
 			// again and fails the same way, so the answer tells the

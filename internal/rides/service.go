@@ -28,6 +28,7 @@ import (
 	"github.com/rocketrides/rocketrides/internal/payment"
 	"github.com/rocketrides/rocketrides/internal/platform/failpoint"
 	"github.com/rocketrides/rocketrides/internal/platform/logctx"
+	"github.com/rocketrides/rocketrides/internal/platform/trace"
 	"github.com/rocketrides/rocketrides/internal/ratelimit"
 	"github.com/rocketrides/rocketrides/internal/user"
 )
@@ -263,6 +264,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Result, error)
 		sql, args := user.HoldsToken(req.User, req.RememberedFor)
 		guard = &idem.Guard{SQL: sql, Args: args}
 	}
+	claimCtx, span := startClaim(claimCtx, req.User.ID) // trace.go
 	key, replayed, err := s.keys.Claim(claimCtx, idem.Request{
 		UserID:   req.User.ID,
 		Key:      req.IdempotencyKey,
@@ -272,6 +274,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Result, error)
 		OriginIP: req.OriginIP,
 		Guard:    guard,
 	})
+	s.endClaim(claimCtx, span, key, replayed, err)
 	if err != nil {
 		return Result{}, err
 	}
@@ -288,9 +291,11 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Result, error)
 
 // Resume drives a key that the caller has already claimed (the completer)
 // to a response, with the request's stored parameters, as its user.
-func (s *Service) Resume(ctx context.Context, key *idem.Key) (idem.Response, error) {
+func (s *Service) Resume(ctx context.Context, key *idem.Key) (resp idem.Response, err error) {
+	ctx, span := s.startResume(ctx, key) // trace.go
+	defer func() { trace.End(span, err) }()
 	var params Params
-	if err := json.Unmarshal(key.RequestParams, &params); err != nil {
+	if err = json.Unmarshal(key.RequestParams, &params); err != nil {
 		s.unlock(ctx, key)
 		return idem.Response{}, fmt.Errorf("decode stored params of key %d: %w", key.ID, err)
 	}

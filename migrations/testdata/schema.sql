@@ -37,6 +37,9 @@ CREATE DOMAIN public.ride_status AS text
 CREATE DOMAIN public.stripe_id AS text
 	CONSTRAINT stripe_id_check CHECK ((char_length(VALUE) <= 255));
 
+CREATE DOMAIN public.traceparent AS text
+	CONSTRAINT traceparent_check CHECK ((VALUE ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text));
+
 CREATE DOMAIN public.unknown_outcome_count AS integer
 	CONSTRAINT unknown_outcome_count_check CHECK ((VALUE >= 0));
 
@@ -134,6 +137,7 @@ CREATE TABLE public.idempotency_keys (
     recovery_point public.recovery_point NOT NULL,
     locked_at timestamp with time zone DEFAULT now(),
     steps public.key_steps DEFAULT '[]'::jsonb NOT NULL,
+    traceparent public.traceparent,
     CONSTRAINT idempotency_keys_finished_has_response CHECK ((((recovery_point)::text = 'finished'::text) = ((response_code IS NOT NULL) AND (response_body IS NOT NULL)))),
     CONSTRAINT idempotency_keys_lock_has_token CHECK (((locked_at IS NULL) = (lock_token IS NULL))),
     CONSTRAINT idempotency_keys_response_complete CHECK (((response_code IS NULL) = (response_body IS NULL)))
@@ -292,6 +296,7 @@ CREATE TABLE public.staged_jobs (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     job_name text NOT NULL,
     job_args jsonb NOT NULL,
+    traceparent public.traceparent,
     CONSTRAINT staged_jobs_job_name_check CHECK (((char_length(job_name) >= 1) AND (char_length(job_name) <= 100)))
 );
 

@@ -22,6 +22,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/rocketrides/rocketrides/internal/platform/config"
+	"github.com/rocketrides/rocketrides/internal/platform/trace"
 	"github.com/rocketrides/rocketrides/migrations"
 )
 
@@ -40,6 +41,7 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	// health check and replaced, so the pool heals without a restart.
 	cfg.HealthCheckPeriod = 5 * time.Second
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	cfg.ConnConfig.Tracer = trace.PgxTracer() // nil unless the process traces
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database pool: %w", err)

@@ -52,6 +52,7 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/metrics"
+	"github.com/rocketrides/rocketrides/internal/platform/trace"
 )
 
 // Config describes a command.
@@ -191,10 +192,11 @@ func run(ctx context.Context, cfg *Config, flags *flag.FlagSet, args []string, s
 
 // readCommon reads the settings Main reads for every process, before
 // Build reads the process's own.
-func readCommon(env *config.Env, name string, stderr io.Writer) (logger *slog.Logger, allowUnknown bool, err error) {
+func readCommon(env *config.Env, name string, stderr io.Writer) (logger *slog.Logger, allowUnknown bool, tracing *trace.Config, err error) {
 	logger, err = config.Logger(env, name, stderr)
 	allowUnknown = env.Bool(config.AllowUnknown, false)
-	return logger, allowUnknown, err
+	tracing = trace.FromEnv(env, name)
+	return logger, allowUnknown, tracing, err
 }
 
 // Describe runs the command's Build with config.Describe and returns the
@@ -202,7 +204,7 @@ func readCommon(env *config.Env, name string, stderr io.Writer) (logger *slog.Lo
 // default its code passes: what -help lists.
 func Describe(ctx context.Context, cfg *Config) ([]config.Read, error) {
 	env := config.Describe()
-	if _, _, err := readCommon(env, cfg.Name, io.Discard); err != nil {
+	if _, _, _, err := readCommon(env, cfg.Name, io.Discard); err != nil {
 		return nil, err
 	}
 	program, err := cfg.Build(ctx, env, slog.New(slog.DiscardHandler))
@@ -252,7 +254,7 @@ func (c *Config) validate() error {
 // start builds the process and runs it once or until a signal.
 func start(ctx context.Context, cfg *Config, once bool, stdout, stderr io.Writer) error {
 	env := &config.Env{}
-	logger, allowUnknown, err := readCommon(env, cfg.Name, stderr)
+	logger, allowUnknown, tracing, err := readCommon(env, cfg.Name, stderr)
 	if err != nil {
 		return err
 	}
@@ -266,6 +268,16 @@ func start(ctx context.Context, cfg *Config, once bool, stdout, stderr io.Writer
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// Before Build, which installs the instrumentation only if it traces.
+	stopTracing, err := trace.Setup(ctx, tracing)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := stopTracing(context.WithoutCancel(ctx)); err != nil {
+			logger.WarnContext(ctx, "Flushing traces failed", slog.Any("error", err))
+		}
+	}()
 
 	program, err := cfg.Build(ctx, env, logger)
 	if err != nil {

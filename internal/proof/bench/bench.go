@@ -35,7 +35,7 @@ import (
 )
 
 // Steps are the run's steps in the order they run.
-var Steps = []string{"limit", "new", "plain", "instances", "pooler", "replay", "ratelimits", "hiding", "scale", "enqueuer", "completer", "reaper"}
+var Steps = []string{"limit", "new", "plain", "instances", "pooler", "replay", "ratelimits", "tracing", "hiding", "scale", "enqueuer", "completer", "reaper"}
 
 // Config configures a run.
 type Config struct {
@@ -179,7 +179,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	for i, step := range []func(context.Context) error{r.stepLimit, r.stepNew, r.stepPlain, r.stepInstances, r.stepPooler, r.stepReplay,
-		r.stepRateLimits, r.stepHiding, r.stepScale, r.stepEnqueuer, r.stepCompleter, r.stepReaper} {
+		r.stepRateLimits, r.stepTracing, r.stepHiding, r.stepScale, r.stepEnqueuer, r.stepCompleter, r.stepReaper} {
 		if len(cfg.Only) == 0 || slices.Contains(cfg.Only, Steps[i]) {
 			r.logf("step %s", Steps[i])
 			if err := step(ctx); err != nil {

@@ -50,6 +50,10 @@ var makeDev = config.Declare(
 	config.Setting{Name: "CONSOLE_HOST", Type: config.TypeHost, Help: "make dev: the console's HOST"},
 	config.Setting{Name: "CONSOLE_PORT", Type: config.TypePort, Zero: "any free port", Help: "make dev: the console's PORT, and the port of the URL make dev prints"},
 	config.Setting{Name: "FAKESTRIPE_PORT", Type: config.TypePort, Zero: "any free port", Help: "make dev: the Stripe fake's PORT, and the port of STRIPE_API_BASE"},
+	config.Setting{Name: "JAEGER_OTLP_GRPC_PORT", Type: config.TypePort, Zero: "any free port", Help: "make dev TRACES=on: where Jaeger receives OTLP over gRPC, the port of every process's OTEL_EXPORTER_OTLP_ENDPOINT"},
+	config.Setting{Name: "JAEGER_OTLP_HTTP_PORT", Type: config.TypePort, Zero: "any free port", Help: "make dev TRACES=on: where Jaeger receives OTLP over HTTP (http/protobuf)"},
+	config.Setting{Name: "JAEGER_UI_PORT", Type: config.TypePort, Zero: "any free port", Help: "make dev TRACES=on: Jaeger's query API (/api/traces/{trace_id}), the port of the console's CONSOLE_TRACE_URL"},
+	config.Setting{Name: "JAEGER_QUERY_GRPC_PORT", Type: config.TypePort, Zero: "any free port", Help: "make dev TRACES=on: Jaeger's query API over gRPC"},
 )
 
 // section is a heading and the settings under it.
@@ -101,6 +105,7 @@ func generate(root string) (map[string][]byte, error) {
 			reads: declared(makeDev...)},
 	}
 	defaults := map[string]string{"API_HOST": "127.0.0.1", "API_PORT": "5000", "API_METRICS_ADDR": "127.0.0.1:9100", "FAKESTRIPE_HOST": "127.0.0.1", "FAKESTRIPE_PORT": "12111", "CONSOLE_HOST": "127.0.0.1", "CONSOLE_PORT": "5050",
+		"JAEGER_OTLP_GRPC_PORT": "4317", "JAEGER_OTLP_HTTP_PORT": "4318", "JAEGER_UI_PORT": "16686", "JAEGER_QUERY_GRPC_PORT": "16685",
 		"SEED_USER_TOKEN": "[redacted]", "SEED_BAD_SOURCE_TOKEN": "[redacted]", "LOG_LEVEL": "info", "LOG_FORMAT": "text", "LOCALPG_PORT": strconv.Itoa(localpg.DefaultPort)}
 	for i := range others {
 		for j := range others[i].reads {

@@ -135,10 +135,13 @@ var (
 	envRef = regexp.MustCompile(`\$\{?([A-Z][A-Z0-9_]*)(:-)?`)
 )
 
-func readProcfile(t *testing.T) []process {
+func readProcfile(t *testing.T) []process { return readProcfileNamed(t, "Procfile") }
+
+// readProcfileNamed reads the Procfile called name, at the project's root.
+func readProcfileNamed(t *testing.T, name string) []process {
 	t.Helper()
 	var procs []process
-	for line := range strings.Lines(read(t, filepath.Join(root(t), "Procfile"))) {
+	for line := range strings.Lines(read(t, filepath.Join(root(t), name))) {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
@@ -182,6 +185,10 @@ func TestProcfile(t *testing.T) {
 		makefile := read(t, filepath.Join(root(t), "Makefile"))
 		for _, m := range regexp.MustCompile(`(?m)\bexport\s+([A-Z][A-Z0-9_]*)`).FindAllStringSubmatch(makefile, -1) {
 			b.exports = append(b.exports, m[1])
+		}
+		// export A B C: each of them.
+		for _, m := range regexp.MustCompile(`(?m)^export((?:[ \t]+[A-Z][A-Z0-9_]*)+)[ \t]*$`).FindAllStringSubmatch(makefile, -1) {
+			b.exports = append(b.exports, strings.Fields(m[1])...)
 		}
 		for _, m := range regexp.MustCompile(`(?m)^export\s+([A-Z][A-Z0-9_]*)\s*\?=\s*(\S+)`).FindAllStringSubmatch(makefile, -1) {
 			b.defaults[m[1]] = m[2]
@@ -264,6 +271,33 @@ func TestProcfile(t *testing.T) {
 			}
 		}
 		require.GreaterOrEqual(t, listeners, 3, "the fake, the api and the api's metrics")
+	})
+
+	// make dev TRACES=on adds Jaeger (Procfile.traces), which listens on
+	// loopback too, on ports the Makefile names, and is where every
+	// process sends its traces.
+	t.Run("TracesOnLoopback", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		procs := readProcfileNamed(t, "Procfile.traces")
+		require.Len(t, procs, 1)
+		require.Equal(t, "jaeger", procs[0].name)
+		require.Regexp(t, `^exec\b.*"\$JAEGER" --config scripts/jaeger\.yaml$`, procs[0].command,
+			"Procfile.traces: exec Jaeger, so that the runner's signals reach it")
+		for _, m := range envRef.FindAllStringSubmatch(procs[0].command, -1) {
+			require.Contains(t, b.exports, m[1], "Procfile.traces uses $%s, which the Makefile does not export", m[1])
+		}
+		config := read(t, filepath.Join(root(t), "scripts", "jaeger.yaml"))
+		endpoints := regexp.MustCompile(`(?m)^\s*endpoint:\s*(\S+)\s*$`).FindAllStringSubmatch(config, -1)
+		require.Len(t, endpoints, 4, "OTLP over gRPC and HTTP, the query API over HTTP and gRPC")
+		loopback := regexp.MustCompile(`^127\.0\.0\.1:\$\{env:([A-Z][A-Z0-9_]*)\}$`)
+		for _, m := range endpoints {
+			port := loopback.FindStringSubmatch(m[1])
+			require.NotNil(t, port, "scripts/jaeger.yaml: %s is not loopback on a port the Makefile names", m[1])
+			require.Contains(t, b.exports, port[1], "scripts/jaeger.yaml: the Makefile does not export %s", port[1])
+		}
+		require.Equal(t, "http://127.0.0.1:$(JAEGER_OTLP_GRPC_PORT)", b.defaults["OTEL_EXPORTER_OTLP_ENDPOINT"])
+		require.Contains(t, config, "endpoint: 127.0.0.1:${env:JAEGER_OTLP_GRPC_PORT}")
 	})
 
 	t.Run("SimulatorWaitsForAPI", func(t *testing.T) {
@@ -561,8 +595,8 @@ func TestNamesAreInTheReference(t *testing.T) {
 		requireListed("README.md", m[1])
 	}
 	for _, m := range regexp.MustCompile("(?:^|[\\s`(])([A-Z][A-Z0-9_]*)=").FindAllStringSubmatch(readme, -1) {
-		if m[1] == "FUZZTIME" {
-			continue // a make variable: make fuzz FUZZTIME=1m
+		if m[1] == "FUZZTIME" || m[1] == "TRACES" {
+			continue // make's own: make fuzz FUZZTIME=1m, make dev TRACES=on
 		}
 		requireListed("README.md", m[1])
 	}

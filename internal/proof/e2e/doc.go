@@ -5,7 +5,8 @@
 // against each other. The tests then judge the outcome only by what
 // clients saw and what Postgres and Stripe hold (package invariant): the
 // promise of the idempotency-keys design is that a customer is charged
-// exactly once per ride whatever happened in between.
+// exactly once per ride whatever happened in between. One test also
+// reads the processes' traces back from an OTLP receiver.
 //
 // The package has no code of its own outside its tests.
 package e2e

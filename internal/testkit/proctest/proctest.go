@@ -18,6 +18,7 @@ import (
 
 	"github.com/rocketrides/rocketrides/internal/platform/config"
 	"github.com/rocketrides/rocketrides/internal/platform/process"
+	"github.com/rocketrides/rocketrides/internal/platform/trace"
 )
 
 // Build is a command's build step.
@@ -94,7 +95,7 @@ func TestSettings(t *testing.T, command func() *process.Config, env ...string) {
 			read = append(read, r.Name)
 		}
 		require.NotEmpty(t, read)
-		for _, s := range config.Variables {
+		for _, s := range append(config.Variables, trace.Variables...) { // what process.Main reads
 			read = append(read, s.Name)
 		}
 		require.ElementsMatch(t, read, listed, "-help lists what the process reads:\n%s", stderr.String())
