@@ -43,12 +43,13 @@ func (s *Service) endClaim(ctx context.Context, span trace.Span, key *idem.Key, 
 	if outcome == "new" {
 		return
 	}
-	s.linkOrigin(ctx, span, key)
-	if replayed {
-		_, replay := trace.Start(ctx, "replay", append(trace.Key(key.ID, key.UserID), trace.ResponseStatus.Int(key.Response().Code))...)
-		s.linkOrigin(ctx, replay, key)
-		replay.End()
+	if !replayed {
+		s.linkOrigin(ctx, key, span)
+		return
 	}
+	_, replay := trace.Start(ctx, "replay", append(trace.Key(key.ID, key.UserID), trace.ResponseStatus.Int(key.Response().Code))...)
+	s.linkOrigin(ctx, key, span, replay)
+	replay.End()
 }
 
 // startResume starts the span of the completer's resume of key, linked
@@ -58,16 +59,19 @@ func (s *Service) startResume(ctx context.Context, key *idem.Key) (context.Conte
 		return ctx, trace.None
 	}
 	ctx, span := trace.Start(ctx, "resume", append(trace.Key(key.ID, key.UserID), trace.From.String(string(key.RecoveryPoint)))...)
-	s.linkOrigin(ctx, span, key)
+	s.linkOrigin(ctx, key, span)
 	return ctx, span
 }
 
-// linkOrigin links span to the trace of the request that started key. A
-// trace that cannot be read is logged and otherwise harmless.
-func (s *Service) linkOrigin(ctx context.Context, span trace.Span, key *idem.Key) {
+// linkOrigin links spans to the trace of the request that started key,
+// read once for them all. A trace that cannot be read is logged and
+// otherwise harmless.
+func (s *Service) linkOrigin(ctx context.Context, key *idem.Key, spans ...trace.Span) {
 	tp, err := s.keys.TraceOf(ctx, key)
 	if err != nil {
 		s.logger.WarnContext(ctx, "Reading the trace a key started in failed", slog.Int64("idempotency_key_id", key.ID), slog.Any("error", err))
 	}
-	trace.Link(span, tp)
+	for _, span := range spans {
+		trace.Link(span, tp)
+	}
 }
