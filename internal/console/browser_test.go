@@ -454,7 +454,7 @@ func TestBrowser(t *testing.T) {
 		sink, err := otlpsink.Start()
 		require.NoError(t, err)
 		t.Cleanup(sink.Close)
-		s := startStack(t, false, append(sink.Env("grpc"), "CONSOLE_TRACE_URL="+sink.Query+"/trace/{trace_id}")...)
+		s := startStack(t, false, append(sink.Env("grpc"), "CONSOLE_TRACE_URL="+sink.HTTP+"/trace/{trace_id}")...)
 		key := uuid.NewString()
 		require.Equal(t, http.StatusCreated, s.postRide(t, key))
 		story := "/keys/" + strconv.FormatInt(s.keyID(t, key), 10)
@@ -469,7 +469,7 @@ func TestBrowser(t *testing.T) {
 			chromedp.Text(`#trace`, &traceID),
 		))
 		require.Regexp(t, `^[0-9a-f]{32}$`, traceID)
-		require.Equal(t, sink.Query+"/trace/"+traceID, href)
+		require.Equal(t, sink.HTTP+"/trace/"+traceID, href)
 		screenshot(t, ctx, "story-trace")
 
 		// The api sends its spans in batches: the last phase's may still

@@ -95,8 +95,7 @@ func Link(span Span, traceparent *string) {
 	if traceparent == nil || !span.IsRecording() {
 		return
 	}
-	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": *traceparent})
-	if sc := oteltrace.SpanContextFromContext(ctx); sc.IsValid() {
+	if sc := spanContext(*traceparent); sc.IsValid() {
 		span.AddLink(oteltrace.Link{SpanContext: sc})
 	}
 }
@@ -105,12 +104,17 @@ func Link(span Span, traceparent *string) {
 // as trace viewers name it in their addresses (32 hex digits); "" for a
 // malformed one.
 func TraceID(traceparent string) string {
-	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
-	sc := oteltrace.SpanContextFromContext(ctx)
-	if !sc.IsValid() {
-		return ""
+	if sc := spanContext(traceparent); sc.IsValid() {
+		return sc.TraceID().String()
 	}
-	return sc.TraceID().String()
+	return ""
+}
+
+// spanContext is the span a W3C traceparent names; invalid when it is
+// malformed.
+func spanContext(traceparent string) oteltrace.SpanContext {
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+	return oteltrace.SpanContextFromContext(ctx)
 }
 
 // Recording reports whether ctx's span records: whether reading what a

@@ -159,7 +159,7 @@ func readTrace(ctx context.Context, t *testing.T, sink *otlpsink.Sink, id, root 
 	var tr otlpsink.Trace
 	waitFor(t, time.Minute, "trace "+id+" with its "+root+" span", func() bool {
 		var err error
-		if tr, err = otlpsink.Read(ctx, sink.Query, id); err != nil || len(tr.Named(root)) == 0 {
+		if tr, err = otlpsink.Read(ctx, sink.HTTP, id); err != nil || len(tr.Named(root)) == 0 {
 			return false
 		}
 		for _, service := range services {

@@ -29,10 +29,10 @@ import (
 )
 
 // Sink is a running receiver. GRPC is the endpoint URL for
-// OTEL_EXPORTER_OTLP_PROTOCOL=grpc, HTTP the one for http/protobuf, and
-// Query the base of the query API and the trace pages.
+// OTEL_EXPORTER_OTLP_PROTOCOL=grpc, and HTTP the one for http/protobuf,
+// which is also the base of the query API and the trace pages.
 type Sink struct {
-	GRPC, HTTP, Query string
+	GRPC, HTTP string
 
 	mu     sync.Mutex
 	spans  map[string][]Span // by trace id
@@ -109,7 +109,6 @@ func Start() (*Sink, error) {
 
 	s.GRPC = "http://" + grpcLn.Addr().String()
 	s.HTTP = "http://" + httpLn.Addr().String()
-	s.Query = s.HTTP
 	return s, nil
 }
 
@@ -329,7 +328,7 @@ func (sp Span) Tag(key string) (any, bool) {
 }
 
 // Read reads the trace with id from the query API at base: a sink's
-// Query, or a running Jaeger's UI address, which answers alike.
+// HTTP, or a running Jaeger's UI address, which answers alike.
 func Read(ctx context.Context, base, id string) (Trace, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/traces/"+id, nil)
 	if err != nil {
