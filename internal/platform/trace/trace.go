@@ -88,15 +88,38 @@ type Config struct {
 	SamplerArg float64
 }
 
-// FromEnv reads the tracing settings of the process called name.
+// The rules a protocol and a sampler are held to, where they are read
+// (FromEnv) and where they are used (Setup).
+const (
+	protocolRule = "must be grpc or http/protobuf"
+	samplerRule  = "must be always_on, always_off or traceidratio, alone or with parentbased_ before it"
+)
+
+// FromEnv reads the tracing settings of the process called name. A
+// protocol or a sampler that means nothing is refused whether or not an
+// endpoint is set: a value that would break the day tracing is turned on
+// is found the day it is written.
 func FromEnv(env *config.Env, name string) *Config {
-	return &Config{
+	cfg := &Config{
 		Endpoint:   env.String(EndpointSetting, ""),
 		Protocol:   env.String(ProtocolSetting, DefaultProtocol),
 		Service:    env.String(ServiceSetting, name),
 		Sampler:    env.String(SamplerSetting, DefaultSampler),
 		SamplerArg: env.FractionOrZero(SamplerArgSetting, DefaultSamplerArg),
 	}
+	if !knownProtocol(cfg.Protocol) {
+		env.Refuse(ProtocolSetting, protocolRule)
+	}
+	if _, err := newSampler(cfg.Sampler, cfg.SamplerArg); err != nil {
+		env.Refuse(SamplerSetting, samplerRule)
+	}
+	return cfg
+}
+
+// knownProtocol reports whether protocol is one Setup exports with (its
+// switch); "" is the default, grpc.
+func knownProtocol(protocol string) bool {
+	return protocol == "" || protocol == "grpc" || protocol == "http/protobuf"
 }
 
 // Setup installs the global tracer provider that cfg describes and the
@@ -119,7 +142,7 @@ func Setup(ctx context.Context, cfg *Config) (stop func(context.Context) error, 
 		// it: traces go to its /v1/traces.
 		exporter, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(strings.TrimSuffix(cfg.Endpoint, "/")+"/v1/traces"))
 	default:
-		return nil, fmt.Errorf("%s=%s: must be grpc or http/protobuf", ProtocolSetting, cfg.Protocol)
+		return nil, fmt.Errorf("%s=%s: %s", ProtocolSetting, cfg.Protocol, protocolRule)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("trace exporter for %s: %w", cfg.Endpoint, err)
@@ -165,8 +188,7 @@ func newSampler(name string, arg float64) (sdktrace.Sampler, error) {
 	case "traceidratio":
 		s = sdktrace.TraceIDRatioBased(arg)
 	default:
-		return nil, errors.New(SamplerSetting + "=" + name +
-			": must be always_on, always_off or traceidratio, alone or with parentbased_ before it")
+		return nil, errors.New(SamplerSetting + "=" + name + ": " + samplerRule)
 	}
 	if parent {
 		s = sdktrace.ParentBased(s)

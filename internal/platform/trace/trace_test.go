@@ -41,6 +41,24 @@ func TestSetup(t *testing.T) {
 	})
 }
 
+// TestFromEnv: a protocol or a sampler that means nothing is refused by
+// name where it is read, with no endpoint set as much as with one.
+func TestFromEnv(t *testing.T) {
+	t.Setenv(ProtocolSetting, "http/json")
+	t.Setenv(SamplerSetting, "sometimes")
+	var env config.Env
+	cfg := FromEnv(&env, "api")
+	require.Empty(t, cfg.Endpoint)
+	require.ErrorContains(t, env.Err(), ProtocolSetting+"=http/json: "+protocolRule)
+	require.ErrorContains(t, env.Err(), SamplerSetting+"=sometimes: "+samplerRule)
+
+	t.Setenv(ProtocolSetting, "http/protobuf")
+	t.Setenv(SamplerSetting, "parentbased_always_on")
+	env = config.Env{}
+	FromEnv(&env, "api")
+	require.NoError(t, env.Err())
+}
+
 func TestNewSampler(t *testing.T) {
 	t.Parallel()
 	for name, want := range map[string]string{
