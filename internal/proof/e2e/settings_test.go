@@ -54,9 +54,9 @@ func TestRefusesDangerousSettings(t *testing.T) {
 		{"KeyRecordWithinTheKeysLifetime", []string{"REAPED_KEY_RETENTION=24h"}, []string{"REAPED_KEY_RETENTION"},
 			[]string{"REAPED_KEY_RETENTION=24h: must exceed REAPER_MAX_AGE (72h)"}},
 		// With a publishable key every ride stayed pending.
-		{"PublishableStripeKey", []string{"STRIPE_API_KEY=pk_test_publishable4242"}, []string{"STRIPE_API_KEY"},
+		{"PublishableStripeKey", []string{"STRIPE_API_KEY=pk_test_publishablekeepmesecret"}, []string{"STRIPE_API_KEY"},
 			[]string{"STRIPE_API_KEY=", "a publishable key (pk_)"}},
-		{"MalformedStripeKey", []string{"STRIPE_API_KEY=Bearer sk_test_malformed4242"}, []string{"STRIPE_API_KEY"},
+		{"MalformedStripeKey", []string{"STRIPE_API_KEY=Bearer sk_test_malformedkeepmesecret"}, []string{"STRIPE_API_KEY"},
 			[]string{"STRIPE_API_KEY=", "not a Stripe secret key"}},
 		{"KeyRetentionPastStripesOnAName", []string{"STRIPE_KEY_RETENTION=48h", "STRIPE_API_BASE=http://127.0.0.1.nip.io:12111"}, []string{"STRIPE_KEY_RETENTION"},
 			[]string{"STRIPE_KEY_RETENTION=48h: above Stripe's 24h", "a loopback address"}},
@@ -89,7 +89,7 @@ func TestRefusesDangerousSettings(t *testing.T) {
 					require.Equal(t, 1, strings.Count(err.Error(), want), "%s refuses it once", name)
 				}
 				require.NotContains(t, err.Error(), "Config.", "%s names a Go field", name)
-				require.NotContains(t, err.Error(), "4242", "%s shows the secret key", name)
+				require.NotContains(t, err.Error(), "keepmesecret", "%s shows the secret key", name)
 			}
 		})
 	}
